@@ -1,0 +1,50 @@
+"""turnkit: chat formatting that is correct by construction, from the training data to the served reply.
+
+The public API:
+
+* :class:`ChatFormat`: a checkpoint's (or a built-in family's) chat format; ``render`` a conversation with it.
+* :class:`Message`, :class:`ToolCall`, :class:`FunctionCall`, :class:`TextPart`: typed OpenAI-style messages
+  (plain dicts are accepted everywhere too).
+* :mod:`turnkit.families`: the built-in families and ``infer``.
+* The errors, all derived from :class:`TurnkitError`.
+"""
+
+from turnkit import families
+from turnkit.errors import (
+    FamilyNotFoundError,
+    MessageError,
+    TemplateError,
+    TemplateLimitError,
+    TemplateNotFoundError,
+    TemplateSecurityError,
+    TemplateSyntaxError,
+    ToolSchemaError,
+    TurnkitError,
+)
+from turnkit.format import ChatFormat
+from turnkit.messages import FunctionCall, Message, TextPart, ToolCall, normalize_conversation
+from turnkit.template import RenderLimits, function_schema
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChatFormat",
+    "FamilyNotFoundError",
+    "FunctionCall",
+    "Message",
+    "MessageError",
+    "RenderLimits",
+    "TemplateError",
+    "TemplateLimitError",
+    "TemplateNotFoundError",
+    "TemplateSecurityError",
+    "TemplateSyntaxError",
+    "TextPart",
+    "ToolCall",
+    "ToolSchemaError",
+    "TurnkitError",
+    "__version__",
+    "families",
+    "function_schema",
+    "normalize_conversation",
+]

@@ -1,0 +1,221 @@
+"""Render a conversation through a chat template, with the semantics of ``transformers.apply_chat_template``.
+
+The steps, in transformers' order: validate and normalise the messages (:mod:`turnkit.messages`), turn tools given as
+functions into schemas, rebuild every input as plain JSON data, pass the special tokens as variables (template
+keyword arguments override them), handle ``continue_final_message`` with the same sentinel trick, and render in the
+sandbox (:mod:`turnkit.template.sandbox`) under a time limit and a size limit.
+
+Every failure comes out as a :class:`~turnkit.TurnkitError`: the template's own ``raise_exception`` message as
+:class:`~turnkit.TemplateError`, sandbox violations as :class:`~turnkit.TemplateSecurityError`, runaway templates as
+:class:`~turnkit.TemplateLimitError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import SecurityError
+
+from turnkit.errors import (
+    MessageError,
+    TemplateError,
+    TemplateLimitError,
+    TemplateSecurityError,
+    TurnkitError,
+)
+from turnkit.messages import REASONING_FIELDS, Conversation, normalize_conversation, plain_data
+from turnkit.template.sandbox import (
+    DEFAULT_MAX_OUTPUT_CHARS,
+    TemplateRaised,
+    compile_template,
+    generation_spans,
+    output_budget,
+    rendered_so_far,
+)
+from turnkit.template.tools import tool_schemas
+from turnkit.template.watchdog import Overrun, time_limit
+
+__all__ = ["RenderLimits", "Rendered", "render_template"]
+
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+_RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+
+
+@dataclass(frozen=True, slots=True)
+class RenderLimits:
+    """How long one render may run and how much text it may build. ``timeout_s=None`` disables the time limit."""
+
+    timeout_s: float | None = 2.0
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A render and the character spans of its ``{% generation %}`` blocks (empty when not tracked)."""
+
+    text: str
+    generation_spans: tuple[tuple[int, int], ...] = ()
+
+
+def _template_line(exc: BaseException) -> int | None:
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _at(exc: BaseException) -> str:
+    line = _template_line(exc)
+    return f" (template line {line})" if line else ""
+
+
+def _run(
+    template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
+) -> Rendered:
+    chunks: list[str] = []
+    spans: list[tuple[int, int]] = []
+    budget = limits.max_output_chars
+    tokens = (
+        output_budget.set(budget),
+        generation_spans.set(spans if track_generation else None),
+        rendered_so_far.set(chunks if track_generation else None),
+    )
+    try:
+        with time_limit(limits.timeout_s):
+            total = 0
+            for chunk in template.generate(context):
+                total += len(chunk)
+                if total > budget:
+                    raise TemplateLimitError(
+                        f"the template rendered more than {budget:,} characters; stopped "
+                        "(raise max_output_chars if this is a genuine render)"
+                    )
+                chunks.append(chunk)
+    finally:
+        rendered_so_far.reset(tokens[2])
+        generation_spans.reset(tokens[1])
+        output_budget.reset(tokens[0])
+    return Rendered("".join(chunks), tuple(spans))
+
+
+def _guarded_run(
+    template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
+) -> Rendered:
+    try:
+        return _run(template, context, limits, track_generation)
+    except TurnkitError:
+        raise
+    except Overrun:
+        raise TemplateLimitError(
+            f"the template ran longer than {limits.timeout_s} s and was stopped (an endless or huge loop?)"
+        ) from None
+    except TemplateRaised as exc:
+        raise TemplateError(str(exc), template_message=str(exc)) from None
+    except SecurityError as exc:
+        raise TemplateSecurityError(f"the chat template was stopped by the sandbox{_at(exc)}: {exc}") from None
+    except RecursionError:
+        raise TemplateLimitError("the template recursed too deeply (a macro calling itself?)") from None
+    except MemoryError:
+        raise TemplateLimitError("the template ran out of memory") from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"the chat template failed{_at(exc)}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a template is a program: any Python error can come out of it
+        raise TemplateError(f"the chat template failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
+
+
+def _mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> str:
+    """Append the sentinel to the final message (as transformers does) and return the text being continued."""
+    final = chat[-1].get(field)
+    if final is None:
+        raise MessageError(f"continue_final_message is set but the final message has no {field!r}", index=len(chat) - 1)
+    fields = [field]
+    if field in REASONING_FIELDS:
+        fields = [f for f in REASONING_FIELDS if chat[-1].get(f) == final]
+    if not any(f in source for f in fields):
+        raise TemplateError(f"continue_final_message: the chat template never reads the field {field!r}")
+    if isinstance(final, list | tuple):
+        for block in reversed(final):
+            if "text" in block:
+                text = block["text"]
+                block["text"] = text + _CONTINUE_TAG
+                return text
+        raise MessageError(
+            "continue_final_message is set but the final message has no text part to continue", index=len(chat) - 1
+        )
+    for f in fields:
+        chat[-1][f] = chat[-1][f] + _CONTINUE_TAG
+    return final
+
+
+def _cut_at_continuation(rendered: str, final: str) -> str:
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in rendered or tag not in rendered:
+        raise TemplateError(
+            "continue_final_message is set but the final message does not appear in the render (the template "
+            "drops or rewrites part of it), so the reply cannot continue it"
+        )
+    at = rendered.rindex(tag)
+    if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()
+
+
+def render_template(
+    source: str,
+    messages: Conversation,
+    *,
+    tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = False,
+    continue_final_message: bool | str = False,
+    variables: Mapping[str, Any] | None = None,
+    limits: RenderLimits = RenderLimits(),
+    track_generation: bool = False,
+    **template_kwargs: Any,
+) -> Rendered:
+    """Render ``messages`` through the template text ``source``.
+
+    ``variables`` are the template's standard variables (special tokens such as ``bos_token``); ``template_kwargs``
+    override them, as in transformers. ``continue_final_message`` may name the field to continue (``"content"`` when
+    ``True``; ``"reasoning_content"`` continues a reasoning block).
+    """
+    if continue_final_message and add_generation_prompt:
+        raise ValueError(
+            "continue_final_message and add_generation_prompt exclude each other: the first continues the last "
+            "message, the second opens a new assistant turn"
+        )
+    template = compile_template(source)
+    chat = normalize_conversation(messages)
+    schemas = plain_data(tool_schemas(tools))
+    if documents is not None:
+        for index, document in enumerate(documents):
+            if not isinstance(document, Mapping):
+                raise MessageError(f"documents[{index}] must be a dict (with 'title' and 'text')")
+        documents = plain_data(list(documents))
+    reserved = _RESERVED.intersection(template_kwargs)
+    if reserved:
+        raise ValueError(f"{sorted(reserved)} are arguments of render, not template variables")
+    kwargs = plain_data({**(variables or {}), **template_kwargs})
+
+    final = None
+    if continue_final_message:
+        field = continue_final_message if isinstance(continue_final_message, str) else "content"
+        final = _mark_continuation(chat, source, field)
+
+    context = {
+        "messages": chat,
+        "tools": schemas,
+        "documents": documents,
+        "add_generation_prompt": add_generation_prompt,
+        **kwargs,
+    }
+    rendered = _guarded_run(template, context, limits, track_generation)
+    if final is not None:
+        return Rendered(_cut_at_continuation(rendered.text, final), rendered.generation_spans)
+    return rendered

@@ -1,0 +1,334 @@
+"""The Jinja environment chat templates run in: transformers' semantics, plus the limits an untrusted file needs.
+
+Chat templates ship inside model files, so they are untrusted code. They run in jinja2's
+``ImmutableSandboxedEnvironment`` configured exactly as ``transformers.apply_chat_template`` configures it
+(``trim_blocks``, ``lstrip_blocks``, loop controls, the ``{% generation %}`` tag, the same ``tojson``,
+``raise_exception``, ``strftime_now``, a restricted ``dict`` and ``namespace``), so that renders are byte-identical.
+
+On top of that sandbox turnkit adds what a server needs before it loads a template from a stranger:
+
+* an attempt to reach a private or mutating attribute (``cycler.__init__.__globals__``, ``x|attr('__class__')``,
+  ``list.append``) raises :class:`~turnkit.TemplateSecurityError` at once, instead of quietly rendering nothing;
+* operations that can allocate without bound are checked before they run: string and list ``+``, ``~``, ``*``,
+  ``%`` formatting, ``**``, ``str.format`` widths, and the filters and string methods that pad, repeat or replace;
+  a result over the size limit raises :class:`~turnkit.TemplateLimitError`;
+* a render that runs past its time limit is interrupted (a watchdog thread raises into the rendering thread),
+  so a template with nested loops cannot hang a server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.compiler import CodeGenerator
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.utils import Namespace
+
+from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSyntaxError
+
+__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "TemplateRaised", "compile_template", "output_budget"]
+
+#: Default cap on the characters a single render, or any single string built inside it, may reach.
+DEFAULT_MAX_OUTPUT_CHARS = 16_000_000
+
+#: The size budget of the render in progress (set by the renderer around each render).
+output_budget: ContextVar[int] = ContextVar("turnkit_output_budget", default=DEFAULT_MAX_OUTPUT_CHARS)
+
+#: While set, ``{% generation %}`` blocks append their (start, end) character spans here (used for loss masks).
+generation_spans: ContextVar[list[tuple[int, int]] | None] = ContextVar("turnkit_generation_spans", default=None)
+
+#: The output rendered so far, needed to turn a ``{% generation %}`` block into character offsets.
+rendered_so_far: ContextVar[list[str] | None] = ContextVar("turnkit_rendered_so_far", default=None)
+
+
+class TemplateRaised(jinja2.exceptions.TemplateError):
+    """What ``raise_exception(message)`` raises inside a template; the renderer turns it into ``TemplateError``."""
+
+
+def _too_big(size: int, what: str) -> None:
+    limit = output_budget.get()
+    if size > limit:
+        raise TemplateLimitError(
+            f"the template tried to build {what} of {size:,} characters; the limit is {limit:,} "
+            "(raise max_output_chars if this is a genuine render)"
+        )
+
+
+def _check_length(value: Any, what: str) -> Any:
+    if isinstance(value, str | list | tuple):
+        _too_big(len(value), what)
+    return value
+
+
+def _size_of(value: Any) -> int:
+    return len(value) if isinstance(value, str | list | tuple) else len(str(value))
+
+
+_PERCENT_WIDTHS = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
+_FORMAT_NUMBERS = re.compile(r"\d+")
+
+
+def _check_percent_format(fmt: str, args: Any) -> None:
+    """Refuse ``'%999999999d' % x`` before Python allocates the result."""
+    limit = output_budget.get()
+    values = args if isinstance(args, tuple) else (args,)
+    for match in _PERCENT_WIDTHS.finditer(fmt):
+        for group in match.groups():
+            if group == "*":
+                if any(isinstance(v, int) and abs(v) > limit for v in values):
+                    _too_big(limit + 1, "a padded string")
+            elif group is not None and int(group) > limit:
+                _too_big(int(group), "a padded string")
+
+
+def _check_format_spec(fmt: str) -> None:
+    """Refuse ``'{:>999999999}'.format(x)`` before Python allocates the result."""
+    limit = output_budget.get()
+    for _, _, spec, _ in string.Formatter().parse(fmt):
+        if spec:
+            for number in _FORMAT_NUMBERS.findall(spec):
+                if int(number) > limit:
+                    _too_big(int(number), "a padded string")
+
+
+def _checked_binop(operator: str, left: Any, right: Any) -> Any:
+    if operator == "+":
+        if isinstance(left, str | list | tuple) and isinstance(right, str | list | tuple):
+            _too_big(len(left) + len(right), "a value")
+        return left + right
+    if operator == "*":
+        for seq, times in ((left, right), (right, left)):
+            if isinstance(seq, str | list | tuple) and isinstance(times, int):
+                _too_big(len(seq) * max(times, 0), "a repeated value")
+        return left * right
+    if operator == "%":
+        if isinstance(left, str):
+            _check_percent_format(left, right)
+        return left % right
+    if operator == "**":
+        if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
+            if abs(left).bit_length() * right > 65_536:
+                raise TemplateLimitError(f"the template tried to compute a {right}-th power; refused as too large")
+        return left**right
+    raise AssertionError(operator)  # pragma: no cover - only the operators above are intercepted
+
+
+def _checked_str_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Size checks for string methods that can blow up a string: padding, tab expansion, replace, join."""
+    text: str = method.__self__
+    name = method.__name__
+    if name in ("center", "ljust", "rjust", "zfill") and args and isinstance(args[0], int):
+        _too_big(args[0], "a padded string")
+    elif name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        if isinstance(size, int):
+            _too_big(len(text) + text.count("\t") * size, "an expanded string")
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        _too_big(_replaced_size(text, args[0], args[1]), "a replaced string")
+    elif name == "join" and args:
+        _check_join(text, args[0])
+
+
+def _replaced_size(text: str, old: str, new: str) -> int:
+    count = len(text) + 1 if old == "" else text.count(old)
+    return len(text) + count * (len(new) - len(old))
+
+
+def _check_join(separator: str, items: Any) -> None:
+    if isinstance(items, list | tuple):
+        _too_big(sum(_size_of(i) for i in items) + len(separator) * max(len(items) - 1, 0), "a joined string")
+
+
+class _GuardedCodeGenerator(CodeGenerator):
+    """Compiles ``a ~ b`` to a size-checked join (jinja2 compiles it to a bare ``str_join`` otherwise)."""
+
+    def visit_Concat(self, node: jinja2.nodes.Concat, frame: Any) -> None:
+        self.write("environment.checked_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
+class GenerationBlock(jinja2.ext.Extension):
+    """The ``{% generation %}...{% endgeneration %}`` tag of transformers' templates.
+
+    It renders its body unchanged. While a caller has set :data:`generation_spans`, it records the character span of
+    the body in the final output, which is how a template marks the assistant tokens to train.
+    """
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render_block"), [], [], body).set_lineno(lineno)
+
+    def _render_block(self, caller: Callable[[], str]) -> str:
+        text = caller()
+        spans = generation_spans.get()
+        so_far = rendered_so_far.get()
+        if spans is not None and so_far is not None:
+            start = sum(map(len, so_far))
+            spans.append((start, start + len(text)))
+        return text
+
+
+def _raise_exception(message: Any) -> None:
+    raise TemplateRaised(str(message))
+
+
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+) -> str:
+    # transformers replaces jinja's tojson (which escapes HTML) with plain json.dumps; so do we, for identical text.
+    text = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return _check_length(text, "a JSON string")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _TemplateDict:
+    """``dict(...)`` for templates, without exposing the ``dict`` type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(Namespace):
+    """jinja's ``namespace``, refusing underscore-prefixed attribute names (as transformers does)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - same signature trick as jinja's Namespace
+        self, args = args[0], args[1:]
+        attrs = dict(*args, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _TemplateNamespace._check_name(name)
+        Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: Any) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError(f"a template may not store the underscore-prefixed attribute {name!r} on a namespace")
+
+
+def _no_lipsum(*args: Any, **kwargs: Any) -> str:
+    raise SecurityError("lipsum() is not available to chat templates (random text has no place in a prompt)")
+
+
+class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
+    """transformers' chat-template environment, with unsafe access made loud and allocations bounded."""
+
+    code_generator_class = _GuardedCodeGenerator
+    intercepted_binops = frozenset({"+", "*", "%", "**"})
+
+    def __init__(self) -> None:
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[GenerationBlock, jinja2.ext.loopcontrols],
+        )
+        self.filters["tojson"] = _tojson
+        self.globals["raise_exception"] = _raise_exception
+        self.globals["strftime_now"] = _strftime_now
+        self.globals["dict"] = _TemplateDict()
+        self.globals["namespace"] = _TemplateNamespace
+        self.globals["lipsum"] = _no_lipsum
+        self._wrap_sized_filters()
+
+    def _wrap_sized_filters(self) -> None:
+        filters = self.filters
+        center, indent, fmt, replace, join = (filters[n] for n in ("center", "indent", "format", "replace", "join"))
+
+        def checked_center(value: Any, width: int = 80) -> str:
+            if isinstance(width, int):
+                _too_big(width, "a centered string")
+            return center(value, width)
+
+        def checked_indent(value: Any, width: int | str = 4, *args: Any, **kwargs: Any) -> str:
+            text = str(value)
+            per_line = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+            _too_big(len(text) + (text.count("\n") + 1) * per_line, "an indented string")
+            return indent(value, width, *args, **kwargs)
+
+        def checked_format(value: Any, *args: Any, **kwargs: Any) -> str:
+            _check_percent_format(str(value), tuple(args))
+            return fmt(value, *args, **kwargs)
+
+        def checked_replace(eval_ctx: Any, value: Any, old: Any, new: Any, count: Any = None) -> Any:
+            if isinstance(value, str) and isinstance(old, str) and isinstance(new, str):
+                _too_big(_replaced_size(value, old, new), "a replaced string")
+            return replace(eval_ctx, value, old, new, count)
+
+        def checked_join(eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: Any = None) -> str:
+            items = list(value) if not isinstance(value, list | tuple) else value
+            if attribute is None and isinstance(d, str):
+                _check_join(d, items)
+            return _check_length(join(eval_ctx, items, d, attribute), "a joined string")
+
+        checked_replace.jinja_pass_arg = replace.jinja_pass_arg  # type: ignore[attr-defined]
+        checked_join.jinja_pass_arg = join.jinja_pass_arg  # type: ignore[attr-defined]
+        filters.update(
+            center=checked_center, indent=checked_indent, format=checked_format, replace=checked_replace,
+            join=checked_join,
+        )  # fmt: skip
+
+    # -- the sandbox hooks ------------------------------------------------------------------------------------------
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is not allowed")
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        return _checked_binop(operator, left, right)
+
+    def checked_concat(self, parts: tuple[Any, ...]) -> str:
+        text = "".join([p if type(p) is str else jinja2.utils.soft_str(p) for p in parts])
+        return _check_length(text, "a concatenated string")
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        _check_format_spec(value.__self__)
+        return wrapped
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if isinstance(getattr(__obj, "__self__", None), str) and hasattr(__obj, "__name__"):
+            _checked_str_method(__obj, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+_ENVIRONMENT = ChatTemplateSandbox()
+
+
+@lru_cache(maxsize=256)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template once; later renders of the same text reuse it.
+
+    Raises :class:`~turnkit.TemplateSyntaxError` (with the line number) when the text is not valid Jinja, and
+    :class:`~turnkit.TemplateSecurityError` for constructs the sandbox refuses at compile time.
+    """
+    try:
+        return _ENVIRONMENT.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None
+    except SecurityError as exc:
+        raise TemplateSecurityError(f"the chat template was refused by the sandbox: {exc}") from None
