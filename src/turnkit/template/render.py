@@ -41,7 +41,6 @@ from turnkit.template.watchdog import Overrun, time_limit
 __all__ = ["RenderLimits", "Rendered", "render_template"]
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-_RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +120,8 @@ def _guarded_run(
         raise TemplateSecurityError(f"the chat template was stopped by the sandbox{_at(exc)}: {exc}") from None
     except RecursionError:
         raise TemplateLimitError("the template recursed too deeply (a macro calling itself?)") from None
+    except OverflowError as exc:
+        raise TemplateLimitError(f"the template computed a value too large{_at(exc)}: {exc}") from None
     except MemoryError:
         raise TemplateLimitError("the template ran out of memory") from None
     except jinja2.UndefinedError as exc:
@@ -198,9 +199,6 @@ def render_template(
             if not isinstance(document, Mapping):
                 raise MessageError(f"documents[{index}] must be a dict (with 'title' and 'text')")
         documents = plain_data(list(documents))
-    reserved = _RESERVED.intersection(template_kwargs)
-    if reserved:
-        raise ValueError(f"{sorted(reserved)} are arguments of render, not template variables")
     kwargs = plain_data({**(variables or {}), **template_kwargs})
 
     final = None

@@ -231,6 +231,10 @@ class _TemplateNamespace(Namespace):
             raise SecurityError(f"a template may not store the underscore-prefixed attribute {name!r} on a namespace")
 
 
+def _no_files(name: str) -> None:
+    raise SecurityError(f"a chat template may not include, import or extend other files ({name!r})")
+
+
 def _no_lipsum(*args: Any, **kwargs: Any) -> str:
     raise SecurityError("lipsum() is not available to chat templates (random text has no place in a prompt)")
 
@@ -246,6 +250,7 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
             trim_blocks=True,
             lstrip_blocks=True,
             extensions=[GenerationBlock, jinja2.ext.loopcontrols],
+            loader=jinja2.FunctionLoader(_no_files),
         )
         self.filters["tojson"] = _tojson
         self.globals["raise_exception"] = _raise_exception
