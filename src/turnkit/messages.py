@@ -45,6 +45,7 @@ KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "ip
 ROLE_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,63}")
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_STRING_FIELDS = ("tool_call_id", "name", *REASONING_FIELDS)
 
 
 @dataclass(slots=True)
@@ -157,10 +158,12 @@ def plain_data(value: Any) -> Any:
     kind = type(value)
     if value is None or kind in _EXACT_SCALARS:
         return value
-    if kind is dict:
-        return {plain_data(k): plain_data(v) for k, v in value.items()}
+    if kind is dict:  # the common case, with the common leaves inlined
+        return {
+            (k if type(k) is str else plain_data(k)): (v if type(v) is str else plain_data(v)) for k, v in value.items()
+        }
     if kind is list:
-        return [plain_data(v) for v in value]
+        return [v if type(v) is str else plain_data(v) for v in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
@@ -198,7 +201,12 @@ def _as_mapping(message: Any, index: int) -> Mapping[str, Any]:
     )
 
 
+_VALID_ROLES: set[str] = set(KNOWN_ROLES)
+
+
 def _check_role(role: Any, index: int) -> None:
+    if role in _VALID_ROLES:
+        return
     if not isinstance(role, str):
         raise MessageError(f"role must be a string, got {type(role).__name__}", index=index, field="role")
     if not ROLE_PATTERN.fullmatch(role):
@@ -208,6 +216,8 @@ def _check_role(role: Any, index: int) -> None:
             index=index,
             field="role",
         )
+    if len(_VALID_ROLES) < 1024:
+        _VALID_ROLES.add(role)
 
 
 def _check_content(content: Any, index: int) -> None:
@@ -274,16 +284,17 @@ def _check_arguments(arguments: Any, index: int, where: str) -> None:
 
 def _check_message(message: Mapping[str, Any], index: int) -> None:
     for key in message:
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise MessageError(f"message keys must be strings, got {key!r}", index=index)
     if "role" not in message:
         raise MessageError("the message has no 'role'", index=index, field="role")
     _check_role(message["role"], index)
-    if "content" in message:
-        _check_content(message["content"], index)
+    content = message.get("content")
+    if content is not None and type(content) is not str:
+        _check_content(content, index)
     if "tool_calls" in message:
         _check_tool_calls(message["tool_calls"], index)
-    for key in ("tool_call_id", "name", *REASONING_FIELDS):
+    for key in _STRING_FIELDS:
         if key in message and not isinstance(message[key], str):
             raise MessageError(f"{key} must be a string, got {type(message[key]).__name__}", index=index, field=key)
 
@@ -307,7 +318,7 @@ def normalize_conversation(messages: Conversation, *, alias_reasoning: bool = Tr
         raise MessageError(f"a conversation must be a list of messages, got {type(messages).__name__}")
     out: list[dict[str, Any]] = []
     for index, raw in enumerate(messages):
-        mapping = _as_mapping(raw, index)
+        mapping = raw if type(raw) is dict else _as_mapping(raw, index)
         message = {key: value for key, value in mapping.items() if value is not None}
         _check_message(message, index)
         message = plain_data(message)

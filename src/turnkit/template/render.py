@@ -29,11 +29,10 @@ from turnkit.errors import (
 from turnkit.messages import REASONING_FIELDS, Conversation, normalize_conversation, plain_data
 from turnkit.template.sandbox import (
     DEFAULT_MAX_OUTPUT_CHARS,
+    RenderState,
     TemplateRaised,
     compile_template,
-    generation_spans,
-    output_budget,
-    rendered_so_far,
+    render_state,
 )
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
@@ -77,30 +76,30 @@ def _at(exc: BaseException) -> str:
 def _run(
     template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
 ) -> Rendered:
-    chunks: list[str] = []
-    spans: list[tuple[int, int]] = []
     budget = limits.max_output_chars
-    tokens = (
-        output_budget.set(budget),
-        generation_spans.set(spans if track_generation else None),
-        rendered_so_far.set(chunks if track_generation else None),
-    )
+    chunks: list[str] = []
+    state = RenderState(budget, chunks, []) if track_generation else RenderState(budget)
+    token = render_state.set(state)
     try:
         with time_limit(limits.timeout_s):
             total = 0
-            for chunk in template.generate(context):
-                total += len(chunk)
-                if total > budget:
-                    raise TemplateLimitError(
-                        f"the template rendered more than {budget:,} characters; stopped "
-                        "(raise max_output_chars if this is a genuine render)"
-                    )
-                chunks.append(chunk)
+            try:
+                # The compiled render function itself, not Template.generate: one generator layer less per chunk.
+                for chunk in template.root_render_func(template.new_context(context)):
+                    total += len(chunk)
+                    if total > budget:
+                        raise TemplateLimitError(
+                            f"the template rendered more than {budget:,} characters; stopped "
+                            "(raise max_output_chars if this is a genuine render)"
+                        )
+                    chunks.append(chunk)
+            except TurnkitError:
+                raise
+            except Exception:
+                template.environment.handle_exception()  # re-raises with template line numbers in the traceback
     finally:
-        rendered_so_far.reset(tokens[2])
-        generation_spans.reset(tokens[1])
-        output_budget.reset(tokens[0])
-    return Rendered("".join(chunks), tuple(spans))
+        render_state.reset(token)
+    return Rendered("".join(chunks), tuple(state.spans or ()))
 
 
 def _guarded_run(

@@ -23,6 +23,7 @@ import re
 import string
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -33,23 +34,26 @@ import jinja2.nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
-from markupsafe import soft_str
 
 from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSyntaxError
 
-__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "TemplateRaised", "compile_template", "output_budget"]
+__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "RenderState", "TemplateRaised", "compile_template", "render_state"]
 
 #: Default cap on the characters a single render, or any single string built inside it, may reach.
 DEFAULT_MAX_OUTPUT_CHARS = 16_000_000
 
-#: The size budget of the render in progress (set by the renderer around each render).
-output_budget: ContextVar[int] = ContextVar("turnkit_output_budget", default=DEFAULT_MAX_OUTPUT_CHARS)
 
-#: While set, ``{% generation %}`` blocks append their (start, end) character spans here (used for loss masks).
-generation_spans: ContextVar[list[tuple[int, int]] | None] = ContextVar("turnkit_generation_spans", default=None)
+@dataclass(slots=True)
+class RenderState:
+    """What the sandbox needs to know about the render in progress (one context variable, set once per render)."""
 
-#: The output rendered so far, needed to turn a ``{% generation %}`` block into character offsets.
-rendered_so_far: ContextVar[list[str] | None] = ContextVar("turnkit_rendered_so_far", default=None)
+    budget: int = DEFAULT_MAX_OUTPUT_CHARS
+    #: The output so far and the ``{% generation %}`` spans found, when the caller tracks them (for loss masks).
+    chunks: list[str] | None = None
+    spans: list[tuple[int, int]] | None = None
+
+
+render_state: ContextVar[RenderState] = ContextVar("turnkit_render_state", default=RenderState())
 
 
 class TemplateRaised(jinja2.exceptions.TemplateError):
@@ -57,7 +61,7 @@ class TemplateRaised(jinja2.exceptions.TemplateError):
 
 
 def _too_big(size: int, what: str) -> None:
-    limit = output_budget.get()
+    limit = render_state.get().budget
     if size > limit:
         raise TemplateLimitError(
             f"the template tried to build {what} of {size:,} characters; the limit is {limit:,} "
@@ -81,7 +85,7 @@ _FORMAT_NUMBERS = re.compile(r"\d+")
 
 def _check_percent_format(fmt: str, args: Any) -> None:
     """Refuse ``'%999999999d' % x`` before Python allocates the result."""
-    limit = output_budget.get()
+    limit = render_state.get().budget
     values = args if isinstance(args, tuple) else (args,)
     for match in _PERCENT_WIDTHS.finditer(fmt):
         for group in match.groups():
@@ -94,7 +98,7 @@ def _check_percent_format(fmt: str, args: Any) -> None:
 
 def _check_format_spec(fmt: str) -> None:
     """Refuse ``'{:>999999999}'.format(x)`` before Python allocates the result."""
-    limit = output_budget.get()
+    limit = render_state.get().budget
     for _, _, spec, _ in string.Formatter().parse(fmt):
         if spec:
             for number in _FORMAT_NUMBERS.findall(spec):
@@ -102,11 +106,13 @@ def _check_format_spec(fmt: str) -> None:
                     _too_big(int(number), "a padded string")
 
 
+#: Results shorter than this are never checked against the budget (the budget is never smaller), which keeps the
+#: checks off the common path: a template concatenates short strings thousands of times per render.
+_CHECK_ABOVE = 65_536
+_SIZED = (str, list, tuple)
+
+
 def _checked_binop(operator: str, left: Any, right: Any) -> Any:
-    if operator == "+":
-        if isinstance(left, str | list | tuple) and isinstance(right, str | list | tuple):
-            _too_big(len(left) + len(right), "a value")
-        return left + right
     if operator == "*":
         for seq, times in ((left, right), (right, left)):
             if isinstance(seq, str | list | tuple) and isinstance(times, int):
@@ -122,6 +128,9 @@ def _checked_binop(operator: str, left: Any, right: Any) -> Any:
                 raise TemplateLimitError(f"the template tried to compute a {right}-th power; refused as too large")
         return left**right
     raise AssertionError(operator)  # pragma: no cover - only the operators above are intercepted
+
+
+_STR_AMPLIFIERS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "replace", "join"})
 
 
 def _checked_str_method(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -151,7 +160,11 @@ def _check_join(separator: str, items: Any) -> None:
 
 
 class _GuardedCodeGenerator(CodeGenerator):
-    """Compiles ``a ~ b`` to a size-checked join (jinja2 compiles it to a bare ``str_join`` otherwise)."""
+    """Compiles ``a ~ b`` and ``a + b`` to size-checked calls (jinja2 compiles them to bare Python otherwise).
+
+    Growth by repeated doubling is the one way a template can exhaust memory before any time limit fires; both
+    operators are checked after the fact, which is cheap and safe because each operand is already within the budget.
+    """
 
     def visit_Concat(self, node: jinja2.nodes.Concat, frame: Any) -> None:
         self.write("environment.checked_concat((")
@@ -160,11 +173,18 @@ class _GuardedCodeGenerator(CodeGenerator):
             self.write(", ")
         self.write("))")
 
+    def visit_Add(self, node: jinja2.nodes.Add, frame: Any) -> None:
+        self.write("environment.checked_add(")
+        self.visit(node.left, frame)
+        self.write(", ")
+        self.visit(node.right, frame)
+        self.write(")")
+
 
 class GenerationBlock(jinja2.ext.Extension):
     """The ``{% generation %}...{% endgeneration %}`` tag of transformers' templates.
 
-    It renders its body unchanged. While a caller has set :data:`generation_spans`, it records the character span of
+    It renders its body unchanged. While the render state tracks spans, it records the character span of
     the body in the final output, which is how a template marks the assistant tokens to train.
     """
 
@@ -177,11 +197,10 @@ class GenerationBlock(jinja2.ext.Extension):
 
     def _render_block(self, caller: Callable[[], str]) -> str:
         text = caller()
-        spans = generation_spans.get()
-        so_far = rendered_so_far.get()
-        if spans is not None and so_far is not None:
-            start = sum(map(len, so_far))
-            spans.append((start, start + len(text)))
+        state = render_state.get()
+        if state.spans is not None and state.chunks is not None:
+            start = sum(map(len, state.chunks))
+            state.spans.append((start, start + len(text)))
         return text
 
 
@@ -243,7 +262,7 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment, with unsafe access made loud and allocations bounded."""
 
     code_generator_class = _GuardedCodeGenerator
-    intercepted_binops = frozenset({"+", "*", "%", "**"})
+    intercepted_binops = frozenset({"*", "%", "**"})
 
     def __init__(self) -> None:
         super().__init__(
@@ -305,9 +324,19 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         return _checked_binop(operator, left, right)
 
-    def checked_concat(self, parts: tuple[Any, ...]) -> str:
-        text = "".join([p if type(p) is str else soft_str(p) for p in parts])
-        return _check_length(text, "a concatenated string")
+    @staticmethod
+    def checked_concat(parts: tuple[Any, ...]) -> str:
+        text = "".join(map(str, parts))  # what jinja's str_join does
+        if len(text) > _CHECK_ABOVE:
+            _too_big(len(text), "a concatenated string")
+        return text
+
+    @staticmethod
+    def checked_add(left: Any, right: Any) -> Any:
+        result = left + right
+        if type(result) in _SIZED and len(result) > _CHECK_ABOVE:
+            _too_big(len(result), "a value")
+        return result
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
@@ -317,7 +346,7 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
         return wrapped
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        if isinstance(getattr(__obj, "__self__", None), str) and hasattr(__obj, "__name__"):
+        if getattr(__obj, "__name__", None) in _STR_AMPLIFIERS and isinstance(getattr(__obj, "__self__", None), str):
             _checked_str_method(__obj, args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 

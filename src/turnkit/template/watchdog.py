@@ -15,8 +15,6 @@ import ctypes
 import itertools
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 __all__ = ["Overrun", "time_limit"]
 
@@ -84,18 +82,23 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
-@contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+class time_limit:  # noqa: N801 - used like a function: `with time_limit(2.0): ...`
     """Run the block with a deadline; past it, :class:`Overrun` is raised inside the block.
 
     ``None`` means no limit. Code that sits in one long C call (a huge regex, say) is interrupted when it returns.
+    A class rather than a generator-based context manager: it is entered once per render, on the hot path.
     """
-    if seconds is None:
-        yield
-        return
-    ticket = _WATCHDOG.arm(seconds)
-    try:
-        yield
-    finally:
-        if _WATCHDOG.disarm(ticket):
+
+    __slots__ = ("_seconds", "_ticket")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds
+        self._ticket: int | None = None
+
+    def __enter__(self) -> None:
+        if self._seconds is not None:
+            self._ticket = _WATCHDOG.arm(self._seconds)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._ticket is not None and _WATCHDOG.disarm(self._ticket):
             raise Overrun
