@@ -20,11 +20,11 @@ from pathlib import Path
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from conversations import conversations  # noqa: E402
-from corpus import llamacpp_template_dir  # noqa: E402
+from conversations import conversations
+from corpus import llamacpp_template_dir
 
-from turnkit import ChatFormat  # noqa: E402
-from turnkit.embedded import cache_dir, default_model_path  # noqa: E402
+from turnkit import ChatFormat
+from turnkit.embedded import cache_dir, default_model_path
 
 
 def _tokenizer():

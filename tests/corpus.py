@@ -37,7 +37,15 @@ class CorpusTemplate:
 # Where no manifest says, guess bos/eos from the markers a template writes; the exact values only need to be the
 # same on both sides of a differential test, but realistic ones exercise realistic renders.
 _BOS_GUESSES = ("<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<bos>", "[gMASK]", "<s>")
-_EOS_GUESSES = ("<|eot_id|>", "<|im_end|>", "<｜end▁of▁sentence｜>", "<end_of_turn>", "<|end|>", "</s>", "<|endoftext|>")
+_EOS_GUESSES = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_turn>",
+    "<|end|>",
+    "</s>",
+    "<|endoftext|>",
+)
 
 
 def _guess(source: str, options: tuple[str, ...], default: str) -> str:

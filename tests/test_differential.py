@@ -72,7 +72,9 @@ def _compare(template: CorpusTemplate, tokenizer) -> tuple[list[str], int]:
             if isinstance(expected, str) and expected == actual:
                 rendered += 1
                 continue
-            mismatches.append(f"{name} agp={add_generation_prompt}:\n  transformers: {_clip(expected)}\n  turnkit: {_clip(actual)}")
+            mismatches.append(
+                f"{name} agp={add_generation_prompt}:\n  transformers: {_clip(expected)}\n  turnkit: {_clip(actual)}"
+            )
     _RESULTS[template.name] = (mismatches, rendered)
     return mismatches, rendered
 

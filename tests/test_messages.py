@@ -20,7 +20,7 @@ def test_input_is_not_modified():
 
 
 def test_plain_data_strips_subclasses_and_objects():
-    class Mood(str, enum.Enum):
+    class Mood(enum.StrEnum):
         HAPPY = "happy"
 
     class Level(enum.IntEnum):

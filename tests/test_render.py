@@ -11,7 +11,10 @@ import pytest
 
 from turnkit import ChatFormat, MessageError, TemplateError, ToolSchemaError, function_schema
 
-SHOW_TOOLS = "{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}"
+SHOW_TOOLS = (
+    "{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}"
+)
 
 
 def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius", days: int | None = None) -> dict:
@@ -96,7 +99,9 @@ def test_unusable_tools_are_refused():
 
 
 def test_documents_render_like_transformers(hf_tokenizer):
-    template = "{% for d in documents %}<doc title={{ d.title }}>{{ d.text }}</doc>{% endfor %}{{ messages[0].content }}"
+    template = (
+        "{% for d in documents %}<doc title={{ d.title }}>{{ d.text }}</doc>{% endfor %}{{ messages[0].content }}"
+    )
     documents = [{"title": "A", "text": "alpha"}, {"title": "B", "text": "beta"}]
     messages = [{"role": "user", "content": "Summarise."}]
     fmt = ChatFormat.from_template(template)

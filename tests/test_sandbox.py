@@ -52,8 +52,10 @@ RUNAWAYS = {
     "loop over a huge string": "{% for a in 'x' * 100000 %}{% for b in 'y' * 100000 %}{% endfor %}{% endfor %}",
     "string repeat": "{{ 'a' * 10000000000 }}",
     "list repeat": "{{ [1, 2] * 10000000000 }}",
-    "doubling with +": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-    "doubling with ~": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "doubling with +": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}",
+    "doubling with ~": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+    "{% endfor %}",
     "huge power": "{{ 10 ** 100000000 }}",
     "percent width": "{{ '%999999999999d' % 1 }}",
     "percent star width": "{{ '%*d' % (999999999999, 1) }}",

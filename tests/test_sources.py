@@ -95,7 +95,10 @@ def test_template_selection_matches_transformers(tmp_path, smollm2_hf_folder, la
 
 def test_special_tokens_come_from_the_config(tmp_path, smollm2_hf_folder):
     folder = _folder(
-        tmp_path, smollm2_hf_folder, jinja=DEFAULT, config_extra={"bos_token": {"__type": "AddedToken", "content": "<|endoftext|>", "special": True}}
+        tmp_path,
+        smollm2_hf_folder,
+        jinja=DEFAULT,
+        config_extra={"bos_token": {"__type": "AddedToken", "content": "<|endoftext|>", "special": True}},
     )
     fmt = ChatFormat.from_pretrained(folder)
     assert fmt.bos_token == "<|endoftext|>"

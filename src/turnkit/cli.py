@@ -36,7 +36,9 @@ def _read_json(path: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise UsageError(
+            f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
 
 
 def _load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str, Any]]:
@@ -50,9 +52,18 @@ def _load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str
     raise UsageError(f"conversation {path} must be a JSON list of messages or an object with a 'messages' list")
 
 
+def model_path(name: str) -> Path:
+    """``default`` is the embedded SmolLM2 model (fetched once); anything else is a path."""
+    if name == "default":
+        from turnkit.embedded import default_model_path
+
+        return default_model_path()
+    return Path(name)
+
+
 def _format_from_args(args: argparse.Namespace) -> ChatFormat:
     if args.model:
-        return ChatFormat.from_pretrained(args.model)
+        return ChatFormat.from_pretrained(model_path(args.model))
     if args.template:
         try:
             text = Path(args.template).read_text(encoding="utf-8")
@@ -127,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="print the exact text a conversation renders to")
     source = render.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder or a .gguf file")
+    source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
     source.add_argument("--family", choices=families.names(), help="a built-in family")
     render.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")

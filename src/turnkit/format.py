@@ -40,7 +40,7 @@ class ChatFormat:
     templates: TemplateSet
     special_tokens: Mapping[str, str] = field(default_factory=dict)
     family: Family | None = None
-    limits: RenderLimits = RenderLimits()
+    limits: RenderLimits = field(default_factory=RenderLimits)
 
     # -- construction ---------------------------------------------------------------------------------------------
 

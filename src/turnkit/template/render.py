@@ -73,9 +73,7 @@ def _at(exc: BaseException) -> str:
     return f" (template line {line})" if line else ""
 
 
-def _run(
-    template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
-) -> Rendered:
+def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool) -> Rendered:
     budget = limits.max_output_chars
     chunks: list[str] = []
     state = RenderState(budget, chunks, []) if track_generation else RenderState(budget)
@@ -95,7 +93,7 @@ def _run(
                     chunks.append(chunk)
             except TurnkitError:
                 raise
-            except Exception:
+            except Exception:  # noqa: BLE001 - only to translate line numbers; re-raised at once
                 template.environment.handle_exception()  # re-raises with template line numbers in the traceback
     finally:
         render_state.reset(token)

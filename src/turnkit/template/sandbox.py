@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 import jinja2.ext
@@ -53,7 +53,8 @@ class RenderState:
     spans: list[tuple[int, int]] | None = None
 
 
-render_state: ContextVar[RenderState] = ContextVar("turnkit_render_state", default=RenderState())
+# The default is never mutated: it tracks nothing (chunks and spans are None).
+render_state: ContextVar[RenderState] = ContextVar("turnkit_render_state", default=RenderState())  # noqa: B039
 
 
 class TemplateRaised(jinja2.exceptions.TemplateError):
@@ -123,9 +124,14 @@ def _checked_binop(operator: str, left: Any, right: Any) -> Any:
             _check_percent_format(left, right)
         return left % right
     if operator == "**":
-        if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
-            if abs(left).bit_length() * right > 65_536:
-                raise TemplateLimitError(f"the template tried to compute a {right}-th power; refused as too large")
+        big = (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and abs(left).bit_length() * right > 65_536
+        )
+        if big:
+            raise TemplateLimitError(f"the template tried to compute a {right}-th power; refused as too large")
         return left**right
     raise AssertionError(operator)  # pragma: no cover - only the operators above are intercepted
 
@@ -166,14 +172,14 @@ class _GuardedCodeGenerator(CodeGenerator):
     operators are checked after the fact, which is cheap and safe because each operand is already within the budget.
     """
 
-    def visit_Concat(self, node: jinja2.nodes.Concat, frame: Any) -> None:
+    def visit_Concat(self, node: jinja2.nodes.Concat, frame: Any) -> None:  # noqa: N802 - jinja2 names it so
         self.write("environment.checked_concat((")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
         self.write("))")
 
-    def visit_Add(self, node: jinja2.nodes.Add, frame: Any) -> None:
+    def visit_Add(self, node: jinja2.nodes.Add, frame: Any) -> None:  # noqa: N802 - jinja2 names it so
         self.write("environment.checked_add(")
         self.visit(node.left, frame)
         self.write(", ")
@@ -188,7 +194,7 @@ class GenerationBlock(jinja2.ext.Extension):
     the body in the final output, which is how a template marks the assistant tokens to train.
     """
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
@@ -233,7 +239,7 @@ class _TemplateDict:
 class _TemplateNamespace(Namespace):
     """jinja's ``namespace``, refusing underscore-prefixed attribute names (as transformers does)."""
 
-    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - same signature trick as jinja's Namespace
+    def __init__(*args: Any, **kwargs: Any) -> None:
         self, args = args[0], args[1:]
         attrs = dict(*args, **kwargs)
         for name in attrs:

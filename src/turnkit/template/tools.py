@@ -16,6 +16,7 @@ models were written against that shape), so passing a function to turnkit and to
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -121,10 +122,8 @@ def _parameters_schema(func: Callable[..., Any], name: str) -> dict[str, Any]:
         if pname == receiver:
             continue
         if pname == "return":
-            try:  # templates rarely show the return type; an odd one must not make the tool unusable
+            with contextlib.suppress(ToolSchemaError):  # templates rarely show it; an odd one must not block the tool
                 properties[pname] = _hint_schema(hint, f"tool {name!r}, return")
-            except ToolSchemaError:
-                pass
         else:
             properties[pname] = _hint_schema(hint, f"tool {name!r}, argument {pname!r}")
     schema: dict[str, Any] = {"type": "object", "properties": properties}
