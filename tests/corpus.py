@@ -52,6 +52,12 @@ def _guess(source: str, options: tuple[str, ...], default: str) -> str:
     return next((o for o in options if o in source), default)
 
 
+def _token(value: object) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
 def conformance_templates() -> list[CorpusTemplate]:
     folder = CONFORMANCE / "templates"
     if not folder.is_dir():
@@ -60,18 +66,23 @@ def conformance_templates() -> list[CorpusTemplate]:
     if not manifest_path.is_file():
         manifest_path = CONFORMANCE / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    entries = manifest.get("templates", manifest) if isinstance(manifest, dict) else {}
+    entries = manifest.get("templates", manifest) if isinstance(manifest, dict) else manifest
+    if isinstance(entries, list):  # a list of records naming their template file
+        entries = {str(e.get("file") or e.get("name") or e.get("id")): e for e in entries if isinstance(e, dict)}
+    if not isinstance(entries, dict):
+        entries = {}
     out = []
     for path in sorted([*folder.glob("*.jinja"), *folder.glob("extra/*.jinja")]):
         source = path.read_text(encoding="utf-8")
-        info = entries.get(path.stem) or entries.get(path.name) or {}
+        relative = str(path.relative_to(folder))
+        info = entries.get(path.stem) or entries.get(path.name) or entries.get(relative) or {}
         info = info if isinstance(info, dict) else {}
         out.append(
             CorpusTemplate(
                 f"conformance/{path.relative_to(folder)}",
                 source,
-                info.get("bos_token") or _guess(source, _BOS_GUESSES, "<s>"),
-                info.get("eos_token") or _guess(source, _EOS_GUESSES, "</s>"),
+                _token(info.get("bos_token")) or _guess(source, _BOS_GUESSES, "<s>"),
+                _token(info.get("eos_token")) or _guess(source, _EOS_GUESSES, "</s>"),
             )
         )
     return out
