@@ -10,6 +10,7 @@ Two sources, both optional, each skipped with a reason when unavailable:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -133,3 +134,28 @@ def llamacpp_templates() -> list[CorpusTemplate]:
 
 def all_templates() -> list[CorpusTemplate]:
     return conformance_templates() + llamacpp_templates()
+
+
+_MARKER = re.compile(
+    r"<\|[A-Za-z0-9_.\-]{1,40}\|>|<｜[^｜\s]{1,40}｜>|\[/?[A-Z][A-Z_]{2,30}\]|</?s>"
+    r"|<(?:start_of_turn|end_of_turn|bos|eos|tool_call|/tool_call|tool_response|/tool_response|think|/think"
+    r"|START_OF_TURN_TOKEN|END_OF_TURN_TOKEN|USER_TOKEN|CHATBOT_TOKEN|SYSTEM_TOKEN)>"
+)
+#: Marker strings that real tokenizers hold as added tokens that are *not* special (Qwen's tool tags, reasoning tags).
+NON_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"}
+
+
+def template_markers(template: CorpusTemplate) -> list[str]:
+    """The control-marker strings a template writes (plus its bos/eos), to add to a test tokenizer."""
+    found = set(_MARKER.findall(template.source)) | {template.bos_token, template.eos_token}
+    return sorted(m for m in found if m)
+
+
+def tokenizer_with_markers(folder: Path, markers: list[str]):
+    """A copy of the SmolLM2 tokenizer that also holds ``markers`` as added tokens (special unless NON_SPECIAL)."""
+    from transformers import AddedToken, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    new = [AddedToken(m, special=m not in NON_SPECIAL, normalized=False) for m in markers]
+    tokenizer.add_tokens(new, special_tokens=False)
+    return tokenizer

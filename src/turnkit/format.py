@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnkit import families
 from turnkit.errors import TemplateNotFoundError
@@ -24,9 +25,26 @@ from turnkit.template.render import Rendered, RenderLimits, render_template
 from turnkit.template.sandbox import compile_template
 from turnkit.template.sources import TemplateSet, load_gguf, load_hf_folder
 
+if TYPE_CHECKING:
+    from turnkit.encode.encoder import EncodeOptions, Encoder
+    from turnkit.encode.encoding import Encoding
+    from turnkit.encode.tokenizer import TokenizerBinding
+
 __all__ = ["ChatFormat"]
 
 Tools = Sequence[Mapping[str, Any] | Callable[..., Any]]
+
+
+def _bind(tokenizer: Any) -> Callable[[], TokenizerBinding] | None:
+    if tokenizer is None:
+        return None
+
+    def load() -> TokenizerBinding:
+        from turnkit.encode.tokenizer import TokenizerBinding
+
+        return TokenizerBinding.from_any(tokenizer)
+
+    return load
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,8 @@ class ChatFormat:
     special_tokens: Mapping[str, str] = field(default_factory=dict)
     family: Family | None = None
     limits: RenderLimits = field(default_factory=RenderLimits)
+    #: Loads the tokenizer on first use (a checkpoint's own; rendering never needs it).
+    tokenizer_loader: Callable[[], TokenizerBinding] | None = field(default=None, repr=False, compare=False)
 
     # -- construction ---------------------------------------------------------------------------------------------
 
@@ -51,15 +71,21 @@ class ChatFormat:
         *,
         bos_token: str | None = None,
         eos_token: str | None = None,
+        tokenizer: Any = None,
         limits: RenderLimits | None = None,
         **special_tokens: str,
     ) -> ChatFormat:
-        """A format from template text. Special tokens given here become template variables (``bos_token`` ...)."""
+        """A format from template text. Special tokens given here become template variables (``bos_token`` ...).
+
+        ``tokenizer`` (a fast ``transformers`` tokenizer or a ``tokenizers.Tokenizer``) is what :meth:`encode` uses.
+        """
         if not isinstance(text, str):
             raise TypeError(f"the template must be text, got {type(text).__name__}")
         compile_template(text)  # fail now, with the line number, rather than at the first render
         tokens = {k: v for k, v in {"bos_token": bos_token, "eos_token": eos_token, **special_tokens}.items() if v}
-        return cls(TemplateSet({"default": text}), tokens, limits=limits or RenderLimits())
+        return cls(
+            TemplateSet({"default": text}), tokens, limits=limits or RenderLimits(), tokenizer_loader=_bind(tokenizer)
+        )
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, limits: RenderLimits | None = None) -> ChatFormat:
@@ -75,14 +101,34 @@ class ChatFormat:
             raise TemplateNotFoundError(f"{path} does not exist")
         for source in templates.templates.values():
             compile_template(source)
-        return cls(templates, dict(templates.special_tokens), limits=limits or RenderLimits())
+
+        def load() -> TokenizerBinding:
+            from turnkit.encode.tokenizer import TokenizerBinding
+
+            if path.is_dir():
+                return TokenizerBinding.from_folder(path)
+            return TokenizerBinding.from_gguf(path)
+
+        return cls(templates, dict(templates.special_tokens), limits=limits or RenderLimits(), tokenizer_loader=load)
 
     @classmethod
-    def from_family(cls, family: str | Family, *, limits: RenderLimits | None = None) -> ChatFormat:
+    def from_family(
+        cls, family: str | Family, *, tokenizer: Any = None, limits: RenderLimits | None = None
+    ) -> ChatFormat:
         """A format from a built-in family, by name or as a :class:`~turnkit.families.Family`."""
         spec = families.get(family) if isinstance(family, str) else family
         templates = TemplateSet({"default": spec.template}, origin=f"family {spec.name}")
-        return cls(templates, dict(spec.special_tokens), family=spec, limits=limits or RenderLimits())
+        return cls(
+            templates,
+            dict(spec.special_tokens),
+            family=spec,
+            limits=limits or RenderLimits(),
+            tokenizer_loader=_bind(tokenizer),
+        )
+
+    def with_tokenizer(self, tokenizer: Any) -> ChatFormat:
+        """A copy that encodes with ``tokenizer`` (a fast transformers tokenizer or a ``tokenizers.Tokenizer``)."""
+        return replace(self, tokenizer_loader=_bind(tokenizer))
 
     def with_limits(self, limits: RenderLimits) -> ChatFormat:
         """A copy that renders under other limits (``RenderLimits(timeout_s=None)`` turns the time limit off)."""
@@ -173,6 +219,71 @@ class ChatFormat:
             limits=self.limits,
             track_generation=track_generation,
             **template_kwargs,
+        )
+
+    # -- encoding -----------------------------------------------------------------------------------------------------
+
+    @cached_property
+    def tokenizer(self) -> TokenizerBinding:
+        """The tokenizer, loaded on first use (a HF folder's own, or transformers' reading of a GGUF file)."""
+        from turnkit.encode.tokenizer import TokenizerError
+
+        if self.tokenizer_loader is None:
+            raise TokenizerError(
+                "this ChatFormat has no tokenizer: build it with from_pretrained, or pass tokenizer= to "
+                "from_template / from_family, or call with_tokenizer()"
+            )
+        return self.tokenizer_loader()
+
+    @cached_property
+    def encoder(self) -> Encoder:
+        from turnkit.encode.encoder import Encoder
+
+        return Encoder(self, self.tokenizer)
+
+    def encode(
+        self,
+        messages: Conversation,
+        *,
+        tools: Tools | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        template_name: str | None = None,
+        turns: str = "all",
+        train_end_marker: bool = True,
+        masks: str = "auto",
+        trust_data: bool = False,
+        **template_kwargs: Any,
+    ) -> Encoding:
+        """Encode a conversation to token ids, safely, with labels and per-token attribution.
+
+        Data (message content, tool calls and results, tool schemas, documents, template keyword arguments) can
+        never produce a control token: a user who types ``<|im_end|>`` gets the text ``<|im_end|>``. On data without
+        control-token strings the ids equal ``apply_chat_template(..., tokenize=True)``'s.
+
+        Args:
+            turns: Which assistant turns to train: ``"all"``, ``"last"`` or ``"none"``; a message's own
+                ``"train": true/false`` overrides it.
+            train_end_marker: Train each trained turn's end-of-turn marker (``<|im_end|>``).
+            masks: ``"auto"`` (``{% generation %}`` blocks when the template has them, else the turns),
+                ``"turns"`` or ``"generation"``.
+            trust_data: Let control-token strings in data through as control tokens (loud; trusted data only).
+
+        Raises:
+            EmptyMaskError: Nothing would be trained (without ``add_generation_prompt``).
+            EncodeError: The template is not prefix-stable where a turn must be located (use ``split_turns``).
+        """
+        from turnkit.encode.encoder import EncodeOptions
+
+        options = EncodeOptions(turns=turns, train_end_marker=train_end_marker, masks=masks, trust_data=trust_data)  # type: ignore[arg-type]
+        return self.encoder.encode(
+            messages,
+            tools=tools,
+            documents=documents,
+            add_generation_prompt=add_generation_prompt,
+            template_name=template_name,
+            options=options,
+            template_kwargs=template_kwargs,
         )
 
     def __repr__(self) -> str:

@@ -34,10 +34,11 @@ from turnkit.template.sandbox import (
     compile_template,
     render_state,
 )
+from turnkit.template.taint import DataStr, Span
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
 
-__all__ = ["RenderLimits", "Rendered", "render_template"]
+__all__ = ["RenderLimits", "Rendered", "render_prepared", "render_template"]
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
@@ -52,10 +53,12 @@ class RenderLimits:
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """A render and the character spans of its ``{% generation %}`` blocks (empty when not tracked)."""
+    """A render, the character spans of its ``{% generation %}`` blocks (when tracked), and the spans of data
+    ``(start, end, source)`` (when rendered with provenance)."""
 
     text: str
     generation_spans: tuple[tuple[int, int], ...] = ()
+    data_spans: tuple[Span, ...] = ()
 
 
 def _template_line(exc: BaseException) -> int | None:
@@ -76,6 +79,7 @@ def _at(exc: BaseException) -> str:
 def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool) -> Rendered:
     budget = limits.max_output_chars
     chunks: list[str] = []
+    data_spans: list[Span] = []
     state = RenderState(budget, chunks, []) if track_generation else RenderState(budget)
     token = render_state.set(state)
     try:
@@ -84,6 +88,8 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
             try:
                 # The compiled render function itself, not Template.generate: one generator layer less per chunk.
                 for chunk in template.root_render_func(template.new_context(context)):
+                    if type(chunk) is DataStr:
+                        data_spans.extend((a + total, b + total, src) for a, b, src in chunk._spans)
                     total += len(chunk)
                     if total > budget:
                         raise TemplateLimitError(
@@ -97,7 +103,7 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
                 template.environment.handle_exception()  # re-raises with template line numbers in the traceback
     finally:
         render_state.reset(token)
-    return Rendered("".join(chunks), tuple(state.spans or ()))
+    return Rendered("".join(chunks), tuple(state.spans or ()), tuple(data_spans))
 
 
 def _guarded_run(
@@ -162,6 +168,20 @@ def _cut_at_continuation(rendered: str, final: str) -> str:
     if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
         return rendered[:at]
     return rendered[:at].rstrip()
+
+
+def render_prepared(
+    source: str,
+    context: dict[str, Any],
+    *,
+    limits: RenderLimits,
+    track_generation: bool = False,
+    provenance: bool = True,
+) -> Rendered:
+    """Render an already prepared context (``messages``, ``tools``, ``documents``, ``add_generation_prompt`` and the
+    variables), normally with provenance: the encoder's entry point."""
+    template = compile_template(source, provenance=provenance)
+    return _guarded_run(template, context, limits, track_generation)
 
 
 def render_template(

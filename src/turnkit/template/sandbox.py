@@ -36,6 +36,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
 
 from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSyntaxError
+from turnkit.template import taint
+from turnkit.template.taint import DataStr
 
 __all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "RenderState", "TemplateRaised", "compile_template", "render_state"]
 
@@ -187,6 +189,18 @@ class _GuardedCodeGenerator(CodeGenerator):
         self.write(")")
 
 
+class _ProvenanceCodeGenerator(_GuardedCodeGenerator):
+    """Also compiles ``{{ x }}`` (normally ``str(x)``, which drops provenance) to ``environment.tk_str(x)``."""
+
+    def _output_child_pre(self, node: jinja2.nodes.Expr, frame: Any, finalize: Any) -> None:
+        if frame.eval_ctx.volatile or frame.eval_ctx.autoescape:  # pragma: no cover - autoescape is never on here
+            super()._output_child_pre(node, frame, finalize)
+            return
+        self.write("environment.tk_str(")
+        if finalize.src is not None:
+            self.write(finalize.src)
+
+
 class GenerationBlock(jinja2.ext.Extension):
     """The ``{% generation %}...{% endgeneration %}`` tag of transformers' templates.
 
@@ -313,6 +327,8 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
             items = list(value) if not isinstance(value, list | tuple) else value
             if attribute is None and isinstance(d, str):
                 _check_join(d, items)
+                if type(d) is DataStr or any(type(i) is DataStr for i in items):
+                    return _check_length(taint.join(items, d), "a joined string")
             return _check_length(join(eval_ctx, items, d, attribute), "a joined string")
 
         checked_replace.jinja_pass_arg = replace.jinja_pass_arg  # type: ignore[attr-defined]
@@ -357,18 +373,101 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
         return super().call(__context, __obj, *args, **kwargs)
 
 
+class ProvenanceSandbox(ChatTemplateSandbox):
+    """The same sandbox, rendering the same text, but keeping the provenance of :class:`DataStr` data through
+    output, concatenation, slicing, string methods and filters (see :mod:`turnkit.template.taint`).
+
+    It is a separate environment because those hooks cost a little on every operation, and plain renders do not
+    need them.
+    """
+
+    code_generator_class = _ProvenanceCodeGenerator
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name, function in list(self.filters.items()):
+            self.filters[name] = taint.taint_filter(name, function)
+
+    @staticmethod
+    def checked_concat(parts: tuple[Any, ...]) -> str:
+        if any(type(p) is DataStr for p in parts):
+            text = taint.join(parts)
+        else:
+            text = "".join(map(str, parts))  # what jinja's str_join does
+        if len(text) > _CHECK_ABOVE:
+            _too_big(len(text), "a concatenated string")
+        return text
+
+    @staticmethod
+    def checked_add(left: Any, right: Any) -> Any:
+        kinds = (type(left), type(right))
+        if DataStr in kinds and all(kind is str or kind is DataStr for kind in kinds):
+            result = taint.join((left, right))  # (a Markup operand escapes the other one: left to plain `+` below)
+        else:
+            result = left + right
+        if type(result) in _SIZED and len(result) > _CHECK_ABOVE:
+            _too_big(len(result), "a value")
+        return result
+
+    @staticmethod
+    def tk_str(value: Any) -> str:
+        """What ``{{ value }}`` outputs: ``str(value)``, keeping the provenance of data."""
+        return value if type(value) is DataStr else str(value)
+
+    @staticmethod
+    def concat(parts: Iterable[Any]) -> str:  # type: ignore[override] - jinja joins macro and block output with it
+        parts = list(parts)
+        if any(type(p) is DataStr for p in parts):
+            return taint.join(parts)
+        return "".join(parts)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if type(obj) is DataStr and isinstance(argument, slice | int):
+            size = len(obj)
+            if isinstance(argument, int):
+                index = argument + size if argument < 0 else argument
+                return taint.slice_data(obj, index, index + 1) if 0 <= index < size else super().getitem(obj, argument)
+            start, stop, step = argument.indices(size)
+            if step == 1:
+                return taint.slice_data(obj, start, max(start, stop))
+            return taint.whole(str.__getitem__(obj, argument), obj._spans[0][2])
+        return super().getitem(obj, argument)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is DataStr and not attribute.startswith("_"):
+            if attribute in ("format", "format_map"):
+                inner = super().getattr(obj, attribute)
+                source = obj._spans[0][2]
+                return lambda *args, **kwargs: taint.whole(inner(*args, **kwargs), source)
+            method = getattr(obj, attribute, None)
+            if callable(method):
+                wrapper = taint.tainted_method(obj, attribute, method)
+                if wrapper is not None:
+
+                    def checked(*args: Any, **kwargs: Any) -> Any:
+                        if attribute in _STR_AMPLIFIERS:
+                            _checked_str_method(method, args, kwargs)
+                        return wrapper(*args, **kwargs)
+
+                    return checked
+        return super().getattr(obj, attribute)
+
+
 _ENVIRONMENT = ChatTemplateSandbox()
+_PROVENANCE_ENVIRONMENT = ProvenanceSandbox()
 
 
 @lru_cache(maxsize=256)
-def compile_template(source: str) -> jinja2.Template:
+def compile_template(source: str, *, provenance: bool = False) -> jinja2.Template:
     """Compile a chat template once; later renders of the same text reuse it.
+
+    ``provenance=True`` compiles it for the environment that tracks where data ends up (used for encoding).
 
     Raises :class:`~turnkit.TemplateSyntaxError` (with the line number) when the text is not valid Jinja, and
     :class:`~turnkit.TemplateSecurityError` for constructs the sandbox refuses at compile time.
     """
     try:
-        return _ENVIRONMENT.from_string(source)
+        return (_PROVENANCE_ENVIRONMENT if provenance else _ENVIRONMENT).from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None
     except SecurityError as exc:

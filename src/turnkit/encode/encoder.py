@@ -1,0 +1,482 @@
+"""From a conversation to token ids, safely, with loss masks for any template.
+
+The steps of :meth:`Encoder.encode`:
+
+1. Normalise the messages (as for rendering), take out turnkit's per-message ``train`` flags, and check roles.
+2. Prepare the data (:mod:`turnkit.encode.marking`): added-token strings in data are broken, data strings tagged.
+3. Render once with provenance. Every complete added-token string in that render was written by the template.
+4. Tokenize. With no added-token string in the data, the whole text goes through the checkpoint's tokenizer in one
+   call, so the ids are exactly ``apply_chat_template(tokenize=True)``'s. Otherwise the text is cut at the template's
+   control tokens, which become their ids, and the pieces between them are encoded with added tokens disabled.
+5. Check the invariant: each control token id appears exactly as often as the template wrote it.
+6. Attribute tokens to messages and to data, and compute the loss mask: from ``{% generation %}`` blocks when the
+   template has them, otherwise from the turns themselves: each trained assistant turn runs from the end of the
+   generation-prompt header before it to its end-of-turn marker, inclusive; the separator after the marker is not
+   trained.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from turnkit.encode.encoding import NO_MESSAGE, Encoding
+from turnkit.encode.marking import DataMarker
+from turnkit.encode.tokenizer import TokenizerBinding
+from turnkit.errors import MessageError, TemplateError, TurnkitError
+from turnkit.messages import KNOWN_ROLES, Conversation, normalize_conversation, plain_data
+from turnkit.template.render import Rendered, render_prepared, render_template
+from turnkit.template.tools import tool_schemas
+
+__all__ = ["EmptyMaskError", "EncodeError", "EncodeOptions", "Encoder", "TrustedDataWarning"]
+
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_WHITESPACE = " \t\r\n"
+
+
+class EncodeError(TurnkitError):
+    """A conversation cannot be encoded as asked (or an invariant of the encoding failed, which is a bug)."""
+
+
+class EmptyMaskError(EncodeError):
+    """No token would be trained: a training example that teaches nothing is a bug in the data."""
+
+
+class TrustedDataWarning(UserWarning):
+    """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """What to train.
+
+    Attributes:
+        turns: ``"all"`` assistant turns, the ``"last"`` one, or ``"none"`` (a per-message ``"train": True`` still
+            trains that message; ``"train": False`` excludes it).
+        train_end_marker: Train the end-of-turn marker (``<|im_end|>``), which is how the model learns to stop.
+        masks: ``"auto"`` follows ``{% generation %}`` blocks when the template has them, else the turns;
+            ``"turns"`` and ``"generation"`` force one or the other.
+        trust_data: Encode control-token strings in data as control tokens. Only for data you wrote yourself; every
+            use emits a :class:`TrustedDataWarning`.
+    """
+
+    turns: Literal["all", "last", "none"] = "all"
+    train_end_marker: bool = True
+    masks: Literal["auto", "turns", "generation"] = "auto"
+    trust_data: bool = False
+
+    def __post_init__(self) -> None:
+        if self.turns not in ("all", "last", "none"):
+            raise ValueError(f"turns must be 'all', 'last' or 'none', not {self.turns!r}")
+        if self.masks not in ("auto", "turns", "generation"):
+            raise ValueError(f"masks must be 'auto', 'turns' or 'generation', not {self.masks!r}")
+
+
+class _Pieces:
+    """Token positions of text encoded piece by piece: maps a character offset to the token that holds it."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.char_starts: list[int] = []
+        self.token_starts: list[int] = []
+        self.lookups: list[Callable[[int], int | None] | None] = []
+
+    def add_control(self, at: int, token_id: int) -> None:
+        self.char_starts.append(at)
+        self.token_starts.append(len(self.ids))
+        self.lookups.append(None)
+        self.ids.append(token_id)
+
+    def add_text(self, at: int, encoding: Any) -> None:
+        self.char_starts.append(at)
+        self.token_starts.append(len(self.ids))
+        self.lookups.append(encoding.char_to_token)
+        self.ids.extend(encoding.ids)
+
+    def char_to_token(self, position: int) -> int | None:
+        piece = bisect.bisect_right(self.char_starts, position) - 1
+        if piece < 0:
+            return None
+        lookup = self.lookups[piece]
+        if lookup is None:
+            return self.token_starts[piece]
+        found = lookup(position - self.char_starts[piece])
+        return None if found is None else self.token_starts[piece] + found
+
+
+class Encoder:
+    """Encodes conversations for one chat format and one tokenizer. Built once; holds the caches."""
+
+    def __init__(self, fmt: Any, binding: TokenizerBinding) -> None:
+        self.fmt = fmt
+        self.binding = binding
+        self.marker = DataMarker(binding)
+        self._headers: dict[tuple[str, str], str | None] = {}
+        stop_texts = set(fmt.family.stop_tokens if fmt.family else ())
+        if fmt.special_tokens.get("eos_token"):
+            stop_texts.add(fmt.special_tokens["eos_token"])
+        for token_id in binding.eos_ids:
+            if (token := binding.by_id.get(token_id)) is not None:
+                stop_texts.add(token.content)
+        #: Control tokens that end a turn: the checkpoint's EOS, its generation-config EOS ids, the family's stops.
+        self.stop_texts = frozenset(t for t in stop_texts if t in binding.added)
+        size = max([binding.backend.get_vocab_size(with_added_tokens=True), *binding.by_id]) + 1
+        self._is_control = np.zeros(size, dtype=bool)
+        self._is_control[list(binding.by_id)] = True
+
+    # -- public ---------------------------------------------------------------------------------------------------
+
+    def encode(
+        self,
+        messages: Conversation,
+        *,
+        tools: Any = None,
+        documents: Any = None,
+        add_generation_prompt: bool = False,
+        template_name: str | None = None,
+        options: EncodeOptions = EncodeOptions(),
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> Encoding:
+        _, source = self.fmt.templates.select(template_name, tools=tools)
+        chat = normalize_conversation(messages)
+        flags = _take_train_flags(chat)
+        self._check_roles(chat)
+        if options.trust_data:
+            warnings.warn(
+                "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
+                "for data a user or a model wrote",
+                TrustedDataWarning,
+                stacklevel=3,
+            )
+        schemas = plain_data(tool_schemas(tools))
+        docs = plain_data(list(documents)) if documents is not None else None
+        variables = plain_data(dict(template_kwargs or {}))
+        prepared = self.marker.prepare(chat, schemas, docs, variables, neutralize=not options.trust_data)
+        has_blocks = bool(_GENERATION_TAG.search(source))
+        if options.masks == "generation" and not has_blocks:
+            raise EncodeError("masks='generation' but the template has no {% generation %} blocks")
+        use_blocks = has_blocks and options.masks != "turns"
+        context = {
+            "messages": prepared.chat,
+            "tools": prepared.tools,
+            "documents": prepared.documents,
+            "add_generation_prompt": add_generation_prompt,
+            **self.fmt.special_tokens,
+            **prepared.variables,
+        }
+        rendered = render_prepared(source, context, limits=self.fmt.limits, track_generation=use_blocks)
+
+        controls = [(m.start(), m.end(), m.group(0)) for m in self.binding.added_pattern.finditer(rendered.text)]
+        text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
+        if prepared.broken:
+            pieces = self._encode_pieces(text, controls)
+            ids, char_to_token = pieces.ids, pieces.char_to_token
+        else:
+            encoding = self.binding.encode(text)
+            ids, char_to_token = encoding.ids, encoding.char_to_token
+        ids_array = np.asarray(ids, dtype=np.int64)
+        counts = Counter(token for _, _, token in controls)
+        self._check_controls(ids_array, counts)
+
+        spans = _Spans(text, len(ids), char_to_token)
+        is_data = np.zeros(len(ids), dtype=bool)
+        for start, end, _ in rendered.data_spans:
+            first, last = spans.tokens(start, end)
+            is_data[first:last] = True
+        turns = self._turns(text, controls, rendered)
+        message_index = turns.message_index(spans)
+
+        mask = np.zeros(len(ids), dtype=np.int8)
+        if not add_generation_prompt:
+            selected = _selected_messages(chat, flags, options)
+            if use_blocks:
+                regions = [r for r in rendered.generation_spans if turns.message_at(r[0], r[1]) in selected]
+            else:
+                regions = [
+                    self._turn_region(
+                        k, chat, text, controls, turns, rendered, options, template_name, tools, variables
+                    )
+                    for k in sorted(selected)
+                ]
+            for start, end in regions:
+                first, last = spans.tokens(start, end)
+                mask[first:last] = 1
+            wanted = bool(selected) or options.turns != "none"
+            if wanted and not mask.any():
+                raise EmptyMaskError(
+                    "no token would be trained: "
+                    + (
+                        "the conversation has no assistant turn"
+                        if not any(m["role"] == "assistant" for m in chat)
+                        else f"no assistant turn is selected (turns={options.turns!r} and the messages' train flags)"
+                    )
+                )
+        return Encoding.from_arrays(ids_array, mask, message_index, is_data, text, dict(counts))
+
+    # -- tokenizing -----------------------------------------------------------------------------------------------
+
+    def _encode_pieces(self, text: str, controls: Sequence[tuple[int, int, str]]) -> _Pieces:
+        """Control tokens as their ids; everything between them as plain text (added tokens disabled)."""
+        segments: list[tuple[int, str]] = []
+        pos = 0
+        for start, end, _ in controls:
+            if start > pos:
+                segments.append((pos, text[pos:start]))
+            pos = end
+        if pos < len(text):
+            segments.append((pos, text[pos:]))
+        encoded = dict(
+            zip(
+                [at for at, _ in segments],
+                self.binding.data.encode_batch([piece for _, piece in segments], add_special_tokens=False),
+                strict=True,
+            )
+        )
+        pieces = _Pieces()
+        pos = 0
+        for start, end, token in controls:
+            if start > pos:
+                pieces.add_text(pos, encoded[pos])
+            pieces.add_control(start, self.binding.added[token].id)
+            pos = end
+        if pos < len(text):
+            pieces.add_text(pos, encoded[pos])
+        return pieces
+
+    def _check_controls(self, ids: np.ndarray, counts: Counter[str]) -> None:
+        written = sum(counts.values())
+        found = int(self._is_control[ids[ids < len(self._is_control)]].sum())
+        if found == written and all(int((ids == self.binding.added[t].id).sum()) == n for t, n in counts.items()):
+            return
+        raise EncodeError(
+            f"internal check failed: the template wrote {written} control tokens but the encoding holds {found} "
+            f"({dict(counts)}); please report this with the template and the tokenizer"
+        )
+
+    # -- roles ----------------------------------------------------------------------------------------------------
+
+    def _check_roles(self, chat: Sequence[Mapping[str, Any]]) -> None:
+        for index, message in enumerate(chat):
+            role = message["role"]
+            if role in KNOWN_ROLES:
+                continue
+            word = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(role)}(?![A-Za-z0-9_])")
+            for token in self.binding.added:
+                if word.search(token):
+                    raise MessageError(
+                        f"role {role!r} spells part of the control token {token!r}; a template that writes "
+                        "'<|' + role + '|>' would turn it into that token",
+                        index=index,
+                        field="role",
+                    )
+
+    # -- turns and masks --------------------------------------------------------------------------------------
+
+    def _turns(self, text: str, controls: Sequence[tuple[int, int, str]], rendered: Rendered) -> _Turns:
+        ends = []
+        for start, end, token in controls:
+            if token in self.stop_texts:
+                stop = end
+                while stop < len(text) and text[stop] in _WHITESPACE:
+                    stop += 1
+                ends.append((start, end, stop))
+        return _Turns(len(text), ends, rendered.data_spans)
+
+    def _turn_region(
+        self,
+        index: int,
+        chat: list[dict[str, Any]],
+        text: str,
+        controls: Sequence[tuple[int, int, str]],
+        turns: _Turns,
+        rendered: Rendered,
+        options: EncodeOptions,
+        template_name: str | None,
+        tools: Any,
+        variables: dict[str, Any],
+    ) -> tuple[int, int]:
+        first, last = turns.data_extent(index)
+        lower = turns.previous_boundary(first if first is not None else len(text))
+        start = None
+        header = self._header(chat, index, template_name, tools, variables)
+        if header and first is not None:
+            at = text.rfind(header, lower, first)
+            if at >= 0:
+                start = at + len(header)
+        if start is None:
+            start = self._prefix_start(chat, index, text, template_name, tools, variables)
+        after = max(start, last if last is not None else start)
+        for marker_start, marker_end, stop in turns.ends:
+            if marker_start >= after:
+                return (start, marker_end if options.train_end_marker else marker_start)
+        end = turns.next_boundary(after)
+        while end > start and text[end - 1] in _WHITESPACE and end == len(text):
+            end -= 1
+        return (start, end)
+
+    def _render_plain(
+        self, chat: list[dict[str, Any]], generation_prompt: bool, name: str | None, tools: Any, variables: dict
+    ) -> str:
+        return render_template(
+            self.fmt.templates.select(name, tools=tools)[1],
+            chat,
+            tools=tools,
+            add_generation_prompt=generation_prompt,
+            variables=self.fmt.special_tokens,
+            limits=self.fmt.limits,
+            **variables,
+        ).text
+
+    def _header(
+        self, chat: list[dict[str, Any]], index: int, name: str | None, tools: Any, variables: dict[str, Any]
+    ) -> str | None:
+        """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
+        key = (self.fmt.templates.select(name, tools=tools)[1], repr((tools is not None, sorted(variables.items()))))
+        if key in self._headers:
+            return self._headers[key]
+        header = None
+        prefix = chat[:index]
+        if prefix:
+            try:
+                with_prompt = self._render_plain(prefix, True, name, tools, variables)
+                without = self._render_plain(prefix, False, name, tools, variables)
+            except TemplateError:
+                return None  # this prefix is not renderable alone; try again with another turn
+            if with_prompt.startswith(without) and len(with_prompt) > len(without):
+                header = with_prompt[len(without) :]
+        self._headers[key] = header
+        return header
+
+    def _prefix_start(
+        self, chat: list[dict[str, Any]], index: int, text: str, name: str | None, tools: Any, variables: dict
+    ) -> int:
+        """Where turn ``index`` starts, from the render of the messages before it with the generation prompt."""
+        prompt = self._render_plain(chat[:index], True, name, tools, variables) if index else ""
+        if not text.startswith(prompt):
+            raise EncodeError(
+                f"the template is not prefix-stable at message {index}: the prompt the model sees for this turn is "
+                "not a prefix of the full render, so one example cannot train it in its inference context; encode "
+                "with split_turns=True (see check_prefix_stable)"
+            )
+        return len(prompt)
+
+
+class _Spans:
+    """Character spans to token ranges, for one encoding."""
+
+    def __init__(self, text: str, count: int, char_to_token: Callable[[int], int | None]) -> None:
+        self.text = text
+        self.count = count
+        self.char_to_token = char_to_token
+
+    def token_at(self, position: int, step: int, limit: int) -> int | None:
+        while position != limit:
+            found = self.char_to_token(position)
+            if found is not None:
+                return found
+            position += step
+        return None
+
+    def tokens(self, start: int, end: int) -> tuple[int, int]:
+        """The tokens that overlap characters ``[start, end)``, as a ``[first, last)`` range (empty if none)."""
+        if end <= start:
+            return (0, 0)
+        first = self.token_at(start, 1, end)
+        last = self.token_at(end - 1, -1, start - 1)
+        if first is None or last is None:
+            return (0, 0)
+        return (first, last + 1)
+
+
+class _Turns:
+    """The turns of a render: where each ends (its end-of-turn marker and the separator after it), and the data."""
+
+    def __init__(self, size: int, ends: list[tuple[int, int, int]], data_spans: Sequence[tuple[int, int, int]]):
+        self.size = size
+        self.ends = ends  # (marker start, marker end, end of the separator after it)
+        self.boundaries = [stop for _, _, stop in ends]
+        self.data_spans = [s for s in data_spans if s[2] >= 0 and s[1] > s[0]]
+
+    def data_extent(self, index: int) -> tuple[int | None, int | None]:
+        mine = [(a, b) for a, b, source in self.data_spans if source == index]
+        if not mine:
+            return (None, None)
+        return (min(a for a, _ in mine), max(b for _, b in mine))
+
+    def previous_boundary(self, position: int) -> int:
+        at = bisect.bisect_right(self.boundaries, position) - 1
+        return self.boundaries[at] if at >= 0 else 0
+
+    def next_boundary(self, position: int) -> int:
+        at = bisect.bisect_right(self.boundaries, position)
+        return self.boundaries[at] if at < len(self.boundaries) else self.size
+
+    def message_at(self, start: int, end: int) -> int:
+        """The message a stretch of text belongs to: the first message with data inside it, else the turn's."""
+        inside = [source for a, b, source in self.data_spans if a < end and b > start]
+        if inside:
+            return inside[0]
+        return self._owner(start)
+
+    def _owner(self, position: int) -> int:
+        lower = self.previous_boundary(position)
+        owner = NO_MESSAGE
+        for a, _, source in self.data_spans:
+            if a >= lower and a <= position:
+                owner = source
+            elif a > position:
+                if owner == NO_MESSAGE and a < self.next_boundary(position):
+                    owner = source
+                break
+        return owner
+
+    def message_index(self, spans: _Spans) -> np.ndarray:
+        """Per token: the message whose turn it belongs to (``-1`` for turns that hold no message's data)."""
+        out = np.full(spans.count, NO_MESSAGE, dtype=np.int32)
+        starts = [0, *self.boundaries]
+        stops = [*self.boundaries, self.size]
+        for chunk_start, chunk_end in zip(starts, stops, strict=True):
+            if chunk_end <= chunk_start:
+                continue
+            inside = [(a, source) for a, b, source in self.data_spans if chunk_start <= a < chunk_end]
+            if not inside:
+                continue
+            points = [(chunk_start, inside[0][1]), *inside[1:]]
+            for n, (a, source) in enumerate(points):
+                b = points[n + 1][0] if n + 1 < len(points) else chunk_end
+                first, last = spans.tokens(a, b)
+                out[first:last] = source
+        return out
+
+
+def _take_train_flags(chat: list[dict[str, Any]]) -> dict[int, bool]:
+    flags = {}
+    for index, message in enumerate(chat):
+        if "train" in message:
+            value = message.pop("train")
+            if not isinstance(value, bool):
+                raise MessageError("train must be true or false", index=index, field="train")
+            if value and message["role"] != "assistant":
+                raise MessageError("only assistant turns can be trained", index=index, field="train")
+            flags[index] = value
+    return flags
+
+
+def _selected_messages(chat: list[dict[str, Any]], flags: dict[int, bool], options: EncodeOptions) -> set[int]:
+    assistants = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+    if options.turns == "all":
+        selected = set(assistants)
+    elif options.turns == "last":
+        selected = set(assistants[-1:])
+    else:
+        selected = set()
+    for index, value in flags.items():
+        (selected.add if value else selected.discard)(index)
+    return selected

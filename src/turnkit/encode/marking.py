@@ -1,0 +1,148 @@
+"""Preparing data for a safe render: every added-token string in data is broken, and every data string is tagged.
+
+Safety does not depend on tracking where data ends up. Before the template runs, each added-token string found in
+data (message fields, tool-call names, argument keys and values, tool results, tool schemas, documents, template
+keyword arguments) has its last character replaced by a Unicode *noncharacter* (U+FDD0...), one per distinct
+character. The template therefore cannot output a complete added-token string that came from data: every complete
+one in the render was written by the template. After the render the noncharacters are mapped back, and the text
+around the broken strings is encoded with added tokens disabled. The same is done for a fragment of a marker (two
+characters or more) at either end of a data string, so that data next to template text cannot complete a marker.
+
+Data strings are also tagged with their source (:class:`~turnkit.template.taint.DataStr`), which is what per-token
+attribution and loss masks are computed from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from turnkit.encode.tokenizer import TokenizerBinding, TokenizerError
+from turnkit.errors import MessageError
+from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, tainted
+
+__all__ = ["DataMarker", "Prepared"]
+
+_NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
+    chr(plane << 16 | low) for plane in range(1, 17) for low in (0xFFFE, 0xFFFF)
+]
+
+
+@dataclass
+class Prepared:
+    """Inputs ready for a provenance render, and how many added-token strings in them were broken."""
+
+    chat: list[dict[str, Any]]
+    tools: Any
+    documents: Any
+    variables: dict[str, Any]
+    broken: int
+
+
+class DataMarker:
+    """Breaks added-token strings in data and tags data strings with their source, for one tokenizer."""
+
+    def __init__(self, binding: TokenizerBinding) -> None:
+        # Complete markers and marker fragments at the start of data are broken at their last character (the last
+        # character of a token); fragments at the end of data at their first (the first character of a token).
+        edge_chars = sorted({token[-1] for token in binding.added} | {token[0] for token in binding.added})
+        if len(edge_chars) > len(_NONCHARACTERS):
+            raise TokenizerError(f"the tokenizer's added tokens start or end in {len(edge_chars)} different characters")
+        self._substitute = dict(zip(edge_chars, _NONCHARACTERS, strict=False))
+        self._restore = str.maketrans({v: k for k, v in self._substitute.items()})
+        self._reserved = re.compile("[" + "".join(_NONCHARACTERS) + "]")
+        self._pattern = binding.added_pattern
+        self._heads: set[str] = set()
+        self._tails: set[str] = set()
+        for token in binding.added:
+            for cut in range(2, len(token)):
+                self._heads.add(token[:cut])
+                self._tails.add(token[-cut:])
+        self._longest = max((len(t) for t in binding.added), default=0)
+        self.active = bool(binding.added)
+
+    def restore(self, text: str) -> str:
+        """The render with every broken added-token string made whole again."""
+        return text.translate(self._restore)
+
+    def _break(self, text: str) -> tuple[str, int]:
+        count = 0
+        if self._pattern.search(text):
+            pieces = []
+            last = 0
+            for match in self._pattern.finditer(text):
+                token = match.group(0)
+                pieces.append(text[last : match.end() - 1])
+                pieces.append(self._substitute[token[-1]])
+                last = match.end()
+                count += 1
+            pieces.append(text[last:])
+            text = "".join(pieces)
+        text, edges = self._break_edges(text)
+        return text, count + edges
+
+    def _break_edges(self, text: str) -> tuple[str, int]:
+        broken = 0
+        limit = min(len(text), self._longest - 1)
+        for size in range(limit, 1, -1):  # the start of a marker at the end of the data: break its first character
+            if text[-size:] in self._heads:
+                at = len(text) - size
+                text = text[:at] + self._substitute[text[at]] + text[at + 1 :]
+                broken += 1
+                break
+        for size in range(limit, 1, -1):  # the end of a marker at the start of the data: break its last character
+            if text[:size] in self._tails:
+                text = text[: size - 1] + self._substitute[text[size - 1]] + text[size:]
+                broken += 1
+                break
+        return text, broken
+
+    def _mark(self, value: Any, source: int, where: str, tag: bool, counter: list[int]) -> Any:
+        kind = type(value)
+        if kind is str:
+            if not value:
+                return value
+            if self._reserved.search(value):
+                raise MessageError(
+                    f"{where} contains a Unicode noncharacter (U+FDD0-U+FDEF or U+xFFFE/U+xFFFF), which turnkit "
+                    "reserves for encoding safely; remove it"
+                )
+            text, broken = self._break(value) if self.active else (value, 0)
+            counter[0] += broken
+            return tainted(text, ((0, len(text), source),)) if tag else text
+        if kind is dict:
+            return {
+                self._mark(k, source, where, tag, counter): self._mark(v, source, where, tag, counter)
+                for k, v in value.items()
+            }
+        if kind is list or kind is tuple:
+            return kind(self._mark(v, source, where, tag, counter) for v in value)
+        return value
+
+    def prepare(
+        self, chat: list[dict[str, Any]], tools: Any, documents: Any, variables: dict[str, Any], *, neutralize: bool
+    ) -> Prepared:
+        """Mark the data of a normalised conversation (roles are checked words and stay as they are)."""
+        counter = [0]
+        active = self.active
+        self.active = active and neutralize
+        try:
+            marked_chat = []
+            for index, message in enumerate(chat):
+                marked = {}
+                for key, value in message.items():
+                    if key == "role":
+                        marked[key] = value
+                    else:
+                        marked[key] = self._mark(value, index, f"message {index}, field {key!r}", True, counter)
+                marked_chat.append(marked)
+            marked_tools = self._mark(tools, SOURCE_TOOLS, "tools", True, counter)
+            marked_documents = self._mark(documents, SOURCE_DOCUMENTS, "documents", True, counter)
+            marked_variables = {
+                k: self._mark(v, SOURCE_VARIABLES, f"template variable {k!r}", True, counter)
+                for k, v in variables.items()
+            }
+        finally:
+            self.active = active
+        return Prepared(marked_chat, marked_tools, marked_documents, marked_variables, counter[0])

@@ -1,0 +1,227 @@
+"""The tokenizer a ChatFormat encodes with: a ``tokenizers.Tokenizer``, its added tokens, and a twin without them.
+
+Two tokenizers are kept:
+
+* the checkpoint's own (``full``), which turns every added-token string in its input into that token, as
+  ``apply_chat_template(tokenize=True)`` does; turnkit gives it only text in which every added-token string was
+  written by the template;
+* a twin with *no* added tokens at all (``data``), special or not (Qwen's ``<tool_call>`` is an added token that is not
+  flagged special). Text that holds added-token strings from data is encoded with it, so ``<|im_end|>`` typed by a
+  user becomes the plain text pieces ``<``, ``|``, ``im`` ... and never the control token.
+
+Token ids of a model family are never hard-coded: every id is resolved from the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+
+from turnkit.errors import TurnkitError
+
+__all__ = ["AddedToken", "TokenizerBinding", "TokenizerError"]
+
+
+class TokenizerError(TurnkitError):
+    """A tokenizer cannot be used (not a fast tokenizer, missing files, unknown token)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddedToken:
+    """An added token of the tokenizer: its text, id, whether it is flagged special, and its matching flags."""
+
+    content: str
+    id: int
+    special: bool
+    single_word: bool = False
+
+
+class TokenizerBinding:
+    """A ``tokenizers.Tokenizer`` prepared for safe chat encoding.
+
+    Build it from a ``transformers`` tokenizer, a ``tokenizers.Tokenizer``, or a folder with ``tokenizer.json``.
+    """
+
+    def __init__(self, backend: tokenizers.Tokenizer, *, eos_ids: Iterable[int] = (), origin: str = "") -> None:
+        self.backend = backend
+        self.origin = origin
+        self.added: dict[str, AddedToken] = {}
+        for token_id, token in sorted(backend.get_added_tokens_decoder().items()):
+            content = str(token.content)
+            if content and content not in self.added:
+                self.added[content] = AddedToken(content, token_id, bool(token.special), bool(token.single_word))
+        self.by_id = {t.id: t for t in self.added.values()}
+        self.eos_ids = frozenset(eos_ids)
+        longest_first = sorted(self.added.values(), key=lambda t: len(t.content), reverse=True)
+        alternatives = [
+            rf"(?<!\w){re.escape(t.content)}(?!\w)" if t.single_word else re.escape(t.content) for t in longest_first
+        ]
+        #: Matches any added-token string, leftmost-longest, as the tokenizer's added vocabulary matches them.
+        self.added_pattern = re.compile("|".join(alternatives) or "(?!)")
+
+    # -- construction ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_any(cls, tokenizer: Any, *, eos_ids: Iterable[int] = ()) -> TokenizerBinding:
+        """From a ``transformers`` (fast) tokenizer, a ``tokenizers.Tokenizer`` or a ``TokenizerBinding``."""
+        if isinstance(tokenizer, TokenizerBinding):
+            return tokenizer
+        if isinstance(tokenizer, tokenizers.Tokenizer):
+            return cls(tokenizer, eos_ids=eos_ids, origin="tokenizers.Tokenizer")
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if isinstance(backend, tokenizers.Tokenizer):
+            ids = set(eos_ids)
+            eos = getattr(tokenizer, "eos_token_id", None)
+            if isinstance(eos, int):
+                ids.add(eos)
+            return cls(backend, eos_ids=ids, origin=str(getattr(tokenizer, "name_or_path", type(tokenizer).__name__)))
+        raise TokenizerError(
+            f"cannot encode with a {type(tokenizer).__name__}: give a fast transformers tokenizer (with a "
+            "backend_tokenizer) or a tokenizers.Tokenizer"
+        )
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> TokenizerBinding:
+        """The tokenizer of a GGUF file, as transformers reads it, converted once and cached as a folder.
+
+        transformers needs seconds to rebuild a tokenizer from GGUF metadata; the converted ``tokenizer.json`` is
+        kept in the cache (keyed by the file's path, size and modification time), so later loads take milliseconds.
+        """
+        import hashlib
+        import os
+        import tempfile
+
+        from turnkit.embedded import cache_dir
+
+        path = Path(path).resolve()
+        stat = path.stat()
+        key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:20]
+        folder = cache_dir() / "tokenizers" / key
+        eos_ids = _gguf_eos_ids(path)
+        if not (folder / "tokenizer.json").is_file():
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise TokenizerError("reading a tokenizer out of a GGUF file needs transformers") from None
+            try:
+                loaded = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            except Exception as exc:  # noqa: BLE001 - transformers raises many types for unusable files
+                raise TokenizerError(f"cannot read the tokenizer of {path}: {exc}") from None
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+                loaded.save_pretrained(scratch)
+                try:
+                    os.rename(scratch, folder)
+                except OSError:  # another process converted it first
+                    pass
+                else:
+                    os.mkdir(scratch)  # TemporaryDirectory cleans up the (now empty) name
+        binding = cls.from_folder(folder)
+        return cls(binding.backend, eos_ids=binding.eos_ids | eos_ids, origin=str(path))
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, *, gguf_file: str | None = None) -> TokenizerBinding:
+        """Load a tokenizer the way transformers loads it (``AutoTokenizer``), for a folder or a GGUF file.
+
+        transformers is used when installed because it adjusts some backends on load (prefix spaces, legacy
+        flags); without it, ``tokenizer.json`` is read directly.
+        """
+        folder = Path(folder)
+        eos_ids = _generation_eos_ids(folder)
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            AutoTokenizer = None  # noqa: N806
+        if AutoTokenizer is not None:
+            try:
+                kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+                loaded = AutoTokenizer.from_pretrained(folder, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - transformers raises many types for unusable folders
+                raise TokenizerError(f"cannot load the tokenizer of {folder / (gguf_file or '')}: {exc}") from None
+            return cls.from_any(loaded, eos_ids=eos_ids)
+        if gguf_file:
+            raise TokenizerError("reading a tokenizer out of a GGUF file needs transformers (pip install transformers)")
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"{folder} has no tokenizer.json (and transformers is not installed)")
+        return cls(tokenizers.Tokenizer.from_file(str(path)), eos_ids=eos_ids, origin=str(folder))
+
+    # -- the two tokenizers ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def data(self) -> tokenizers.Tokenizer:
+        """The twin with no added tokens: encodes any text as plain text."""
+        spec = json.loads(self.backend.to_str())
+        spec["added_tokens"] = []
+        spec["post_processor"] = None
+        return tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+    def encode(self, text: str) -> tokenizers.Encoding:
+        """Encode text in which every added-token string is meant as that token (template text)."""
+        return self.backend.encode(text, add_special_tokens=False)
+
+    def encode_as_text(self, text: str) -> tokenizers.Encoding:
+        """Encode text with every added token disabled: nothing in it can become a control token."""
+        return self.data.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def token_to_id(self, token: str) -> int | None:
+        found = self.added.get(token)
+        return found.id if found else self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    @cached_property
+    def segment_safe(self) -> bool:
+        """Whether text may be cut at added tokens and encoded piece by piece with the same result.
+
+        The tokenizer itself splits its input at added tokens before anything else, so this holds unless an added
+        token swallows neighbouring whitespace (lstrip/rstrip) or the pre-tokenizer treats the start of the input
+        specially (a Metaspace "first" prefix, a prefix space added to every input).
+        """
+        spec = json.loads(self.backend.to_str())
+        if any(t.get("lstrip") or t.get("rstrip") for t in spec.get("added_tokens", [])):
+            return False
+        text = json.dumps(spec.get("pre_tokenizer")) + json.dumps(spec.get("normalizer"))
+        return '"prepend_scheme": "first"' not in text and '"add_prefix_space": true' not in text
+
+
+def _gguf_eos_ids(path: Path) -> set[int]:
+    """End-of-sequence, end-of-turn and end-of-message ids declared in a GGUF file's metadata."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    ids = set()
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        field = reader.fields.get(key)
+        if field is not None:
+            value = field.contents()
+            if isinstance(value, int):
+                ids.add(value)
+    return ids
+
+
+def _generation_eos_ids(folder: Path) -> set[int]:
+    """The ``eos_token_id`` of ``generation_config.json`` (an int or a list), which often lists end-of-turn ids."""
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return set()
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, list):
+        return {v for v in value if isinstance(v, int)}
+    return set()
