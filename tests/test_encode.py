@@ -93,7 +93,7 @@ def test_turn_options(fmt):
 def test_empty_masks_raise(fmt):
     with pytest.raises(EmptyMaskError, match="no assistant turn"):
         fmt.encode([{"role": "user", "content": "hi"}])
-    with pytest.raises(EmptyMaskError, match="not selected|no assistant turn is selected"):
+    with pytest.raises(EmptyMaskError, match="no assistant turn is selected"):
         fmt.encode([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "train": False}])
     prompt = fmt.encode([{"role": "user", "content": "hi"}], add_generation_prompt=True)
     assert prompt.num_trained == 0  # a serving prompt trains nothing, and that is fine

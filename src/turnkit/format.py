@@ -26,7 +26,7 @@ from turnkit.template.sandbox import compile_template
 from turnkit.template.sources import TemplateSet, load_gguf, load_hf_folder
 
 if TYPE_CHECKING:
-    from turnkit.encode.encoder import EncodeOptions, Encoder
+    from turnkit.encode.encoder import Encoder
     from turnkit.encode.encoding import Encoding
     from turnkit.encode.tokenizer import TokenizerBinding
 

@@ -313,7 +313,7 @@ class Encoder:
         if start is None:
             start = self._prefix_start(chat, index, text, template_name, tools, variables)
         after = max(start, last if last is not None else start)
-        for marker_start, marker_end, stop in turns.ends:
+        for marker_start, marker_end, _ in turns.ends:
             if marker_start >= after:
                 return (start, marker_end if options.train_end_marker else marker_start)
         end = turns.next_boundary(after)

@@ -390,10 +390,8 @@ class ProvenanceSandbox(ChatTemplateSandbox):
 
     @staticmethod
     def checked_concat(parts: tuple[Any, ...]) -> str:
-        if any(type(p) is DataStr for p in parts):
-            text = taint.join(parts)
-        else:
-            text = "".join(map(str, parts))  # what jinja's str_join does
+        # "".join(map(str, parts)) is what jinja's str_join does; taint.join does the same and keeps provenance
+        text = taint.join(parts) if any(type(p) is DataStr for p in parts) else "".join(map(str, parts))
         if len(text) > _CHECK_ABOVE:
             _too_big(len(text), "a concatenated string")
         return text
