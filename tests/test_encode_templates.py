@@ -135,3 +135,33 @@ def test_hostile_data_forges_no_control_token(template, tokenizers_by_template):
             checked += 1
     if not checked:
         pytest.skip("the template renders none of the conversations (both transformers and turnkit refuse them)")
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
+def test_masks_train_assistant_text_only(template, tokenizers_by_template):
+    """Across real templates, with no {% generation %} blocks: every assistant reply the template renders is
+    trained, and no user, system or tool text is. (Templates that are not prefix-stable raise instead.)"""
+    tokenizer = tokenizers_by_template(template)
+    fmt = _format(template, tokenizer)
+    decode = fmt.tokenizer.decode
+    checked = 0
+    for name, messages, tools in conversations():
+        if not any(m["role"] == "assistant" for m in messages):
+            continue
+        try:
+            encoding = fmt.encode(messages, tools=tools)
+        except TurnkitError:
+            continue  # the template refuses the conversation, or is not prefix-stable for it (see split_turns)
+        trained = "".join(encoding.trained_text(decode))
+        for message in messages:
+            content = message.get("content")
+            if not isinstance(content, str) or not content.strip():
+                continue
+            if message["role"] == "assistant" and content.strip() in encoding.text:
+                assert content.strip() in trained, f"{name}: reply {content.strip()!r} not trained"
+            if message["role"] != "assistant" and len(content.strip()) >= 6:
+                assert content.strip() not in trained, f"{name}: {message['role']} text {content.strip()!r} trained"
+        assert encoding.num_trained > 0
+        checked += 1
+    if not checked:
+        pytest.skip("no conversation with an assistant turn can be trained in one example with this template")

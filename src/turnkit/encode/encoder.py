@@ -210,14 +210,13 @@ class Encoder:
                 mask[first:last] = 1
             wanted = bool(selected) or options.turns != "none"
             if wanted and not mask.any():
-                raise EmptyMaskError(
-                    "no token would be trained: "
-                    + (
-                        "the conversation has no assistant turn"
-                        if not any(m["role"] == "assistant" for m in chat)
-                        else f"no assistant turn is selected (turns={options.turns!r} and the messages' train flags)"
-                    )
-                )
+                if not any(m["role"] == "assistant" for m in chat):
+                    reason = "the conversation has no assistant turn"
+                elif not selected:
+                    reason = f"no assistant turn is selected (turns={options.turns!r} and the messages' train flags)"
+                else:
+                    reason = f"the template renders no text for the selected assistant turns {sorted(selected)}"
+                raise EmptyMaskError(f"no token would be trained: {reason}")
         return Encoding.from_arrays(ids_array, mask, message_index, is_data, text, dict(counts))
 
     # -- tokenizing -----------------------------------------------------------------------------------------------
@@ -303,7 +302,8 @@ class Encoder:
         variables: dict[str, Any],
     ) -> tuple[int, int]:
         first, last = turns.data_extent(index)
-        lower = turns.previous_boundary(first if first is not None else len(text))
+        before = first if first is not None else len(text)
+        lower = max(turns.previous_boundary(before), turns.previous_message_end(index, before))
         start = None
         header = self._header(chat, index, template_name, tools, variables)
         if header and first is not None:
@@ -313,11 +313,22 @@ class Encoder:
         if start is None:
             start = self._prefix_start(chat, index, text, template_name, tools, variables)
         after = max(start, last if last is not None else start)
+        limit = turns.next_message_start(index)
         for marker_start, marker_end, _ in turns.ends:
             if marker_start >= after:
-                return (start, marker_end if options.train_end_marker else marker_start)
-        end = turns.next_boundary(after)
-        while end > start and text[end - 1] in _WHITESPACE and end == len(text):
+                if marker_end <= limit:
+                    return (start, marker_end if options.train_end_marker else marker_start)
+                break
+        # No end-of-turn marker closes this turn before the next message: the turn ends where the template ends it
+        # when the conversation stops after it.
+        ending = self._render_plain(chat[: index + 1], False, template_name, tools, variables)
+        if not text.startswith(ending) or len(ending) <= start:
+            raise EncodeError(
+                f"cannot tell where assistant turn {index} ends: the template writes no end-of-turn marker the "
+                f"tokenizer declares ({sorted(self.stop_texts) or 'none declared'}) and is not prefix-stable there"
+            )
+        end = len(ending)
+        while end > start + 1 and ending[end - 1] in _WHITESPACE:
             end -= 1
         return (start, end)
 
@@ -409,6 +420,16 @@ class _Turns:
         if not mine:
             return (None, None)
         return (min(a for a, _ in mine), max(b for _, b in mine))
+
+    def previous_message_end(self, index: int, limit: int) -> int:
+        """Where the data of earlier messages ends, before ``limit`` (a turn starts after it)."""
+        ends = [b for a, b, source in self.data_spans if source < index and b <= limit]
+        return max(ends) if ends else 0
+
+    def next_message_start(self, index: int) -> int:
+        """Where the data of a later message first appears (the end of the text when none does)."""
+        later = [a for a, _, source in self.data_spans if source > index]
+        return min(later) if later else self.size
 
     def previous_boundary(self, position: int) -> int:
         at = bisect.bisect_right(self.boundaries, position) - 1
