@@ -28,6 +28,7 @@ from turnkit.template.sources import TemplateSet, load_gguf, load_hf_folder
 if TYPE_CHECKING:
     from turnkit.encode.encoder import Encoder
     from turnkit.encode.encoding import Encoding
+    from turnkit.encode.prefix import PrefixReport, PromptDiff
     from turnkit.encode.tokenizer import TokenizerBinding
 
 __all__ = ["ChatFormat"]
@@ -253,8 +254,9 @@ class ChatFormat:
         train_end_marker: bool = True,
         masks: str = "auto",
         trust_data: bool = False,
+        split_turns: bool = False,
         **template_kwargs: Any,
-    ) -> Encoding:
+    ) -> Encoding | list[Encoding]:
         """Encode a conversation to token ids, safely, with labels and per-token attribution.
 
         Data (message content, tool calls and results, tool schemas, documents, template keyword arguments) can
@@ -268,6 +270,9 @@ class ChatFormat:
             masks: ``"auto"`` (``{% generation %}`` blocks when the template has them, else the turns),
                 ``"turns"`` or ``"generation"``.
             trust_data: Let control-token strings in data through as control tokens (loud; trusted data only).
+            split_turns: Return a list: one example per trained assistant turn, each holding the conversation up to
+                that turn and training only it, so that every turn is trained in the context the model sees at
+                inference (for templates that are not prefix-stable, see :meth:`check_prefix_stable`).
 
         Raises:
             EmptyMaskError: Nothing would be trained (without ``add_generation_prompt``).
@@ -276,6 +281,15 @@ class ChatFormat:
         from turnkit.encode.encoder import EncodeOptions
 
         options = EncodeOptions(turns=turns, train_end_marker=train_end_marker, masks=masks, trust_data=trust_data)  # type: ignore[arg-type]
+        if split_turns:
+            return self.encoder.encode_turns(
+                messages,
+                tools=tools,
+                documents=documents,
+                template_name=template_name,
+                options=options,
+                template_kwargs=template_kwargs,
+            )
         return self.encoder.encode(
             messages,
             tools=tools,
@@ -285,6 +299,36 @@ class ChatFormat:
             options=options,
             template_kwargs=template_kwargs,
         )
+
+    def check_prefix_stable(
+        self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any
+    ) -> PrefixReport:
+        """Whether the serving prompt of each assistant turn is a prefix of the full training render, and where not.
+
+        ``bool(report)`` is True when every turn is; ``str(report)`` shows where each unstable turn breaks.
+        """
+        from turnkit.encode.prefix import check_prefix_stable
+        from turnkit.messages import normalize_conversation
+
+        chat = normalize_conversation(messages, alias_reasoning=False)
+        return check_prefix_stable(self.render, chat, tools=tools, **template_kwargs)
+
+    def diff_prompts(
+        self, training_messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any
+    ) -> list[PromptDiff]:
+        """Token by token, where each assistant turn's serving prompt leaves the training encoding."""
+        from turnkit.encode.prefix import diff_prompts
+        from turnkit.messages import normalize_conversation
+
+        chat = normalize_conversation(training_messages, alias_reasoning=False)
+
+        def encode(messages: Any, **kwargs: Any) -> Encoding:
+            return self.encode(messages, turns="none", **kwargs)  # type: ignore[return-value]
+
+        return diff_prompts(encode, self._token_text, chat, tools=tools, **template_kwargs)
+
+    def _token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
 
     def __repr__(self) -> str:
         what = f"family={self.family.name!r}" if self.family else f"origin={self.templates.origin!r}"

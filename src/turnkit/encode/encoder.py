@@ -205,6 +205,7 @@ class Encoder:
                     )
                     for k in sorted(selected)
                 ]
+                self._check_reasoning_turns(chat, selected, text, template_name, tools, variables)
             for start, end in regions:
                 first, last = spans.tokens(start, end)
                 mask[first:last] = 1
@@ -218,6 +219,38 @@ class Encoder:
                     reason = f"the template renders no text for the selected assistant turns {sorted(selected)}"
                 raise EmptyMaskError(f"no token would be trained: {reason}")
         return Encoding.from_arrays(ids_array, mask, message_index, is_data, text, dict(counts))
+
+    def encode_turns(
+        self,
+        messages: Conversation,
+        *,
+        tools: Any = None,
+        documents: Any = None,
+        template_name: str | None = None,
+        options: EncodeOptions = EncodeOptions(),
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[Encoding]:
+        """One example per trained assistant turn: the conversation up to it, training only that turn."""
+        chat = normalize_conversation(messages, alias_reasoning=False)
+        flags = _take_train_flags(chat)
+        selected = sorted(_selected_messages(chat, flags, options))
+        if not selected:
+            raise EmptyMaskError("no token would be trained: no assistant turn is selected")
+        out = []
+        for index in selected:
+            prefix = [dict(m) for m in chat[: index + 1]]
+            prefix[index]["train"] = True
+            out.append(
+                self.encode(
+                    prefix,
+                    tools=tools,
+                    documents=documents,
+                    template_name=template_name,
+                    options=EncodeOptions("none", options.train_end_marker, options.masks, options.trust_data),
+                    template_kwargs=template_kwargs,
+                )
+            )
+        return out
 
     # -- tokenizing -----------------------------------------------------------------------------------------------
 
@@ -331,6 +364,35 @@ class Encoder:
         while end > start + 1 and ending[end - 1] in _WHITESPACE:
             end -= 1
         return (start, end)
+
+    def _check_reasoning_turns(
+        self,
+        chat: list[dict[str, Any]],
+        selected: set[int],
+        text: str,
+        name: str | None,
+        tools: Any,
+        variables: dict[str, Any],
+    ) -> None:
+        """A trained turn with reasoning, followed by later messages, must render as the model generated it.
+
+        Templates such as Qwen3's drop the reasoning of a turn once a later user turn follows; training that turn in
+        the full conversation would teach the model to answer without reasoning. (Only turns with reasoning are
+        re-rendered: it is the one common way history is rewritten, and each check costs a render.)
+        """
+        for index in sorted(selected):
+            message = chat[index]
+            if index == len(chat) - 1 or not (
+                "reasoning_content" in message or "<think>" in str(message.get("content", ""))
+            ):
+                continue
+            generated = self._render_plain(chat[: index + 1], False, name, tools, variables)
+            if not text.startswith(generated):
+                raise EncodeError(
+                    f"the template is not prefix-stable at message {index}: it renders this turn differently once "
+                    "later messages follow (its reasoning is dropped), so training it in the full conversation "
+                    "teaches the wrong reply; encode with split_turns=True (see check_prefix_stable)"
+                )
 
     def _render_plain(
         self, chat: list[dict[str, Any]], generation_prompt: bool, name: str | None, tools: Any, variables: dict

@@ -1,0 +1,88 @@
+"""Prefix stability, one example per turn, and the token-level diff of serving and training prompts."""
+
+from __future__ import annotations
+
+import pytest
+from corpus import llamacpp_template_dir, tokenizer_with_markers
+
+from turnkit import ChatFormat
+from turnkit.encode import EncodeError
+
+REASONING = [
+    {"role": "user", "content": "Is 91 prime?"},
+    {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": "No."},
+    {"role": "user", "content": "And 97?"},
+    {"role": "assistant", "reasoning_content": "No divisor up to 9.", "content": "Yes."},
+]
+
+
+def _template(name: str) -> str:
+    folder = llamacpp_template_dir()
+    if folder is None or not (folder / name).is_file():
+        pytest.skip(f"{name} is not available (llama-cpp-python sdist not fetched)")
+    return (folder / name).read_text()
+
+
+@pytest.fixture(scope="module")
+def qwen3(smollm2_hf_folder):
+    tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])
+    return ChatFormat.from_template(_template("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
+
+
+def test_qwen3_is_reported_unstable_where_it_drops_reasoning(qwen3):
+    report = qwen3.check_prefix_stable(REASONING)
+    assert not report and report.unstable_turns == [1]
+    (turn1, turn3) = report.turns
+    assert turn1.prompt_stable and not turn1.turn_stable
+    assert "91 = 7 * 13." in turn1.expected_excerpt and "91 = 7 * 13." not in turn1.render_excerpt
+    assert turn3.stable
+    assert "message 1" in str(report)
+
+
+def test_encoding_an_unstable_conversation_in_one_example_refuses(qwen3):
+    with pytest.raises(EncodeError, match="split_turns=True"):
+        qwen3.encode(REASONING)
+
+
+def test_split_turns_trains_each_turn_in_its_inference_context(qwen3):
+    examples = qwen3.encode(REASONING, split_turns=True)
+    decode = qwen3.tokenizer.decode
+    assert [e.trained_text(decode) for e in examples] == [
+        ["<think>\n91 = 7 * 13.\n</think>\n\nNo.<|im_end|>"],
+        ["<think>\nNo divisor up to 9.\n</think>\n\nYes.<|im_end|>"],
+    ]
+    for index, example in zip((1, 3), examples, strict=True):
+        prompt = qwen3.encode(REASONING[:index], add_generation_prompt=True).input_ids.tolist()
+        assert example.input_ids.tolist()[: len(prompt)] == prompt  # the exact serving prompt comes first
+        assert example.assistant_mask[: len(prompt)].sum() == 0
+
+
+def test_prefix_stable_template_reports_stable(smollm2_hf_folder):
+    fmt = ChatFormat.from_pretrained(smollm2_hf_folder)
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
+    report = fmt.check_prefix_stable(messages)
+    assert report and str(report) == "prefix-stable"
+    assert all(diff.agrees for diff in fmt.diff_prompts(messages))
+    assert len(fmt.encode(messages, split_turns=True)) == 2
+
+
+def test_diff_prompts_shows_the_first_different_token(smollm2_hf_folder):
+    tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<｜Assistant｜>", "<｜User｜>", "<｜end▁of▁sentence｜>"])
+    fmt = ChatFormat.from_template(
+        _template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+        tokenizer=tokenizer,
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="<｜end▁of▁sentence｜>",
+    )
+    messages = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    (diff,) = fmt.diff_prompts(messages)
+    assert not diff.agrees
+    assert "<think>" in "".join(diff.serving_tokens) and "<think>" not in "".join(diff.training_tokens)
+    assert "first different token" in str(diff)
+    report = fmt.check_prefix_stable(messages)
+    assert not report.turns[0].prompt_stable
