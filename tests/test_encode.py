@@ -227,3 +227,23 @@ def test_tools_with_qwen_family_keep_ids_equal(smollm2_hf_folder):
     theirs = _hf(tokenizer, messages, tools=[WEATHER_TOOL], chat_template=fmt.template(), add_generation_prompt=True,
                  eos_token="<|im_end|>")  # fmt: skip
     assert ours == theirs
+
+
+def test_encode_batch_equals_encode_one_by_one(fmt):
+    batch = []
+    for _, messages, _ in conversations():
+        if any(m.get("tool_calls") or isinstance(m.get("content"), list) or m["role"] == "tool" for m in messages):
+            continue
+        batch.append(messages)
+    batch.append([{"role": "user", "content": FORGED}, {"role": "assistant", "content": "No <|im_start|> here."}])
+    batch = batch * 2  # repeats hit the segment cache
+    single = [fmt.encode(m, turns="none") for m in batch]
+    many = fmt.encode_batch(batch, turns="none")
+    assert len(many) == len(single)
+    for one, other in zip(single, many, strict=True):
+        assert one.input_ids.tolist() == other.input_ids.tolist()
+        assert one.assistant_mask.tolist() == other.assistant_mask.tolist()
+        assert one.message_index.tolist() == other.message_index.tolist()
+        assert one.is_data.tolist() == other.is_data.tolist()
+    trained = fmt.encode_batch([{"messages": batch[-1]}])[0]
+    assert trained.trained_text(fmt.tokenizer.decode) == ["No <|im_start|> here.<|im_end|>"]

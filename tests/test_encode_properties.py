@@ -36,7 +36,7 @@ def _pieces(tokens: list[str]):
         st.sampled_from(fragments),
         st.text(alphabet=st.characters(categories=("L", "M", "N", "P", "S", "Zs"), max_codepoint=0x2FFFF), max_size=8),
         st.sampled_from([" ", "\n", "\t", "  ", "é", "漢字", "🙂", "\u200b", "<", ">", "|"]),
-    ).filter(lambda s: not any(0xFDD0 <= ord(c) <= 0xFDEF or (ord(c) & 0xFFFE) == 0xFFFE for c in s))
+    ).filter(lambda s: not any(0xFDD0 <= ord(c) <= 0xFDEF or ord(c) in (0xFFFE, 0xFFFF) for c in s))
 
 
 def _conversations(tokens: list[str]):

@@ -300,6 +300,37 @@ class ChatFormat:
             template_kwargs=template_kwargs,
         )
 
+    def encode_batch(
+        self,
+        conversations: Sequence[Conversation | Mapping[str, Any]],
+        *,
+        tools: Tools | None = None,
+        add_generation_prompt: bool = False,
+        template_name: str | None = None,
+        turns: str = "all",
+        train_end_marker: bool = True,
+        masks: str = "auto",
+        trust_data: bool = False,
+        **template_kwargs: Any,
+    ) -> list[Encoding]:
+        """Encode many conversations at once (each a list of messages, or a dict with ``messages`` and ``tools``).
+
+        The same results as :meth:`encode` one by one, faster: tokenization runs in the tokenizer's own threads
+        (``TOKENIZERS_PARALLELISM`` / ``RAYON_NUM_THREADS``), and text that repeats across conversations (system
+        prompts, tool schemas) is tokenized once and cached.
+        """
+        from turnkit.encode.encoder import EncodeOptions
+
+        options = EncodeOptions(turns=turns, train_end_marker=train_end_marker, masks=masks, trust_data=trust_data)  # type: ignore[arg-type]
+        return self.encoder.encode_batch(
+            conversations,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            template_name=template_name,
+            options=options,
+            template_kwargs=template_kwargs,
+        )
+
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any
     ) -> PrefixReport:

@@ -119,6 +119,7 @@ class Encoder:
         self.binding = binding
         self.marker = DataMarker(binding)
         self._headers: dict[tuple[str, str], str | None] = {}
+        self._segment_cache = _SegmentCache()
         stop_texts = set(fmt.family.stop_tokens if fmt.family else ())
         if fmt.special_tokens.get("eos_token"):
             stop_texts.add(fmt.special_tokens["eos_token"])
@@ -144,6 +145,71 @@ class Encoder:
         options: EncodeOptions = EncodeOptions(),
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> Encoding:
+        job = self.render(messages, tools, documents, add_generation_prompt, template_name, options, template_kwargs)
+        if job.prepared.broken:
+            pieces = self._encode_pieces(job.text, job.controls)
+            return self.finish(job, pieces.ids, pieces.char_to_token)
+        encoding = self.binding.encode(job.text)
+        return self.finish(job, encoding.ids, encoding.char_to_token)
+
+    def encode_batch(
+        self,
+        conversations: Sequence[Conversation | Mapping[str, Any]],
+        *,
+        tools: Any = None,
+        add_generation_prompt: bool = False,
+        template_name: str | None = None,
+        options: EncodeOptions = EncodeOptions(),
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[Encoding]:
+        """Encode many conversations: templates render here, tokenization runs in the tokenizer's threads.
+
+        Text is cut at the template's control tokens and each piece is tokenized once per batch and kept in a cache
+        across batches, so system prompts and tool schemas that repeat across a dataset are tokenized once. (For
+        tokenizers where cutting could change the result, whole texts are tokenized instead.)
+        """
+        jobs = []
+        for item in conversations:
+            if isinstance(item, Mapping):
+                messages, item_tools = item.get("messages"), item.get("tools", tools)
+            else:
+                messages, item_tools = item, tools
+            jobs.append(
+                self.render(messages, item_tools, None, add_generation_prompt, template_name, options, template_kwargs)
+            )
+        if not self.binding.segment_safe:
+            plain = [j for j in jobs if not j.prepared.broken]
+            encodings = iter(self.binding.backend.encode_batch([j.text for j in plain], add_special_tokens=False))
+            out = []
+            for job in jobs:
+                if job.prepared.broken:
+                    pieces = self._encode_pieces(job.text, job.controls)
+                    out.append(self.finish(job, pieces.ids, pieces.char_to_token))
+                else:
+                    encoding = next(encodings)
+                    out.append(self.finish(job, encoding.ids, encoding.char_to_token))
+            return out
+        segments = [_segments(job.text, job.controls) for job in jobs]
+        self._segment_cache.fill([piece for pieces in segments for _, piece in pieces], self.binding.data)
+        out = []
+        for job, pieces in zip(jobs, segments, strict=True):
+            assembled = self._assemble(job.text, job.controls, pieces)
+            out.append(self.finish(job, assembled.ids, assembled.char_to_token))
+        return out
+
+    # -- the stages -----------------------------------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: Conversation,
+        tools: Any,
+        documents: Any,
+        add_generation_prompt: bool,
+        template_name: str | None,
+        options: EncodeOptions,
+        template_kwargs: Mapping[str, Any] | None,
+    ) -> _Job:
+        """Stage 1: check, prepare and render with provenance; find the template's control tokens."""
         _, source = self.fmt.templates.select(template_name, tools=tools)
         chat = normalize_conversation(messages)
         flags = _take_train_flags(chat)
@@ -153,7 +219,7 @@ class Encoder:
                 "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
                 "for data a user or a model wrote",
                 TrustedDataWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         schemas = plain_data(tool_schemas(tools))
         docs = plain_data(list(documents)) if documents is not None else None
@@ -172,40 +238,36 @@ class Encoder:
             **prepared.variables,
         }
         rendered = render_prepared(source, context, limits=self.fmt.limits, track_generation=use_blocks)
-
         controls = [(m.start(), m.end(), m.group(0)) for m in self.binding.added_pattern.finditer(rendered.text)]
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
-        if prepared.broken:
-            pieces = self._encode_pieces(text, controls)
-            ids, char_to_token = pieces.ids, pieces.char_to_token
-        else:
-            encoding = self.binding.encode(text)
-            ids, char_to_token = encoding.ids, encoding.char_to_token
-        ids_array = np.asarray(ids, dtype=np.int64)
-        counts = Counter(token for _, _, token in controls)
-        self._check_controls(ids_array, counts)
+        return _Job(
+            chat, flags, prepared, rendered, text, controls, use_blocks, add_generation_prompt, template_name, tools,
+            variables, options,
+        )  # fmt: skip
 
-        spans = _Spans(text, len(ids), char_to_token)
-        is_data = np.zeros(len(ids), dtype=bool)
-        for start, end, _ in rendered.data_spans:
+    def finish(self, job: _Job, ids: Sequence[int], char_to_token: Callable[[int], int | None]) -> Encoding:
+        """Stage 3: check the control tokens, attribute every token, and compute the loss mask."""
+        ids_array = np.asarray(ids, dtype=np.int64)
+        counts = Counter(token for _, _, token in job.controls)
+        self._check_controls(ids_array, counts)
+        text, rendered, chat, options = job.text, job.rendered, job.chat, job.options
+
+        spans = _Spans(text, len(ids_array), char_to_token)
+        is_data = np.zeros(len(ids_array), dtype=bool)
+        for start, end in _merged(rendered.data_spans):
             first, last = spans.tokens(start, end)
             is_data[first:last] = True
-        turns = self._turns(text, controls, rendered)
+        turns = self._turns(text, job.controls, rendered)
         message_index = turns.message_index(spans)
 
-        mask = np.zeros(len(ids), dtype=np.int8)
-        if not add_generation_prompt:
-            selected = _selected_messages(chat, flags, options)
-            if use_blocks:
+        mask = np.zeros(len(ids_array), dtype=np.int8)
+        if not job.add_generation_prompt:
+            selected = _selected_messages(chat, job.flags, options)
+            if job.use_blocks:
                 regions = [r for r in rendered.generation_spans if turns.message_at(r[0], r[1]) in selected]
             else:
-                regions = [
-                    self._turn_region(
-                        k, chat, text, controls, turns, rendered, options, template_name, tools, variables
-                    )
-                    for k in sorted(selected)
-                ]
-                self._check_reasoning_turns(chat, selected, text, template_name, tools, variables)
+                regions = [self._turn_region(k, job, turns) for k in sorted(selected)]
+                self._check_reasoning_turns(chat, selected, text, job.template_name, job.tools, job.variables)
             for start, end in regions:
                 first, last = spans.tokens(start, end)
                 mask[first:last] = 1
@@ -256,31 +318,15 @@ class Encoder:
 
     def _encode_pieces(self, text: str, controls: Sequence[tuple[int, int, str]]) -> _Pieces:
         """Control tokens as their ids; everything between them as plain text (added tokens disabled)."""
-        segments: list[tuple[int, str]] = []
-        pos = 0
-        for start, end, _ in controls:
-            if start > pos:
-                segments.append((pos, text[pos:start]))
-            pos = end
-        if pos < len(text):
-            segments.append((pos, text[pos:]))
-        encoded = dict(
-            zip(
-                [at for at, _ in segments],
-                self.binding.data.encode_batch([piece for _, piece in segments], add_special_tokens=False),
-                strict=True,
-            )
-        )
-        pieces = _Pieces()
-        pos = 0
-        for start, end, token in controls:
-            if start > pos:
-                pieces.add_text(pos, encoded[pos])
-            pieces.add_control(start, self.binding.added[token].id)
-            pos = end
-        if pos < len(text):
-            pieces.add_text(pos, encoded[pos])
-        return pieces
+        segments = _segments(text, controls)
+        encoded = self.binding.data.encode_batch([piece for _, piece in segments], add_special_tokens=False)
+        return _pieces(controls, dict(zip([at for at, _ in segments], encoded, strict=True)), self.binding, len(text))
+
+    def _assemble(
+        self, text: str, controls: Sequence[tuple[int, int, str]], segments: list[tuple[int, str]]
+    ) -> _Pieces:
+        lookup = self._segment_cache.get
+        return _pieces(controls, {at: lookup(piece) for at, piece in segments}, self.binding, len(text))
 
     def _check_controls(self, ids: np.ndarray, counts: Counter[str]) -> None:
         written = sum(counts.values())
@@ -321,19 +367,11 @@ class Encoder:
                 ends.append((start, end, stop))
         return _Turns(len(text), ends, rendered.data_spans)
 
-    def _turn_region(
-        self,
-        index: int,
-        chat: list[dict[str, Any]],
-        text: str,
-        controls: Sequence[tuple[int, int, str]],
-        turns: _Turns,
-        rendered: Rendered,
-        options: EncodeOptions,
-        template_name: str | None,
-        tools: Any,
-        variables: dict[str, Any],
-    ) -> tuple[int, int]:
+    def _turn_region(self, index: int, job: _Job, turns: _Turns) -> tuple[int, int]:
+        """The characters of assistant turn ``index`` to train: from the end of its generation-prompt header to its
+        end-of-turn marker (inclusive unless ``train_end_marker=False``)."""
+        chat, text, options = job.chat, job.text, job.options
+        template_name, tools, variables = job.template_name, job.tools, job.variables
         first, last = turns.data_extent(index)
         before = first if first is not None else len(text)
         lower = max(turns.previous_boundary(before), turns.previous_message_end(index, before))
@@ -461,8 +499,12 @@ class _Spans:
         """The tokens that overlap characters ``[start, end)``, as a ``[first, last)`` range (empty if none)."""
         if end <= start:
             return (0, 0)
-        first = self.token_at(start, 1, end)
-        last = self.token_at(end - 1, -1, start - 1)
+        first = self.char_to_token(start)
+        if first is None:
+            first = self.token_at(start + 1, 1, end)
+        last = self.char_to_token(end - 1)
+        if last is None:
+            last = self.token_at(end - 2, -1, start - 1)
         if first is None or last is None:
             return (0, 0)
         return (first, last + 1)
@@ -521,21 +563,35 @@ class _Turns:
         return owner
 
     def message_index(self, spans: _Spans) -> np.ndarray:
-        """Per token: the message whose turn it belongs to (``-1`` for turns that hold no message's data)."""
+        """Per token: the message whose turn it belongs to (``-1`` for turns that hold no message's data).
+
+        A turn (the text up to and including an end-of-turn marker and its separator) belongs to the first message
+        whose data it holds; within a turn, each message's data and the template text after it belong to that
+        message (a template may fold several tool results into one turn).
+        """
         out = np.full(spans.count, NO_MESSAGE, dtype=np.int32)
-        starts = [0, *self.boundaries]
-        stops = [*self.boundaries, self.size]
-        for chunk_start, chunk_end in zip(starts, stops, strict=True):
-            if chunk_end <= chunk_start:
+        data = self.data_spans
+        points: list[tuple[int, int]] = []  # (character where it starts, message)
+        bounds = [0, *self.boundaries, self.size]
+        j = 0
+        for chunk_start, chunk_end in zip(bounds, bounds[1:], strict=False):
+            while j < len(data) and data[j][0] < chunk_start:
+                j += 1
+            first = True
+            while j < len(data) and data[j][0] < chunk_end:
+                source = data[j][2]
+                if first or source != points[-1][1]:
+                    points.append((chunk_start if first else data[j][0], source))
+                first = False
+                j += 1
+            if first:
+                points.append((chunk_start, NO_MESSAGE))
+        for n, (start, source) in enumerate(points):
+            if source == NO_MESSAGE:
                 continue
-            inside = [(a, source) for a, b, source in self.data_spans if chunk_start <= a < chunk_end]
-            if not inside:
-                continue
-            points = [(chunk_start, inside[0][1]), *inside[1:]]
-            for n, (a, source) in enumerate(points):
-                b = points[n + 1][0] if n + 1 < len(points) else chunk_end
-                first, last = spans.tokens(a, b)
-                out[first:last] = source
+            end = points[n + 1][0] if n + 1 < len(points) else self.size
+            first_token, last_token = spans.tokens(start, end)
+            out[first_token:last_token] = source
         return out
 
 
@@ -563,3 +619,84 @@ def _selected_messages(chat: list[dict[str, Any]], flags: dict[int, bool], optio
     for index, value in flags.items():
         (selected.add if value else selected.discard)(index)
     return selected
+
+
+@dataclass
+class _Job:
+    """A conversation after stage 1 (rendered), waiting for its token ids."""
+
+    chat: list[dict[str, Any]]
+    flags: dict[int, bool]
+    prepared: Any
+    rendered: Rendered
+    text: str
+    controls: list[tuple[int, int, str]]
+    use_blocks: bool
+    add_generation_prompt: bool
+    template_name: str | None
+    tools: Any
+    variables: dict[str, Any]
+    options: EncodeOptions
+
+
+def _merged(spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """Character spans with touching or overlapping ones joined (sources ignored)."""
+    out: list[tuple[int, int]] = []
+    for start, end, _ in sorted(spans):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def _segments(text: str, controls: Sequence[tuple[int, int, str]]) -> list[tuple[int, str]]:
+    """The text between the template's control tokens, with where each piece starts."""
+    out: list[tuple[int, str]] = []
+    pos = 0
+    for start, end, _ in controls:
+        if start > pos:
+            out.append((pos, text[pos:start]))
+        pos = end
+    if pos < len(text):
+        out.append((pos, text[pos:]))
+    return out
+
+
+def _pieces(
+    controls: Sequence[tuple[int, int, str]], encoded: Mapping[int, Any], binding: TokenizerBinding, size: int
+) -> _Pieces:
+    pieces = _Pieces()
+    pos = 0
+    for start, end, token in controls:
+        if start > pos:
+            pieces.add_text(pos, encoded[pos])
+        pieces.add_control(start, binding.added[token].id)
+        pos = end
+    if pos < size:
+        pieces.add_text(pos, encoded[pos])
+    return pieces
+
+
+class _SegmentCache:
+    """Tokenized text pieces, kept across batches (least recently used out first)."""
+
+    def __init__(self, capacity: int = 65_536) -> None:
+        self.capacity = capacity
+        self._items: dict[str, Any] = {}
+
+    def get(self, piece: str) -> Any:
+        found = self._items.pop(piece)
+        self._items[piece] = found  # most recent last
+        return found
+
+    def fill(self, pieces: Sequence[str], tokenizer: Any) -> None:
+        missing = list(dict.fromkeys(p for p in pieces if p not in self._items))
+        if missing:
+            for piece, encoding in zip(missing, tokenizer.encode_batch(missing, add_special_tokens=False), strict=True):
+                self._items[piece] = encoding
+        overflow = len(self._items) - max(self.capacity, len(set(pieces)))
+        if overflow > 0:
+            for key in list(self._items)[:overflow]:
+                del self._items[key]

@@ -14,19 +14,20 @@ attribution and loss masks are computed from.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from turnkit.encode.tokenizer import TokenizerBinding, TokenizerError
 from turnkit.errors import MessageError
-from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, tainted
+from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, DataStr
 
 __all__ = ["DataMarker", "Prepared"]
 
-_NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
-    chr(plane << 16 | low) for plane in range(1, 17) for low in (0xFFFE, 0xFFFF)
-]
+#: The noncharacters of the Basic Multilingual Plane, which Unicode reserves for internal use.
+_NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + ["\ufffe", "\uffff"]
 
 
 @dataclass
@@ -51,7 +52,7 @@ class DataMarker:
             raise TokenizerError(f"the tokenizer's added tokens start or end in {len(edge_chars)} different characters")
         self._substitute = dict(zip(edge_chars, _NONCHARACTERS, strict=False))
         self._restore = str.maketrans({v: k for k, v in self._substitute.items()})
-        self._reserved = re.compile("[" + "".join(_NONCHARACTERS) + "]")
+        self._reserved = re.compile("[\ufdd0-\ufdef\ufffe\uffff]")
         self._pattern = binding.added_pattern
         self._heads: set[str] = set()
         self._tails: set[str] = set()
@@ -60,6 +61,8 @@ class DataMarker:
                 self._heads.add(token[:cut])
                 self._tails.add(token[-cut:])
         self._longest = max((len(t) for t in binding.added), default=0)
+        self._first_chars = sorted({token[0] for token in binding.added})
+        self._last_chars = sorted({token[-1] for token in binding.added})
         self.active = bool(binding.added)
 
     def restore(self, text: str) -> str:
@@ -68,7 +71,8 @@ class DataMarker:
 
     def _break(self, text: str) -> tuple[str, int]:
         count = 0
-        if self._pattern.search(text):
+        # Every added token starts with one of a few characters ("<", "[" ...): text without any needs no search.
+        if any(c in text for c in self._first_chars) and self._pattern.search(text):
             pieces = []
             last = 0
             for match in self._pattern.finditer(text):
@@ -83,41 +87,55 @@ class DataMarker:
         return text, count + edges
 
     def _break_edges(self, text: str) -> tuple[str, int]:
+        """Break a marker fragment (two characters or more) at the end or at the start of the text."""
         broken = 0
-        limit = min(len(text), self._longest - 1)
-        for size in range(limit, 1, -1):  # the start of a marker at the end of the data: break its first character
-            if text[-size:] in self._heads:
-                at = len(text) - size
-                text = text[:at] + self._substitute[text[at]] + text[at + 1 :]
-                broken += 1
+        window = self._longest - 1
+        tail_start = max(0, len(text) - window)
+        tail = text[tail_start:]
+        for first in self._first_chars:  # the start of a marker at the end: break its first character
+            at = tail.find(first)
+            while at != -1:
+                if len(tail) - at >= 2 and tail[at:] in self._heads:
+                    where = tail_start + at
+                    text = text[:where] + self._substitute[text[where]] + text[where + 1 :]
+                    broken += 1
+                    break
+                at = tail.find(first, at + 1)
+            if broken:
                 break
-        for size in range(limit, 1, -1):  # the end of a marker at the start of the data: break its last character
-            if text[:size] in self._tails:
-                text = text[: size - 1] + self._substitute[text[size - 1]] + text[size:]
-                broken += 1
-                break
+        head = text[:window]
+        for last in self._last_chars:  # the end of a marker at the start: break its last character
+            at = head.rfind(last)
+            while at != -1:
+                if at >= 1 and head[: at + 1] in self._tails:
+                    text = text[:at] + self._substitute[text[at]] + text[at + 1 :]
+                    return text, broken + 1
+                at = head.rfind(last, 0, at)
         return text, broken
 
-    def _mark(self, value: Any, source: int, where: str, tag: bool, counter: list[int]) -> Any:
+    def _mark_text(self, value: str, source: int, where: Callable[[], str], counter: list[int]) -> str:
+        if not value.isascii() and self._reserved.search(value):
+            raise MessageError(
+                f"{where()} contains a Unicode noncharacter (U+FDD0-U+FDEF, U+FFFE or U+FFFF), which turnkit "
+                "reserves for encoding safely; remove it"
+            )
+        if self.active:
+            value, broken = self._break(value)
+            counter[0] += broken
+        out = DataStr(value)
+        out._spans = ((0, len(value), source),)
+        return out
+
+    def _mark(self, value: Any, source: int, where: Callable[[], str], counter: list[int]) -> Any:
         kind = type(value)
         if kind is str:
-            if not value:
-                return value
-            if self._reserved.search(value):
-                raise MessageError(
-                    f"{where} contains a Unicode noncharacter (U+FDD0-U+FDEF or U+xFFFE/U+xFFFF), which turnkit "
-                    "reserves for encoding safely; remove it"
-                )
-            text, broken = self._break(value) if self.active else (value, 0)
-            counter[0] += broken
-            return tainted(text, ((0, len(text), source),)) if tag else text
+            return self._mark_text(value, source, where, counter) if value else value
         if kind is dict:
             return {
-                self._mark(k, source, where, tag, counter): self._mark(v, source, where, tag, counter)
-                for k, v in value.items()
+                self._mark(k, source, where, counter): self._mark(v, source, where, counter) for k, v in value.items()
             }
         if kind is list or kind is tuple:
-            return kind(self._mark(v, source, where, tag, counter) for v in value)
+            return kind(self._mark(v, source, where, counter) for v in value)
         return value
 
     def prepare(
@@ -127,6 +145,7 @@ class DataMarker:
         counter = [0]
         active = self.active
         self.active = active and neutralize
+        mark = self._mark
         try:
             marked_chat = []
             for index, message in enumerate(chat):
@@ -134,13 +153,17 @@ class DataMarker:
                 for key, value in message.items():
                     if key == "role":
                         marked[key] = value
+                    elif type(value) is str:
+                        where = functools.partial("message {}, field {!r}".format, index, key)
+                        marked[key] = self._mark_text(value, index, where, counter) if value else value
                     else:
-                        marked[key] = self._mark(value, index, f"message {index}, field {key!r}", True, counter)
+                        where = functools.partial("message {}, field {!r}".format, index, key)
+                        marked[key] = mark(value, index, where, counter)
                 marked_chat.append(marked)
-            marked_tools = self._mark(tools, SOURCE_TOOLS, "tools", True, counter)
-            marked_documents = self._mark(documents, SOURCE_DOCUMENTS, "documents", True, counter)
+            marked_tools = mark(tools, SOURCE_TOOLS, lambda: "tools", counter)
+            marked_documents = mark(documents, SOURCE_DOCUMENTS, lambda: "documents", counter)
             marked_variables = {
-                k: self._mark(v, SOURCE_VARIABLES, f"template variable {k!r}", True, counter)
+                k: mark(v, SOURCE_VARIABLES, functools.partial("template variable {!r}".format, k), counter)
                 for k, v in variables.items()
             }
         finally:

@@ -80,7 +80,7 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
     budget = limits.max_output_chars
     chunks: list[str] = []
     data_spans: list[Span] = []
-    state = RenderState(budget, chunks, []) if track_generation else RenderState(budget)
+    state = RenderState(budget, []) if track_generation else RenderState(budget)
     token = render_state.set(state)
     try:
         with time_limit(limits.timeout_s):
@@ -91,6 +91,7 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
                     if type(chunk) is DataStr:
                         data_spans.extend((a + total, b + total, src) for a, b, src in chunk._spans)
                     total += len(chunk)
+                    state.offset = total
                     if total > budget:
                         raise TemplateLimitError(
                             f"the template rendered more than {budget:,} characters; stopped "

@@ -50,12 +50,13 @@ class RenderState:
     """What the sandbox needs to know about the render in progress (one context variable, set once per render)."""
 
     budget: int = DEFAULT_MAX_OUTPUT_CHARS
-    #: The output so far and the ``{% generation %}`` spans found, when the caller tracks them (for loss masks).
-    chunks: list[str] | None = None
+    #: The ``{% generation %}`` spans found, when the caller tracks them (for loss masks).
     spans: list[tuple[int, int]] | None = None
+    #: How many characters the render has output so far (where a generation block starts).
+    offset: int = 0
 
 
-# The default is never mutated: it tracks nothing (chunks and spans are None).
+# The default is never mutated: it tracks nothing (spans is None).
 render_state: ContextVar[RenderState] = ContextVar("turnkit_render_state", default=RenderState())  # noqa: B039
 
 
@@ -218,9 +219,8 @@ class GenerationBlock(jinja2.ext.Extension):
     def _render_block(self, caller: Callable[[], str]) -> str:
         text = caller()
         state = render_state.get()
-        if state.spans is not None and state.chunks is not None:
-            start = sum(map(len, state.chunks))
-            state.spans.append((start, start + len(text)))
+        if state.spans is not None:
+            state.spans.append((state.offset, state.offset + len(text)))
         return text
 
 
@@ -398,9 +398,11 @@ class ProvenanceSandbox(ChatTemplateSandbox):
 
     @staticmethod
     def checked_add(left: Any, right: Any) -> Any:
-        kinds = (type(left), type(right))
-        if DataStr in kinds and all(kind is str or kind is DataStr for kind in kinds):
-            result = taint.join((left, right))  # (a Markup operand escapes the other one: left to plain `+` below)
+        left_kind, right_kind = type(left), type(right)
+        if (left_kind is DataStr and (right_kind is str or right_kind is DataStr)) or (
+            right_kind is DataStr and left_kind is str
+        ):
+            result = taint.concat2(left, right)  # (a Markup operand escapes the other one: left to plain `+` below)
         else:
             result = left + right
         if type(result) in _SIZED and len(result) > _CHECK_ABOVE:

@@ -86,6 +86,18 @@ def join(parts: Iterable[Any], separator: str = "") -> str:
     return tainted("".join(texts), spans)
 
 
+def concat2(left: str, right: str) -> str:
+    """``left + right`` for two strings, at least one of them a :class:`DataStr` (the hot path of templates)."""
+    text = str.__add__(left, right)
+    spans = left._spans if type(left) is DataStr else ()
+    if type(right) is DataStr:
+        shift = len(left)
+        spans = (*spans, *((a + shift, b + shift, s) for a, b, s in right._spans))
+    out = DataStr(text)
+    out._spans = spans
+    return out
+
+
 def whole(result: str, source: int) -> str:
     """``result`` attributed as a whole to one source (for operations whose layout cannot be traced)."""
     return tainted(result, ((0, len(result), source),)) if result else result

@@ -1,0 +1,165 @@
+"""Encoding speed, measured in one run on the same conversations:
+
+  (a) transformers ``apply_chat_template(tokenize=True, return_assistant_tokens_mask=True)`` on a template with
+      ``{% generation %}`` blocks (SmolLM2's ChatML template with the blocks added);
+  (b) the bare tokenizer on the rendered text: the transformers tokenizer call users make,
+      ``tokenizer(text, add_special_tokens=False)``; and (b') its Rust backend alone (``backend.encode(text).ids``),
+      the stricter floor;
+  (c) ``fmt.encode`` (render, safety, ids, masks, attribution), one conversation at a time;
+  (d) ``fmt.encode_batch`` with the tokenizer on two threads.
+
+Usage: python benchmarks/encode.py [--conversations N] [--rounds R]
+
+Targets: (c) at most 1.10x the time of (b) and faster than (a); (d) at least 1.7x the throughput of (c).
+Medians over rounds; the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAYON_NUM_THREADS", "2")  # the tokenizer's thread pool, fixed when it first starts
+os.environ["TOKENIZERS_PARALLELISM"] = "true"
+
+import argparse  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from turnkit import ChatFormat  # noqa: E402
+from turnkit.embedded import cache_dir, default_model_path  # noqa: E402
+
+GENERATION_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+    "{% endif %}{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}{% generation %}"
+    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+WORDS = (
+    "the model learns to stop when it emits the end of turn marker and every assistant reply is trained with it "
+    "tokens data template render encode mask label prompt system user assistant tool call result weather Paris "
+    "1024 3.14 json {key: value} <b>bold</b> naïve café 東京 🙂 - ; : ( ) [ ] quick brown fox jumps over lazy dog"
+).split()
+
+
+def _paragraph(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+def conversations(count: int, seed: int = 0) -> list[list[dict[str, str]]]:
+    """Multi-turn conversations of about 1,300 tokens with a shared system prompt, like an SFT dataset."""
+    rng = random.Random(seed)
+    system = "You are a careful assistant. " + _paragraph(random.Random(99), 60)
+    out = []
+    for _ in range(count):
+        messages = [{"role": "system", "content": system}]
+        for _ in range(3):
+            messages.append({"role": "user", "content": _paragraph(rng, rng.randint(40, 90))})
+            messages.append({"role": "assistant", "content": _paragraph(rng, rng.randint(90, 160))})
+        out.append(messages)
+    return out
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    folder = cache_dir() / "test-corpus" / "smollm2-tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        gguf = default_model_path()
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _per_conversation_us(run, items: int, rounds: int) -> float:
+    run()  # warm up: compiled templates, caches
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) / items * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--conversations", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+
+    tokenizer = _tokenizer()
+    backend = tokenizer.backend_tokenizer
+    fmt = ChatFormat.from_template(GENERATION_TEMPLATE, tokenizer=tokenizer, **tokenizer.special_tokens_map)
+    data = conversations(args.conversations)
+    texts = [fmt.render(m) for m in data]
+    tokens = sum(len(backend.encode(t, add_special_tokens=False).ids) for t in texts)
+
+    reference = tokenizer.apply_chat_template(
+        data[0], chat_template=GENERATION_TEMPLATE, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    ours = fmt.encode(data[0])
+    assert ours.input_ids.tolist() == list(reference["input_ids"]), "different ids: the comparison would be unfair"
+    assert ours.assistant_mask.tolist() == list(reference["assistant_masks"]), "different masks"
+    assert fmt.encode_batch(data[:4])[3].input_ids.tolist() == fmt.encode(data[3]).input_ids.tolist()
+
+    def transformers_masks():
+        for messages in data:
+            tokenizer.apply_chat_template(
+                messages, chat_template=GENERATION_TEMPLATE, tokenize=True, return_dict=True,
+                return_assistant_tokens_mask=True,
+            )  # fmt: skip
+
+    def bare():
+        for text in texts:
+            tokenizer(text, add_special_tokens=False)
+
+    def bare_backend():
+        for text in texts:
+            backend.encode(text, add_special_tokens=False).ids
+
+    def encode():
+        for messages in data:
+            fmt.encode(messages)
+
+    def encode_turn_masks():
+        for messages in data:
+            fmt.encode(messages, masks="turns")
+
+    def encode_batch():
+        fmt.encoder._segment_cache = type(fmt.encoder._segment_cache)()  # no head start from earlier rounds
+        for start in range(0, len(data), 32):
+            fmt.encode_batch(data[start : start + 32])
+
+    n = len(data)
+    results = {
+        "(a) transformers apply_chat_template + assistant mask": _per_conversation_us(transformers_masks, n, args.rounds),
+        "(b) bare tokenizer on the rendered text": _per_conversation_us(bare, n, args.rounds),
+        "(b') its Rust backend alone": _per_conversation_us(bare_backend, n, args.rounds),
+        "(c) fmt.encode": _per_conversation_us(encode, n, args.rounds),
+        "(c') fmt.encode, masks from turns (no generation blocks)": _per_conversation_us(
+            encode_turn_masks, n, args.rounds
+        ),
+        "(d) fmt.encode_batch, 2 tokenizer threads": _per_conversation_us(encode_batch, n, args.rounds),
+    }
+    print(f"{n} conversations, {tokens / n:.0f} tokens each on average, median of {args.rounds} rounds\n")
+    for name, us in results.items():
+        print(f"{name:58} {us:9.1f} µs/conversation")
+    a, b, b2, c, c2, d = results.values()
+    print()
+    print(f"(c) / (b) = {c / b:.3f}   (target <= 1.10)")
+    print(f"(c) / (b') = {c / b2:.3f}  (against the Rust backend alone)")
+    print(f"(c') / (b) = {c2 / b:.3f}")
+    print(f"(a) / (c) = {a / c:.2f}    (target > 1.0: encode faster than transformers with masks)")
+    print(f"(c) / (d) = {c / d:.2f}    (target >= 1.7: batch throughput over one-by-one)")
+
+
+if __name__ == "__main__":
+    main()
