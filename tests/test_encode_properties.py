@@ -30,7 +30,9 @@ def _round_trips(fmt, text: str) -> bool:
 
 
 def _pieces(tokens: list[str]):
-    fragments = sorted({t[:cut] for t in tokens for cut in range(1, len(t))} | {t[cut:] for t in tokens for cut in (1, 2)})
+    fragments = sorted(
+        {t[:cut] for t in tokens for cut in range(1, len(t))} | {t[cut:] for t in tokens for cut in (1, 2)}
+    )
     return st.one_of(
         st.sampled_from(tokens),
         st.sampled_from(fragments),
@@ -43,8 +45,11 @@ def _conversations(tokens: list[str]):
     text = st.lists(_pieces(tokens), max_size=6).map("".join)
     turn = st.tuples(text, text)
     return st.lists(turn, min_size=1, max_size=3).map(
-        lambda turns: [m for user, reply in turns for m in ({"role": "user", "content": user},
-                                                             {"role": "assistant", "content": reply})]  # fmt: skip
+        lambda turns: [
+            m
+            for user, reply in turns
+            for m in ({"role": "user", "content": user}, {"role": "assistant", "content": reply})
+        ]  # fmt: skip
     )
 
 

@@ -18,10 +18,12 @@ The steps of :meth:`Encoder.encode`:
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,11 +96,12 @@ class _Pieces:
         self.lookups.append(None)
         self.ids.append(token_id)
 
-    def add_text(self, at: int, encoding: Any) -> None:
+    def add_text(self, at: int, encoded: tuple[list[int], Callable[[int], int | None]]) -> None:
+        ids, char_to_token = encoded
         self.char_starts.append(at)
         self.token_starts.append(len(self.ids))
-        self.lookups.append(encoding.char_to_token)
-        self.ids.extend(encoding.ids)
+        self.lookups.append(char_to_token)
+        self.ids.extend(ids)
 
     def char_to_token(self, position: int) -> int | None:
         piece = bisect.bisect_right(self.char_starts, position) - 1
@@ -146,6 +149,13 @@ class Encoder:
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> Encoding:
         job = self.render(messages, tools, documents, add_generation_prompt, template_name, options, template_kwargs)
+        if self.binding.segment_safe:
+            # Text between control tokens, tokenized once and cached: a system prompt or tool schemas shared by
+            # many conversations are not tokenized again.
+            segments = _segments(job.text, job.controls)
+            self._segment_cache.fill([piece for _, piece in segments], self.binding.data)
+            assembled = self._assemble(job.text, job.controls, segments)
+            return self.finish(job, assembled.ids, assembled.char_to_token)
         if job.prepared.broken:
             pieces = self._encode_pieces(job.text, job.controls)
             return self.finish(job, pieces.ids, pieces.char_to_token)
@@ -161,40 +171,63 @@ class Encoder:
         template_name: str | None = None,
         options: EncodeOptions = EncodeOptions(),
         template_kwargs: Mapping[str, Any] | None = None,
+        chunk_size: int = 16,
     ) -> list[Encoding]:
         """Encode many conversations: templates render here, tokenization runs in the tokenizer's threads.
 
-        Text is cut at the template's control tokens and each piece is tokenized once per batch and kept in a cache
-        across batches, so system prompts and tool schemas that repeat across a dataset are tokenized once. (For
-        tokenizers where cutting could change the result, whole texts are tokenized instead.)
+        Work is pipelined by chunks: while the tokenizer's threads encode one chunk (the GIL is released there), this
+        thread renders the next one and finishes the previous one. Text is cut at the template's control tokens and
+        each piece is tokenized once and kept in a cache, so system prompts and tool schemas that repeat across a
+        dataset are tokenized once. (For tokenizers where cutting could change the result, whole texts are
+        tokenized instead.)
         """
-        jobs = []
+        items = []
         for item in conversations:
             if isinstance(item, Mapping):
-                messages, item_tools = item.get("messages"), item.get("tools", tools)
+                items.append((item.get("messages"), item.get("tools", tools)))
             else:
-                messages, item_tools = item, tools
-            jobs.append(
-                self.render(messages, item_tools, None, add_generation_prompt, template_name, options, template_kwargs)
-            )
+                items.append((item, tools))
+
+        def render(chunk: Sequence[tuple[Any, Any]]) -> list[_Job]:
+            return [
+                self.render(m, t, None, add_generation_prompt, template_name, options, template_kwargs)
+                for m, t in chunk
+            ]
+
+        chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
+        out: list[Encoding] = []
         if not self.binding.segment_safe:
-            plain = [j for j in jobs if not j.prepared.broken]
-            encodings = iter(self.binding.backend.encode_batch([j.text for j in plain], add_special_tokens=False))
-            out = []
-            for job in jobs:
-                if job.prepared.broken:
-                    pieces = self._encode_pieces(job.text, job.controls)
-                    out.append(self.finish(job, pieces.ids, pieces.char_to_token))
-                else:
-                    encoding = next(encodings)
-                    out.append(self.finish(job, encoding.ids, encoding.char_to_token))
+            for chunk in chunks:
+                jobs = render(chunk)
+                plain = [j for j in jobs if not j.prepared.broken]
+                encodings = iter(self.binding.backend.encode_batch([j.text for j in plain], add_special_tokens=False))
+                for job in jobs:
+                    if job.prepared.broken:
+                        pieces = self._encode_pieces(job.text, job.controls)
+                        out.append(self.finish(job, pieces.ids, pieces.char_to_token))
+                    else:
+                        encoding = next(encodings)
+                        out.append(self.finish(job, encoding.ids, encoding.char_to_token))
             return out
-        segments = [_segments(job.text, job.controls) for job in jobs]
-        self._segment_cache.fill([piece for pieces in segments for _, piece in pieces], self.binding.data)
-        out = []
-        for job, pieces in zip(jobs, segments, strict=True):
-            assembled = self._assemble(job.text, job.controls, pieces)
-            out.append(self.finish(job, assembled.ids, assembled.char_to_token))
+
+        def finish(jobs: list[_Job], segments: list[list[tuple[int, str]]]) -> None:
+            for job, pieces in zip(jobs, segments, strict=True):
+                assembled = self._assemble(job.text, job.controls, pieces)
+                out.append(self.finish(job, assembled.ids, assembled.char_to_token))
+
+        pending: tuple[list[_Job], list[list[tuple[int, str]]]] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnkit-tokenize") as pool:
+            for chunk in chunks:
+                jobs = render(chunk)
+                segments = [_segments(job.text, job.controls) for job in jobs]
+                missing = self._segment_cache.missing([piece for pieces in segments for _, piece in pieces])
+                future = pool.submit(self.binding.data.encode_batch, missing, add_special_tokens=False)
+                if pending is not None:
+                    finish(*pending)  # overlaps with the tokenizer working on this chunk
+                self._segment_cache.store(missing, future.result())
+                pending = (jobs, segments)
+            if pending is not None:
+                finish(*pending)
         return out
 
     # -- the stages -----------------------------------------------------------------------------------------------
@@ -320,7 +353,8 @@ class Encoder:
         """Control tokens as their ids; everything between them as plain text (added tokens disabled)."""
         segments = _segments(text, controls)
         encoded = self.binding.data.encode_batch([piece for _, piece in segments], add_special_tokens=False)
-        return _pieces(controls, dict(zip([at for at, _ in segments], encoded, strict=True)), self.binding, len(text))
+        by_start = {at: (e.ids, e.char_to_token) for (at, _), e in zip(segments, encoded, strict=True)}
+        return _pieces(controls, by_start, self.binding, len(text))
 
     def _assemble(
         self, text: str, controls: Sequence[tuple[int, int, str]], segments: list[tuple[int, str]]
@@ -574,7 +608,7 @@ class _Turns:
         points: list[tuple[int, int]] = []  # (character where it starts, message)
         bounds = [0, *self.boundaries, self.size]
         j = 0
-        for chunk_start, chunk_end in zip(bounds, bounds[1:], strict=False):
+        for chunk_start, chunk_end in itertools.pairwise(bounds):
             while j < len(data) and data[j][0] < chunk_start:
                 j += 1
             first = True
@@ -691,12 +725,25 @@ class _SegmentCache:
         self._items[piece] = found  # most recent last
         return found
 
+    def missing(self, pieces: Sequence[str]) -> list[str]:
+        """The distinct pieces not in the cache yet."""
+        return list(dict.fromkeys(p for p in pieces if p not in self._items))
+
+    def store(self, pieces: Sequence[str], encodings: Sequence[Any]) -> None:
+        for piece, encoding in zip(pieces, encodings, strict=True):
+            self._items[piece] = (encoding.ids, encoding.char_to_token)
+        self._evict(len(pieces))
+
     def fill(self, pieces: Sequence[str], tokenizer: Any) -> None:
-        missing = list(dict.fromkeys(p for p in pieces if p not in self._items))
-        if missing:
-            for piece, encoding in zip(missing, tokenizer.encode_batch(missing, add_special_tokens=False), strict=True):
-                self._items[piece] = encoding
-        overflow = len(self._items) - max(self.capacity, len(set(pieces)))
-        if overflow > 0:
-            for key in list(self._items)[:overflow]:
+        """Tokenize the pieces that are not cached yet, in this thread."""
+        missing = self.missing(pieces)
+        for piece in missing:
+            encoding = tokenizer.encode(piece, add_special_tokens=False)
+            self._items[piece] = (encoding.ids, encoding.char_to_token)
+        self._evict(len(pieces))
+
+    def _evict(self, in_use: int) -> None:
+        overflow = len(self._items) - max(self.capacity, in_use)
+        if overflow > 0:  # the least recently used are first
+            for key in list(itertools.islice(self._items, overflow)):
                 del self._items[key]
