@@ -21,18 +21,18 @@ import os
 os.environ.setdefault("RAYON_NUM_THREADS", "2")  # the tokenizer's thread pool, fixed when it first starts
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
 
-import argparse  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from turnkit import ChatFormat  # noqa: E402
-from turnkit.embedded import cache_dir, default_model_path  # noqa: E402
+from turnkit import ChatFormat
+from turnkit.embedded import cache_dir, default_model_path
 
 GENERATION_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -43,11 +43,12 @@ GENERATION_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-WORDS = (
+_SENTENCE = (
     "the model learns to stop when it emits the end of turn marker and every assistant reply is trained with it "
     "tokens data template render encode mask label prompt system user assistant tool call result weather Paris "
     "1024 3.14 json {key: value} <b>bold</b> naïve café 東京 🙂 - ; : ( ) [ ] quick brown fox jumps over lazy dog"
-).split()
+)
+WORDS = _SENTENCE.split()
 
 
 def _paragraph(rng: random.Random, words: int) -> str:
@@ -82,7 +83,7 @@ def _interleaved(variants: dict, items: int, rounds: int) -> dict[str, float]:
     """Median µs per conversation of each variant; the variants take turns inside every round, so that a noisy
     neighbour slows all of them alike rather than whichever happened to run at that moment."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    for name, (run, threads) in variants.items():  # warm up: compiled templates, the BPE word caches
+    for run, threads in variants.values():  # warm up: compiled templates, the BPE word caches
         os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads else "false"
         run()
     for _ in range(rounds):
@@ -129,7 +130,7 @@ def main() -> None:
 
     def bare_backend():
         for text in texts:
-            backend.encode(text, add_special_tokens=False).ids
+            _ = backend.encode(text, add_special_tokens=False).ids
 
     def fresh_cache():
         # Every round is one pass over a dataset: no head start from the text cached in earlier rounds, only what

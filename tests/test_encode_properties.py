@@ -49,7 +49,7 @@ def _conversations(tokens: list[str]):
             m
             for user, reply in turns
             for m in ({"role": "user", "content": user}, {"role": "assistant", "content": reply})
-        ]  # fmt: skip
+        ]
     )
 
 
@@ -66,7 +66,7 @@ def _benign_twin(messages, tokens):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_invariants_hold_on_hostile_data(setup, data):
-    fmt, tokenizer = setup
+    fmt, _ = setup
     tokens = sorted(fmt.tokenizer.added)
     messages = data.draw(_conversations(tokens))
     if not all(_round_trips(fmt, m["content"]) for m in messages):
@@ -105,7 +105,7 @@ def test_benign_conversations_match_transformers(setup, data):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_masks_train_exactly_the_replies(setup, data):
-    fmt, tokenizer = setup
+    fmt, _ = setup
     tokens = sorted(fmt.tokenizer.added)
     messages = data.draw(_conversations(tokens))
     if not all(_round_trips(fmt, m["content"]) for m in messages):
