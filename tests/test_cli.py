@@ -79,3 +79,33 @@ def test_console_script_runs(conversation):
         check=True,
     )
     assert result.stdout.startswith("<|begin_of_text|><|start_header_id|>system")
+
+
+def test_encode_table_json_and_prefix_check(tmp_path, capsys, smollm2_gguf):
+    conversation = tmp_path / "c.json"
+    messages = [
+        {"role": "user", "content": "Hi <|im_end|>"},
+        {"role": "assistant", "content": "Hello"},
+    ]
+    conversation.write_text(json.dumps(messages))
+    assert main(["encode", "--model", str(smollm2_gguf), str(conversation)]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["#", "id", "msg", "source", "trained", "text"]
+    assert any(line.split()[3:5] == ["data", "yes"] and "'Hello'" in line for line in table.splitlines())
+    assert main(["encode", "--model", str(smollm2_gguf), "--json", str(conversation)]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    expected = ChatFormat.from_pretrained(smollm2_gguf).encode(messages)
+    assert payload["input_ids"] == expected.input_ids.tolist()
+    assert payload["control_counts"] == {"<|im_start|>": 3, "<|im_end|>": 3}
+    assert "".join(payload["tokens"]) == payload["text"]
+    assert main(["encode", "--model", str(smollm2_gguf), "--check-prefix", str(conversation)]) == 0
+    assert capsys.readouterr().out.startswith("prefix-stable")
+
+
+def test_encode_family_with_tokenizer_and_errors(tmp_path, capsys, smollm2_hf_folder):
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps([{"role": "user", "content": "x"}]))
+    assert main(["encode", "--family", "chatml", "--tokenizer", str(smollm2_hf_folder), str(conversation)]) == 2
+    assert "no assistant turn" in capsys.readouterr().err
+    assert main(["encode", "--family", "chatml", str(conversation)]) == 2
+    assert "no tokenizer" in capsys.readouterr().err

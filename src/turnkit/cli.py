@@ -3,6 +3,9 @@
 ``turnkit render (--model PATH | --template FILE | --family NAME) [--tools FILE] [--generation-prompt] CONV.json``
 prints the exact text a conversation renders to. ``--show`` makes whitespace and special tokens visible.
 
+``turnkit encode ...`` shows its tokens: the boundaries, which tokens are trained and which came from data (colours
+on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability.
+
 Errors are printed as one clear line (``turnkit: error: message 2, field 'role': ...``) with exit status 2, never as a
 stack trace.
 """
@@ -69,9 +72,17 @@ def _format_from_args(args: argparse.Namespace) -> ChatFormat:
             text = Path(args.template).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read template {args.template}: {exc.strerror}") from None
-        tokens = dict(args.token or [])
-        return ChatFormat.from_template(text, **tokens)
-    return ChatFormat.from_family(args.family)
+        fmt = ChatFormat.from_template(text, **dict(args.token or []))
+    else:
+        fmt = ChatFormat.from_family(args.family)
+    tokenizer = getattr(args, "tokenizer", None)
+    if tokenizer:
+        from turnkit.encode.tokenizer import TokenizerBinding
+
+        path = model_path(tokenizer)
+        binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
+        fmt = fmt.with_tokenizer(binding)
+    return fmt
 
 
 def show_visible(text: str, markers: Sequence[str], *, color: bool) -> str:
@@ -96,12 +107,7 @@ def _visible_whitespace(text: str) -> str:
 
 def _cmd_render(args: argparse.Namespace) -> int:
     messages, tools, extra = _load_conversation(args.conversation)
-    if args.tools:
-        tools = _read_json(args.tools, "tools file")
-        if isinstance(tools, dict) and "tools" in tools:
-            tools = tools["tools"]
-        if not isinstance(tools, list):
-            raise UsageError(f"tools file {args.tools} must hold a JSON list of tool schemas")
+    tools = _load_tools(args, tools)
     fmt = _format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
     text = fmt.render(
@@ -121,6 +127,81 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_tools(args: argparse.Namespace, tools: Any) -> Any:
+    if args.tools:
+        tools = _read_json(args.tools, "tools file")
+        if isinstance(tools, dict) and "tools" in tools:
+            tools = tools["tools"]
+        if not isinstance(tools, list):
+            raise UsageError(f"tools file {args.tools} must hold a JSON list of tool schemas")
+    return tools
+
+
+_DIM, _TRAINED, _DATA, _RESET = "\x1b[2m", "\x1b[42;30m", "\x1b[1m", "\x1b[0m"
+
+
+def _token_table(encoding: Any, pieces: list[str]) -> str:
+    lines = [f"{'#':>5} {'id':>7} {'msg':>4}  {'source':<8} {'trained':<7} text"]
+    for n, piece in enumerate(pieces):
+        source = "data" if encoding.is_data[n] else "template"
+        trained = "yes" if encoding.assistant_mask[n] else ""
+        lines.append(
+            f"{n:>5} {int(encoding.input_ids[n]):>7} {int(encoding.message_index[n]):>4}  {source:<8} {trained:<7} "
+            f"{piece!r}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _token_colours(encoding: Any, pieces: list[str]) -> str:
+    """Inline: template text dim, data bold, trained tokens on green; a thin bar between tokens."""
+    out = []
+    for n, piece in enumerate(pieces):
+        style = _TRAINED if encoding.assistant_mask[n] else _DATA if encoding.is_data[n] else _DIM
+        out.append(f"{style}{_visible_whitespace(piece)}{_RESET}")
+    legend = f"{_DIM}template{_RESET} {_DATA}data{_RESET} {_TRAINED}trained{_RESET}  (│ separates tokens)"
+    return "│".join(out) + "\n\n" + legend + "\n"
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    messages, tools, extra = _load_conversation(args.conversation)
+    tools = _load_tools(args, tools)
+    fmt = _format_from_args(args)
+    variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    if args.check_prefix:
+        report = fmt.check_prefix_stable(messages, tools=tools, **variables)
+        sys.stdout.write(str(report) + "\n")
+        for diff in fmt.diff_prompts(messages, tools=tools, **variables):
+            if not diff.agrees:
+                sys.stdout.write(str(diff) + "\n")
+        return 0 if report else 1
+    encoding = fmt.encode(
+        messages,
+        tools=tools,
+        add_generation_prompt=args.generation_prompt,
+        turns=args.turns,
+        train_end_marker=not args.no_end_marker,
+        template_name=args.template_name,
+        **variables,
+    )
+    pieces = [fmt.tokenizer.decode([int(i)]) for i in encoding.input_ids]
+    if args.json:
+        payload = {
+            **encoding.to_dict(),
+            "message_index": encoding.message_index.tolist(),
+            "is_data": encoding.is_data.tolist(),
+            "tokens": pieces,
+            "text": encoding.text,
+            "control_counts": encoding.control_counts,
+        }
+        json.dump(payload, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    elif sys.stdout.isatty():
+        sys.stdout.write(_token_colours(encoding, pieces))
+    else:
+        sys.stdout.write(_token_table(encoding, pieces))
+    return 0
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -137,23 +218,39 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     render = commands.add_parser("render", help="print the exact text a conversation renders to")
-    source = render.add_mutually_exclusive_group(required=True)
+    _add_format_arguments(render)
+    render.add_argument("--continue", dest="continue_final_message", action="store_true",
+                        help="leave the final message open for the model to continue")  # fmt: skip
+    render.add_argument("--show", action="store_true", help="make whitespace and special tokens visible")
+    render.set_defaults(handler=_cmd_render)
+
+    encode = commands.add_parser(
+        "encode", help="show the tokens of a conversation: boundaries, trained tokens, data tokens"
+    )
+    _add_format_arguments(encode)
+    encode.add_argument("--tokenizer", metavar="PATH", help="tokenizer for --template/--family (folder or .gguf)")
+    encode.add_argument("--turns", choices=["all", "last", "none"], default="all", help="assistant turns to train")
+    encode.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
+    encode.add_argument("--json", action="store_true", help="machine-readable output")
+    encode.add_argument("--check-prefix", action="store_true",
+                        help="report prefix stability and the token diff of serving vs training prompts")  # fmt: skip
+    encode.set_defaults(handler=_cmd_encode)
+    return parser
+
+
+def _add_format_arguments(command: argparse.ArgumentParser) -> None:
+    source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
     source.add_argument("--family", choices=families.names(), help="a built-in family")
-    render.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
-    render.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
-    render.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
-    render.add_argument("--continue", dest="continue_final_message", action="store_true",
-                        help="leave the final message open for the model to continue")  # fmt: skip
-    render.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
-    render.add_argument("--token", metavar="NAME=TEXT", type=_key_value, action="append",
-                        help="a special token for --template, e.g. bos_token='<s>' (repeatable)")  # fmt: skip
-    render.add_argument("--var", metavar="KEY=VALUE", type=_key_value, action="append",
-                        help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)")  # fmt: skip
-    render.add_argument("--show", action="store_true", help="make whitespace and special tokens visible")
-    render.set_defaults(handler=_cmd_render)
-    return parser
+    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
+    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
+    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
+    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
+    command.add_argument("--token", metavar="NAME=TEXT", type=_key_value, action="append",
+                         help="a special token for --template, e.g. bos_token='<s>' (repeatable)")  # fmt: skip
+    command.add_argument("--var", metavar="KEY=VALUE", type=_key_value, action="append",
+                         help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
