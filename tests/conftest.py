@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from turnkit.embedded import EmbeddedModelError, cache_dir, default_model_path
+from turnkit.cache import cache_dir
+from turnkit.embedded import EmbeddedModelError, default_model_path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

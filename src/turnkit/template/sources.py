@@ -140,60 +140,82 @@ def load_hf_folder(folder: str | Path) -> TemplateSet:
     )
 
 
-def _gguf_string(reader: Any, key: str) -> str | None:
+def _gguf_value(reader: Any, key: str) -> Any:
     field_ = reader.fields.get(key)
-    if field_ is None:
-        return None
-    value = field_.contents()
-    return value if isinstance(value, str) else None
+    return None if field_ is None else field_.contents()
 
 
-def _gguf_int(reader: Any, key: str) -> int | None:
-    field_ = reader.fields.get(key)
-    if field_ is None:
-        return None
-    value = field_.contents()
-    return int(value) if isinstance(value, int) else None
+def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
+    """What turnkit needs from a GGUF file's metadata: templates, special tokens, end-of-turn ids, names.
 
-
-def load_gguf(path: str | Path) -> TemplateSet:
-    """The templates and special tokens of a GGUF file (read with the ``gguf`` package)."""
-    from gguf import GGUFReader  # imported here: it pulls in numpy, and most renders never need it
+    The ``gguf`` package parses the whole file (every token and merge) in seconds, so the result is cached as JSON in
+    turnkit's cache folder, keyed by the file's path, size and modification time.
+    """
+    from turnkit.cache import cache_dir, file_key
 
     path = Path(path)
+    try:
+        cached = cache_dir() / "gguf-metadata" / f"{file_key(path)}.json"
+    except OSError as exc:
+        raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    from gguf import GGUFReader  # imported here: it pulls in numpy, and most renders never need it
+
     try:
         reader = GGUFReader(path)
     except (OSError, ValueError) as exc:
         raise TemplateNotFoundError(f"cannot read {path} as a GGUF file: {exc}") from None
-
     templates: dict[str, str] = {}
-    default = _gguf_string(reader, "tokenizer.chat_template")
-    if default is not None:
+    default = _gguf_value(reader, "tokenizer.chat_template")
+    if isinstance(default, str):
         templates["default"] = default
     prefix = "tokenizer.chat_template."
     for key in reader.fields:
-        if key.startswith(prefix) and (text := _gguf_string(reader, key)) is not None:
+        if key.startswith(prefix) and isinstance(text := _gguf_value(reader, key), str):
             templates[key[len(prefix) :]] = text
-    if not templates:
-        raise TemplateNotFoundError(f"{path} has no tokenizer.chat_template in its metadata")
-
     special: dict[str, str] = {}
     tokens = reader.fields.get("tokenizer.ggml.tokens")
+    eos_ids = []
     if tokens is not None:
         for name, key in _GGUF_TOKEN_IDS.items():
-            token_id = _gguf_int(reader, key)
-            if token_id is not None and 0 <= token_id < len(tokens.data):
+            token_id = _gguf_value(reader, key)
+            if isinstance(token_id, int) and 0 <= token_id < len(tokens.data):
                 special[name] = bytes(tokens.parts[tokens.data[token_id]]).decode("utf-8", errors="replace")
+        for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+            if isinstance(token_id := _gguf_value(reader, key), int):
+                eos_ids.append(token_id)
     metadata = {
-        "kind": "gguf",
-        "path": str(path),
-        "architecture": _gguf_string(reader, "general.architecture"),
-        "name": _gguf_string(reader, "general.name"),
+        "templates": templates,
+        "special_tokens": special,
+        "eos_ids": eos_ids,
+        "architecture": _gguf_value(reader, "general.architecture"),
+        "name": _gguf_value(reader, "general.name"),
     }
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    partial.write_text(json.dumps(metadata), encoding="utf-8")
+    partial.replace(cached)
+    return metadata
+
+
+def load_gguf(path: str | Path) -> TemplateSet:
+    """The templates and special tokens of a GGUF file (read with the ``gguf`` package)."""
+    path = Path(path)
+    metadata = read_gguf_metadata(path)
+    templates = metadata["templates"]
+    if not templates:
+        raise TemplateNotFoundError(f"{path} has no tokenizer.chat_template in its metadata")
     return TemplateSet(
         templates=templates,
         single=list(templates) == ["default"],
         origin=str(path),
-        special_tokens=special,
-        metadata=metadata,
+        special_tokens=metadata["special_tokens"],
+        metadata={
+            "kind": "gguf",
+            "path": str(path),
+            "architecture": metadata["architecture"],
+            "name": metadata["name"],
+            "eos_ids": metadata["eos_ids"],
+        },
     )
