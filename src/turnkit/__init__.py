@@ -6,8 +6,12 @@ The public API:
 * :class:`Message`, :class:`ToolCall`, :class:`FunctionCall`, :class:`TextPart`: typed OpenAI-style messages
   (plain dicts are accepted everywhere too).
 * :mod:`turnkit.families`: the built-in families and ``infer``.
+* :class:`Encoding`, :class:`EncodeError`, :class:`EmptyMaskError` (from :mod:`turnkit.encode`, imported on first
+  use: numpy and tokenizers are not loaded by a plain render).
 * The errors, all derived from :class:`TurnkitError`.
 """
+
+from typing import Any
 
 from turnkit import families
 from turnkit.errors import (
@@ -27,8 +31,22 @@ from turnkit.template import RenderLimits, function_schema
 
 __version__ = "0.1.0"
 
+_LAZY = {"Encoding", "EncodeError", "EmptyMaskError", "TokenizerError"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import turnkit.encode
+
+        return getattr(turnkit.encode, name)
+    raise AttributeError(f"module 'turnkit' has no attribute {name!r}")
+
+
 __all__ = [
     "ChatFormat",
+    "EmptyMaskError",
+    "EncodeError",
+    "Encoding",
     "FamilyNotFoundError",
     "FunctionCall",
     "Message",
@@ -40,6 +58,7 @@ __all__ = [
     "TemplateSecurityError",
     "TemplateSyntaxError",
     "TextPart",
+    "TokenizerError",
     "ToolCall",
     "ToolSchemaError",
     "TurnkitError",
