@@ -6,6 +6,7 @@ The public API:
 * :class:`Message`, :class:`ToolCall`, :class:`FunctionCall`, :class:`TextPart`: typed OpenAI-style messages
   (plain dicts are accepted everywhere too).
 * :mod:`turnkit.families`: the built-in families and ``infer``.
+* :func:`parse_transcript`: a ChatML transcript back to messages; ``fmt.parse`` / ``fmt.stream_parser`` for replies.
 * :class:`Encoding`, :class:`EncodeError`, :class:`EmptyMaskError` (from :mod:`turnkit.encode`, imported on first
   use: numpy and tokenizers are not loaded by a plain render).
 * The errors, all derived from :class:`TurnkitError`.
@@ -27,6 +28,7 @@ from turnkit.errors import (
 )
 from turnkit.format import ChatFormat
 from turnkit.messages import FunctionCall, Message, TextPart, ToolCall, normalize_conversation
+from turnkit.parse.transcript import TranscriptError, parse_transcript
 from turnkit.template import RenderLimits, function_schema
 
 __version__ = "0.1.0"
@@ -61,9 +63,11 @@ __all__ = [
     "TokenizerError",
     "ToolCall",
     "ToolSchemaError",
+    "TranscriptError",
     "TurnkitError",
     "__version__",
     "families",
     "function_schema",
     "normalize_conversation",
+    "parse_transcript",
 ]

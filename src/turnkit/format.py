@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from turnkit.encode.encoding import Encoding
     from turnkit.encode.prefix import PrefixReport, PromptDiff
     from turnkit.encode.tokenizer import TokenizerBinding
+    from turnkit.parse.formats import ReplyFormat
+    from turnkit.parse.parser import StreamParser
+    from turnkit.parse.reply import EndReason, Reply
 
 __all__ = ["ChatFormat"]
 
@@ -330,6 +333,115 @@ class ChatFormat:
             options=options,
             template_kwargs=template_kwargs,
         )
+
+    # -- parsing ------------------------------------------------------------------------------------------------------
+
+    @cached_property
+    def reply_format(self) -> ReplyFormat:
+        """How this format's replies write reasoning and tool calls (inferred; pass ``reply_format=`` to override)."""
+        from turnkit.parse import formats
+
+        return formats.for_format(self)
+
+    @cached_property
+    def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
+        """Every id that ends a reply: the template's end-of-turn markers and the checkpoint's EOS ids."""
+        from turnkit.parse.reply import EndReason
+
+        binding = self.tokenizer
+        out: dict[int, tuple[EndReason, str]] = {}
+        for token_id in binding.eos_ids:
+            text = binding.by_id[token_id].content if token_id in binding.by_id else binding.id_to_token(token_id)
+            out[token_id] = (EndReason.EOS, text or "")
+        for text in self.encoder.stop_texts:
+            out[binding.added[text].id] = (EndReason.END_OF_TURN, text)
+        return out
+
+    def stream_parser(
+        self,
+        *,
+        prompt: Sequence[int] | str | None = None,
+        stop: str | Sequence[str] | None = None,
+        tools: Tools | None = None,
+        reply_format: str | ReplyFormat | None = None,
+        call_id: Callable[[int], str] | None = None,
+    ) -> StreamParser:
+        """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
+
+        Args:
+            prompt: The prompt the reply continues (ids or text). A template that pre-writes ``<think>`` in its
+                generation prompt leaves the reply inside reasoning, and the parser starts there.
+            stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
+                emits any part of one.
+            tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
+            reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
+                ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
+            call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
+        """
+        return self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+
+    def parse(
+        self,
+        reply: Sequence[int] | str,
+        *,
+        prompt: Sequence[int] | str | None = None,
+        stop: str | Sequence[str] | None = None,
+        tools: Tools | None = None,
+        reply_format: str | ReplyFormat | None = None,
+        length: bool = False,
+        call_id: Callable[[int], str] | None = None,
+    ) -> Reply:
+        """Parse a whole reply (token ids, or text for replies that only exist as text) into a :class:`Reply`.
+
+        ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first).
+        """
+        if isinstance(reply, str):
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=False)
+            parser.feed_text(reply)
+        else:
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+            parser.feed(reply)
+        return parser.finish(length=length)
+
+    def _stream_parser(
+        self,
+        prompt: Sequence[int] | str | None,
+        stop: str | Sequence[str] | None,
+        tools: Tools | None,
+        reply_format: str | ReplyFormat | None,
+        call_id: Callable[[int], str] | None,
+        *,
+        with_tokenizer: bool,
+    ) -> StreamParser:
+        from turnkit.parse import formats
+        from turnkit.parse.parser import StreamParser
+        from turnkit.template.tools import tool_schemas
+
+        spec = formats.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        names = None
+        if tools is not None:
+            names = [t.get("function", t).get("name") for t in tool_schemas(tools) or [] if isinstance(t, Mapping)]
+        binding = self.tokenizer if with_tokenizer else None
+        return StreamParser(
+            spec,
+            added_tokens={text: token.id for text, token in binding.added.items()} if binding else None,
+            stop_ids=self.stop_ids if binding else None,
+            stops=stops,
+            tools=names,
+            byte_table=binding.byte_table if binding else None,
+            backend=binding.backend if binding else None,
+            in_reasoning=self._prompt_opens_reasoning(prompt, spec),
+            call_id=call_id,
+        )
+
+    def _prompt_opens_reasoning(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
+        """Whether the prompt ends inside an open reasoning block (a generation prompt that pre-writes ``<think>``)."""
+        if prompt is None or spec.reasoning is None:
+            return False
+        start, end = spec.reasoning
+        text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
+        return text.rfind(start) > text.rfind(end)
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any

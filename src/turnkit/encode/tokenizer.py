@@ -161,6 +161,13 @@ class TokenizerBinding:
         spec["post_processor"] = None
         return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
+    @cached_property
+    def byte_table(self) -> Any:
+        """The bytes of every token id, for decoding a stream in constant time per token (None if unsupported)."""
+        from turnkit.parse.detokenize import ByteTable
+
+        return ByteTable.from_tokenizer(self.backend)
+
     def encode(self, text: str) -> tokenizers.Encoding:
         """Encode text in which every added-token string is meant as that token (template text)."""
         return self.backend.encode(text, add_special_tokens=False)

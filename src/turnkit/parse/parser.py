@@ -1,0 +1,420 @@
+"""The streaming reply parser: token ids in, OpenAI-shaped deltas out, one pass over the reply.
+
+A :class:`StreamParser` reads a reply token by token:
+
+* an id in the stop set (the template's end-of-turn marker, the checkpoint's EOS ids) ends the reply;
+* an id that is a marker of the reply format (``<tool_call>``, ``<think>``, ``[TOOL_CALLS]`` ...) switches state;
+  where a marker is a single token of the vocabulary only that token counts: the same characters written as ordinary
+  text are content;
+* any other id becomes text (:mod:`.detokenize`), which a :class:`~.scanner.TextScanner` searches for the request's
+  stop strings and for the markers that are not single tokens, holding back text that could still start one;
+* text goes to the channel of the current state: content, reasoning, or the tool call being read
+  (:mod:`.jsonscan`).
+
+Every delta is also kept for the final :class:`~.reply.Reply`, so the concatenated deltas always equal it, and
+however the ids are chunked, the result is the same. Nothing is removed from the text after the fact.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from turnkit.parse.detokenize import ByteTable, TextDecoder
+from turnkit.parse.formats import ReplyFormat
+from turnkit.parse.jsonscan import ObjectReader
+from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, Reply, ToolCallDelta
+from turnkit.parse.scanner import MARKER, STOP, TEXT, TextScanner
+
+__all__ = ["StreamParser"]
+
+_WS = " \t\r\n"
+
+
+class _Channel:
+    """Text of one kind (content or reasoning). Whitespace at its end is held until more text follows, because
+    whitespace next to a tool call or a reasoning marker is dropped rather than shown."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.held = ""
+        self.drop_leading = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self.parts)
+
+    def add(self, text: str) -> str:
+        if self.drop_leading and not self.parts:
+            text = text.lstrip(_WS)
+            if not text:
+                return ""
+        combined = self.held + text if self.held else text
+        body = combined.rstrip(_WS)
+        self.held = combined[len(body) :]
+        if body:
+            self.parts.append(body)
+        return body
+
+    def release_held(self) -> str:
+        held, self.held = self.held, ""
+        if held:
+            self.parts.append(held)
+        return held
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class _Call:
+    """A tool call being read from ``<tool_call>`` ... ``</tool_call>``."""
+
+    def __init__(self, index: int, call_id: str) -> None:
+        self.index = index
+        self.id = call_id
+        self.reader = ObjectReader(("arguments", "parameters"))
+        self.name: str | None = None
+        self.sent_arguments: list[str] = []
+        self.pending: list[str] = []
+
+    def feed(self, text: str) -> list[ToolCallDelta]:
+        fragment = self.reader.feed(text)
+        out: list[ToolCallDelta] = []
+        if self.name is None and "name" in self.reader.values:
+            try:
+                name = json.loads(self.reader.values["name"])
+            except ValueError:
+                name = None
+            if isinstance(name, str):
+                self.name = name
+                out.append(ToolCallDelta(self.index, self.id, name))
+        if fragment:
+            self.pending.append(fragment)
+        if self.name is not None and self.pending:
+            arguments = "".join(self.pending)
+            self.pending = []
+            self.sent_arguments.append(arguments)
+            out.append(ToolCallDelta(self.index, arguments=arguments))
+        return out
+
+
+class StreamParser:
+    """Parses one reply incrementally. Build it with ``ChatFormat.stream_parser`` (or ``parse`` for a whole reply).
+
+    ``feed(token_ids)`` returns the deltas the new ids complete; ``feed_text(text)`` does the same for replies that
+    exist only as text (markers are then matched as text). ``finish()`` returns the :class:`~.reply.Reply`.
+    """
+
+    def __init__(
+        self,
+        reply_format: ReplyFormat,
+        *,
+        added_tokens: Mapping[str, int] | None = None,
+        stop_ids: Mapping[int, tuple[EndReason, str]] | None = None,
+        stops: Sequence[str] = (),
+        tools: Iterable[str] | None = None,
+        byte_table: ByteTable | None = None,
+        backend: Any = None,
+        in_reasoning: bool = False,
+        call_id: Callable[[int], str] | None = None,
+    ) -> None:
+        self.format = reply_format
+        added = added_tokens or {}
+        self._marker_ids = {added[m]: m for m in reply_format.markers if m in added}
+        text_markers = [m for m in reply_format.markers if m not in added]
+        self._stop_ids = dict(stop_ids or {})
+        self._scanner = TextScanner(stops, text_markers)
+        self._decoder = TextDecoder(byte_table, backend) if (byte_table is not None or backend is not None) else None
+        self._tools = frozenset(tools) if tools is not None else None
+        prefix = secrets.token_hex(6)
+        self._call_id = call_id or (lambda index: f"call_{prefix}{index}")
+        self._content = _Channel()
+        self._reasoning = _Channel()
+        self._reasoning_seen = in_reasoning
+        self._state = "reasoning" if in_reasoning and reply_format.reasoning else "content"
+        self._calls: list[ParsedToolCall] = []
+        self._call: _Call | None = None
+        self._buffer: list[str] = []  # llama3 / mistral tool-call text, parsed at the end
+        self._probe = ""  # llama3: the start of the reply, until it is known whether it is a JSON call
+        self._end: EndReason | None = None
+        self._stop: str | None = None
+        self._out: list[Delta] = []
+
+    # -- input ---------------------------------------------------------------------------------------------------
+
+    def feed(self, token_ids: Iterable[int]) -> list[Delta]:
+        """Feed generated token ids; returns the deltas they complete (possibly none)."""
+        if self._decoder is None:
+            raise TypeError("this parser has no tokenizer; feed it text with feed_text")
+        out = self._out = []
+        decoder, markers, stops, scanner = self._decoder, self._marker_ids, self._stop_ids, self._scanner
+        for token_id in token_ids:
+            if self._end is not None:
+                break
+            stop = stops.get(token_id)
+            if stop is not None:
+                self._text_events(scanner.feed(decoder.flush()))
+                self._text_events(scanner.flush())
+                if self._end is None:
+                    self._end, self._stop = stop
+                break
+            marker = markers.get(token_id)
+            if marker is not None:
+                self._text_events(scanner.feed(decoder.flush()))
+                self._text_events(scanner.flush())
+                if self._end is None:
+                    self._marker(marker)
+                continue
+            text = decoder.feed(token_id)
+            if text:
+                self._text_events(scanner.feed(text))
+        return out
+
+    def feed_text(self, text: str) -> list[Delta]:
+        """Feed generated text (for replies that only exist as text: every marker is matched as text)."""
+        out = self._out = []
+        if self._end is None:
+            self._text_events(self._scanner.feed(text))
+        return out
+
+    def finish(self, *, length: bool = False) -> Reply:
+        """End the stream (``length=True`` when the token budget ran out) and return the reply.
+
+        Any text held back is released first; the deltas returned by that last step are in ``final_deltas``.
+        """
+        out = self._out = []
+        if self._end is None and self._decoder is not None:
+            self._text_events(self._scanner.feed(self._decoder.flush()))
+        if self._end is None:
+            self._text_events(self._scanner.flush())
+        if self._end is None:
+            self._end = EndReason.LENGTH if length else EndReason.NONE
+        self._close()
+        self.final_deltas = out
+        reasoning = self._reasoning.text() if self._reasoning_seen else None
+        return Reply(self._content.text(), reasoning, self._calls, self._end, self._stop)
+
+    # -- routing --------------------------------------------------------------------------------------------------
+
+    def _emit(self, delta: Delta) -> None:
+        self._out.append(delta)
+
+    def _text_events(self, events: list[tuple[str, str]]) -> None:
+        for kind, value in events:
+            if kind == TEXT:
+                self._text(value)
+            elif kind == MARKER:
+                self._marker(value)
+            elif kind == STOP:
+                self._end, self._stop = EndReason.STOP_STRING, value
+
+    def _text(self, text: str) -> None:
+        state = self._state
+        if state == "content":
+            if self.format.tool_syntax == "llama_json" and not self._content.started and not self._calls:
+                self._probe_llama(text)
+                return
+            if (shown := self._content.add(text)) != "":
+                self._emit(Delta(content=shown))
+        elif state == "reasoning":
+            if (shown := self._reasoning.add(text)) != "":
+                self._emit(Delta(reasoning_content=shown))
+        elif state == "tool":
+            assert self._call is not None
+            deltas = self._call.feed(text)
+            if deltas:
+                self._emit(Delta(tool_calls=deltas))
+        else:  # llama3 / mistral calls: parsed when complete
+            self._buffer.append(text)
+
+    def _probe_llama(self, text: str) -> None:
+        self._probe += text
+        stripped = self._probe.lstrip(_WS)
+        if not stripped:
+            return
+        if stripped[0] == "{":
+            self._state = "buffer"
+            self._buffer.append(stripped)
+        else:
+            probe, self._probe = self._probe, ""
+            if (shown := self._content.add(probe)) != "":
+                self._emit(Delta(content=shown))
+        self._probe = ""
+
+    def _marker(self, marker: str) -> None:
+        fmt, state = self.format, self._state
+        if fmt.reasoning and marker == fmt.reasoning[0] and state == "content":
+            self._state = "reasoning"
+            self._reasoning_seen = True
+            self._reasoning.drop_leading = True
+        elif fmt.reasoning and marker == fmt.reasoning[1] and state == "reasoning":
+            self._reasoning.held = ""
+            self._state = "content"
+            self._content.drop_leading = not self._content.started
+        elif marker == fmt.tool_start and state in ("content", "tool", "buffer"):
+            self._close_call()
+            self._content.held = ""
+            if fmt.tool_syntax == "tagged_json":
+                self._call = _Call(len(self._calls), self._call_id(len(self._calls)))
+                self._state = "tool"
+            else:
+                self._state = "buffer"
+                self._buffer.append(marker)
+        elif marker == fmt.tool_end and state == "tool":
+            self._close_call()
+            self._state = "content"
+        elif marker == "[ARGS]" and state == "buffer":
+            self._buffer.append(marker)
+        else:
+            self._text(marker)  # a marker out of place is text
+
+    # -- finishing tool calls -------------------------------------------------------------------------------------
+
+    def _close_call(self) -> None:
+        call = self._call
+        if call is None:
+            return
+        self._call = None
+        reader = call.reader
+        status, error = CallStatus.OK, None
+        if reader.failed:
+            status, error = CallStatus.INVALID_JSON, reader.failed
+        elif not reader.done:
+            status, error = CallStatus.UNTERMINATED, "the tool call ended before its JSON was complete"
+        name = call.name
+        arguments = "".join(call.sent_arguments)
+        raw = reader.values.get("arguments", reader.values.get("parameters"))
+        if status == CallStatus.OK:
+            if name is None:
+                status, error = CallStatus.INVALID_JSON, "the tool call has no string 'name'"
+            elif raw is None:
+                arguments = "{}"
+            elif not arguments:  # a string or scalar value: not streamed
+                value = json.loads(raw)
+                arguments = value if isinstance(value, str) else raw
+            if status == CallStatus.OK:
+                try:
+                    json.loads(arguments)
+                except ValueError as exc:
+                    status, error = CallStatus.INVALID_JSON, f"the arguments are not valid JSON ({exc})"
+        if status == CallStatus.OK and self._tools is not None and name not in self._tools:
+            status, error = CallStatus.UNKNOWN_TOOL, f"the model called {name!r}, which is not among the tools"
+        late: list[ToolCallDelta] = []
+        if call.name is None:
+            late.append(ToolCallDelta(call.index, call.id, name or ""))
+        sent = "".join(call.sent_arguments)
+        if arguments != sent and arguments.startswith(sent):
+            late.append(ToolCallDelta(call.index, arguments=arguments[len(sent) :]))
+        elif arguments != sent:
+            arguments = sent
+        if late:
+            self._emit(Delta(tool_calls=late))
+        self._calls.append(ParsedToolCall(call.id, name or "", arguments, status, error))
+
+    def _close(self) -> None:
+        if self._state == "tool":
+            self._close_call()
+        elif self._state == "buffer":
+            self._close_buffer()
+        elif self._probe:
+            probe, self._probe = self._probe, ""
+            if (shown := self._content.add(probe)) != "":
+                self._emit(Delta(content=shown))
+        if not self._calls and (held := self._content.release_held()):
+            self._emit(Delta(content=held))
+
+    def _close_buffer(self) -> None:
+        text = "".join(self._buffer)
+        self._buffer = []
+        calls = _mistral_calls(text, self.format) if self.format.tool_syntax == "mistral" else _llama_calls(text)
+        if calls is None:  # not a tool call after all: it is content
+            if (shown := self._content.add(text)) != "":
+                self._emit(Delta(content=shown))
+            return
+        deltas = []
+        for name, arguments, status, error in calls:
+            index = len(self._calls)
+            call_id = self._call_id(index)
+            if status == CallStatus.OK and self._tools is not None and name not in self._tools:
+                status, error = CallStatus.UNKNOWN_TOOL, f"the model called {name!r}, which is not among the tools"
+            self._calls.append(ParsedToolCall(call_id, name, arguments, status, error))
+            deltas.append(ToolCallDelta(index, call_id, name, arguments))
+        if deltas:
+            self._emit(Delta(tool_calls=deltas))
+
+
+_Parsed = tuple[str, str, CallStatus, str | None]
+
+
+def _read_objects(text: str, keys: tuple[str, ...]) -> list[ObjectReader] | None:
+    readers = []
+    rest = text
+    while rest.strip(_WS + ";"):
+        reader = ObjectReader(keys)
+        reader.feed(rest.lstrip(_WS + ";"))
+        readers.append(reader)
+        if not reader.done:
+            break
+        rest = reader.rest
+    return readers
+
+
+def _llama_calls(text: str) -> list[_Parsed] | None:
+    """``{"name": ..., "parameters": {...}}`` objects (after ``<|python_tag|>``, separated by ``;``)."""
+    tagged = text.startswith("<|python_tag|>")
+    body = text.removeprefix("<|python_tag|>")
+    readers = _read_objects(body, ("parameters", "arguments"))
+    if not readers or ("name" not in readers[0].values and not tagged):
+        return None
+    return [_from_reader(reader) for reader in readers]
+
+
+def _from_reader(reader: ObjectReader) -> _Parsed:
+    if reader.failed:
+        return ("", "", CallStatus.INVALID_JSON, reader.failed)
+    try:
+        name = reader.value("name")
+    except ValueError:
+        name = None
+    raw = reader.values.get("parameters", reader.values.get("arguments", "{}"))
+    if not reader.done:
+        return (name if isinstance(name, str) else "", raw, CallStatus.UNTERMINATED, "the JSON is not complete")
+    if not isinstance(name, str):
+        return ("", raw, CallStatus.INVALID_JSON, "the tool call has no string 'name'")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return (name, raw, CallStatus.INVALID_JSON, f"the arguments are not valid JSON ({exc})")
+    return (name, value if isinstance(value, str) else raw, CallStatus.OK, None)
+
+
+def _mistral_calls(text: str, fmt: ReplyFormat) -> list[_Parsed] | None:
+    """``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` or ``[TOOL_CALLS]name[ARGS]{...}`` (repeated)."""
+    out: list[_Parsed] = []
+    for chunk in text.split(fmt.tool_start or "[TOOL_CALLS]"):
+        if not chunk.strip(_WS):
+            continue
+        if "[ARGS]" in chunk:
+            name, _, raw = chunk.partition("[ARGS]")
+            try:
+                json.loads(raw)
+            except ValueError as exc:
+                out.append((name.strip(), raw.strip(), CallStatus.INVALID_JSON, str(exc)))
+                continue
+            out.append((name.strip(), raw.strip(), CallStatus.OK, None))
+            continue
+        try:
+            items = json.loads(chunk)
+        except ValueError as exc:
+            out.append(("", chunk.strip(), CallStatus.INVALID_JSON, f"the tool calls are not valid JSON ({exc})"))
+            continue
+        for item in items if isinstance(items, list) else [items]:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                out.append(("", json.dumps(item), CallStatus.INVALID_JSON, "a tool call has no string 'name'"))
+                continue
+            arguments = item.get("arguments", item.get("parameters", {}))
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+            out.append((item["name"], raw, CallStatus.OK, None))
+    return out

@@ -1,0 +1,131 @@
+"""What parsing produces: a finished :class:`Reply`, and the :class:`Delta` events of a stream."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CallStatus", "Delta", "EndReason", "ParsedToolCall", "Reply", "ToolCallDelta"]
+
+
+class EndReason(enum.StrEnum):
+    """Why a reply ended."""
+
+    END_OF_TURN = "end_of_turn"  # the template's end-of-turn marker (<|im_end|>, <|eot_id|>)
+    EOS = "eos"  # another end-of-sequence id the checkpoint declares
+    STOP_STRING = "stop_string"  # a stop string of the request
+    LENGTH = "length"  # the token budget ran out
+    NONE = "none"  # the stream ended without any of these
+
+
+class CallStatus(enum.StrEnum):
+    """Whether a tool call parsed: a reply can end cleanly and still hold a call that failed to parse."""
+
+    OK = "ok"
+    INVALID_JSON = "invalid_json"
+    UNKNOWN_TOOL = "unknown_tool"
+    UNTERMINATED = "unterminated"
+
+
+@dataclass
+class ParsedToolCall:
+    """A tool call, in OpenAI shape: ``arguments`` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+    status: CallStatus = CallStatus.OK
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    @property
+    def parsed_arguments(self) -> Any:
+        """The arguments as Python data (raises ``ValueError`` for a call whose JSON is invalid)."""
+        return json.loads(self.arguments) if self.arguments else {}
+
+
+@dataclass
+class Reply:
+    """A parsed assistant reply.
+
+    Attributes:
+        content: The visible text.
+        reasoning_content: The reasoning (``None`` when the reply has none).
+        tool_calls: The tool calls, each with its parse status.
+        end: Why the reply ended; ``stop`` holds the stop string or the token text that ended it.
+    """
+
+    content: str = ""
+    reasoning_content: str | None = None
+    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+    end: EndReason = EndReason.NONE
+    stop: str | None = None
+
+    @property
+    def finish_reason(self) -> str:
+        """The OpenAI ``finish_reason``: ``tool_calls``, ``stop`` or ``length``."""
+        if self.end == EndReason.LENGTH:
+            return "length"
+        if any(call.status == CallStatus.OK for call in self.tool_calls):
+            return "tool_calls"
+        return "stop"
+
+    @property
+    def ok(self) -> bool:
+        """True when every tool call parsed."""
+        return all(call.status == CallStatus.OK for call in self.tool_calls)
+
+    def message(self) -> dict[str, Any]:
+        """The reply as an OpenAI assistant message (content ``None`` when there is only a tool call)."""
+        out: dict[str, Any] = {
+            "role": "assistant",
+            "content": self.content if self.content or not self.tool_calls else None,
+        }
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        return out
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of a streamed tool call: its index always, the id and name once, then argument fragments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        function: dict[str, Any] = {"arguments": self.arguments}
+        if self.name is not None:
+            function["name"] = self.name
+        out: dict[str, Any] = {"index": self.index, "function": function}
+        if self.id is not None:
+            out["id"] = self.id
+            out["type"] = "function"
+        return out
+
+
+@dataclass
+class Delta:
+    """One streamed event, in the shape of an OpenAI ``chat.completion.chunk`` delta."""
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.content is not None:
+            out["content"] = self.content
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        return out

@@ -1,0 +1,79 @@
+"""A ChatML transcript back into messages: ``<|im_start|>role\\ncontent<|im_end|>\\n`` turns.
+
+>>> parse_transcript("<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHello!<|im_end|>\\n")
+[{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello!'}]
+
+A final turn left open (a prompt ending in ``<|im_start|>assistant\\n``) is returned with the text it has so far.
+Anything else that is not a well-formed turn raises :class:`TranscriptError` naming the line and column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnkit.errors import TurnkitError
+from turnkit.messages import ROLE_PATTERN
+
+__all__ = ["TranscriptError", "parse_transcript"]
+
+START, END = "<|im_start|>", "<|im_end|>"
+
+
+class TranscriptError(TurnkitError, ValueError):
+    """A transcript is not well-formed ChatML; ``line`` and ``column`` (1-based) say where."""
+
+    def __init__(self, reason: str, text: str, offset: int) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.line = text.count("\n", 0, offset) + 1
+        self.column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        super().__init__(f"line {self.line}, column {self.column}: {reason}")
+
+
+def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict[str, Any]]:
+    """The messages of a ChatML transcript.
+
+    With ``reply_format`` (``"hermes"``, ``"qwen3"`` ...), assistant turns are parsed like replies: their
+    ``<tool_call>`` blocks become ``tool_calls`` and ``<think>`` blocks ``reasoning_content``.
+    """
+    messages: list[dict[str, Any]] = []
+    pos = 0
+    while True:
+        start = text.find(START, pos)
+        between = text[pos:] if start < 0 else text[pos:start]
+        if between.strip():
+            at = pos + len(between) - len(between.lstrip())
+            if text.startswith(END, at):
+                raise TranscriptError(f"{END} outside any turn", text, at)
+            raise TranscriptError("text outside a turn (each turn starts with <|im_start|>)", text, at)
+        if start < 0:
+            return messages
+        role_start = start + len(START)
+        newline = text.find("\n", role_start)
+        header_end = newline if newline >= 0 else len(text)
+        role = text[role_start:header_end]
+        if not ROLE_PATTERN.fullmatch(role):
+            if END in role or START in role:
+                raise TranscriptError("a turn header with no role and newline", text, role_start)
+            raise TranscriptError(f"the role {role!r} is not a lowercase word followed by a newline", text, role_start)
+        content_start = header_end + 1
+        end = text.find(END, content_start)
+        nested = text.find(START, content_start)
+        if nested >= 0 and (end < 0 or nested < end):
+            raise TranscriptError(f"a turn starts before the {role} turn above it ended", text, nested)
+        if end < 0:  # the final turn is open: a prompt waiting for its reply
+            messages.append(_message(role, text[content_start:] if newline >= 0 else "", reply_format))
+            return messages
+        messages.append(_message(role, text[content_start:end], reply_format))
+        pos = end + len(END)
+
+
+def _message(role: str, content: str, reply_format: str | None) -> dict[str, Any]:
+    if role != "assistant" or reply_format is None:
+        return {"role": role, "content": content}
+    from turnkit.parse.formats import get
+    from turnkit.parse.parser import StreamParser
+
+    parser = StreamParser(get(reply_format), call_id=lambda index: f"call_{index}")
+    parser.feed_text(content)
+    return parser.finish().message()
