@@ -132,7 +132,6 @@ class StreamParser:
         self._call_id = call_id or (lambda index: f"call_{prefix}{index}")
         self._content = _Channel()
         self._reasoning = _Channel()
-        self._reasoning_seen = in_reasoning
         self._state = "reasoning" if in_reasoning and reply_format.reasoning else "content"
         self._calls: list[ParsedToolCall] = []
         self._call: _Call | None = None
@@ -193,7 +192,7 @@ class StreamParser:
             self._end = EndReason.LENGTH if length else EndReason.NONE
         self._close()
         self.final_deltas = out
-        reasoning = self._reasoning.text() if self._reasoning_seen else None
+        reasoning = self._reasoning.text() or None  # "<think></think>" is no reasoning
         return Reply(self._content.text(), reasoning, self._calls, self._end, self._stop)
 
     # -- routing --------------------------------------------------------------------------------------------------
@@ -247,7 +246,6 @@ class StreamParser:
         fmt, state = self.format, self._state
         if fmt.reasoning and marker == fmt.reasoning[0] and state == "content":
             self._state = "reasoning"
-            self._reasoning_seen = True
             self._reasoning.drop_leading = True
         elif fmt.reasoning and marker == fmt.reasoning[1] and state == "reasoning":
             self._reasoning.held = ""

@@ -48,6 +48,9 @@ class TemplateSet:
     special_tokens: Mapping[str, str] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"TemplateSet(origin={self.origin!r}, names={self.names})"
+
     @property
     def names(self) -> list[str]:
         return sorted(self.templates)
