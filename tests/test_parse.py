@@ -78,7 +78,7 @@ _call = st.fixed_dictionaries(
             st.one_of(st.text(max_size=6), st.integers(), st.booleans()),
             max_size=3,
         ),
-    }  # fmt: skip
+    }
 )
 
 
@@ -282,7 +282,7 @@ def test_round_trip_families(smollm2_hf_folder, family):
             "</s>",
             {"role": "assistant", "tool_calls": [CALL]},
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_round_trip_real_templates(smollm2_hf_folder, template, markers, eos, message):
     fmt = ChatFormat.from_template(
