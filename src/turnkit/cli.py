@@ -202,6 +202,42 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    path = model_path(args.model)
+    if not path.exists():
+        raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
+    import uvicorn
+
+    from turnkit.serve.app import Server
+    from turnkit.serve.torch_backend import TorchBackend
+
+    print(f"turnkit: loading {path} ({threads} torch threads)", file=sys.stderr, flush=True)
+    fmt = ChatFormat.from_pretrained(path)
+    _ = fmt.tokenizer, fmt.stop_ids  # load now, not on the first request
+    backend = TorchBackend.load(path, threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    model_id = args.model_id or ("SmolLM2-135M-Instruct" if args.model == "default" else backend.name)
+    server = Server(
+        fmt,
+        backend,
+        model_id=model_id,
+        api_key=args.api_key,
+        allow_template_override=args.allow_template_override,
+        default_max_tokens=args.default_max_tokens,
+    )
+    print(f"turnkit: serving {model_id!r} on http://{args.host}:{args.port}/v1 (OpenAI API)", file=sys.stderr)
+    try:
+        uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning")
+    finally:
+        backend.close()
+    return 0
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -235,6 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--check-prefix", action="store_true",
                         help="report prefix stability and the token diff of serving vs training prompts")  # fmt: skip
     encode.set_defaults(handler=_cmd_encode)
+
+    serve = commands.add_parser("serve", help="an OpenAI-compatible server (default: the embedded SmolLM2 model)")
+    serve.add_argument("--model", default="default", metavar="PATH|default",
+                       help="a Hugging Face folder, a .gguf file, or 'default' (SmolLM2-135M-Instruct)")  # fmt: skip
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    serve.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    serve.add_argument("--model-id", metavar="NAME", help="the model name clients use (default: from the file)")
+    serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
+    serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
+    serve.add_argument("--default-max-tokens", type=int, default=512, help="reply budget when a request sets none")
+    serve.add_argument("--allow-template-override", action="store_true",
+                       help="let requests bring their own chat_template or family")  # fmt: skip
+    serve.set_defaults(handler=_cmd_serve)
     return parser
 
 

@@ -141,6 +141,11 @@ class StreamParser:
         self._stop: str | None = None
         self._out: list[Delta] = []
 
+    @property
+    def ended(self) -> bool:
+        """True once the reply has ended (a stop id or stop string); later input is ignored."""
+        return self._end is not None
+
     # -- input ---------------------------------------------------------------------------------------------------
 
     def feed(self, token_ids: Iterable[int]) -> list[Delta]:

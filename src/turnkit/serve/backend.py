@@ -1,0 +1,138 @@
+"""What the server needs from a model: a small interface, so that backends can be swapped.
+
+A backend takes a :class:`GenerationRequest` (prompt token ids and sampling settings) and returns a
+:class:`Generation`: an async stream of :class:`TokenEvent` objects that ends when the backend stops (a stop id, the
+token budget) or when the server cancels it (a stop string matched, the client went away).
+
+:class:`ReplayBackend` plays scripted token ids; the tests use it for tool calls, which a 135M model does not make
+reliably. The real backend is :class:`turnkit.serve.torch_backend.TorchBackend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = [
+    "Backend",
+    "BackendBusyError",
+    "Generation",
+    "GenerationRequest",
+    "ReplayBackend",
+    "TokenEvent",
+]
+
+
+class BackendBusyError(Exception):
+    """Every generation slot and queue place is taken (the server answers 429)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding."""
+
+    prompt_ids: Sequence[int]
+    max_tokens: int
+    stop_ids: frozenset[int] = frozenset()
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    top_logprobs: int | None = None  # None: no log-probabilities; 0: the chosen token's only
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token, with its log-probability and the most likely alternatives when asked for."""
+
+    token_id: int
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+class Generation:
+    """The token stream of one request. Iterate it with ``async for``; ``cancel()`` stops it and frees its slot."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.tokens = 0
+
+    # called from the backend's thread
+    def put(self, event: TokenEvent) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def close(self, error: BaseException | None = None) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self.tokens += 1
+            yield item
+
+
+class Backend(Protocol):
+    """A model that generates token ids."""
+
+    name: str
+    context_length: int
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
+        """Start generating; raises :class:`BackendBusyError` when no slot or queue place is free."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ReplayBackend:
+    """Plays scripted replies: ``script(prompt_ids)`` returns the token ids to emit, one every ``delay`` seconds."""
+
+    script: Callable[[Sequence[int]], Sequence[int]]
+    name: str = "replay"
+    context_length: int = 8192
+    delay: float = 0.0
+    max_active: int = 64
+    _active: int = field(default=0, init=False)
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
+        if self._active >= self.max_active:
+            raise BackendBusyError("all generation slots are busy")
+        generation = Generation(loop)
+        self._active += 1
+        ids = list(self.script(request.prompt_ids))
+
+        async def play() -> None:
+            try:
+                for count, token_id in enumerate(ids):
+                    if generation.cancelled.is_set() or count >= request.max_tokens:
+                        break
+                    top = ((token_id, 0.0),) * (request.top_logprobs or 0)
+                    generation.put(TokenEvent(token_id, 0.0 if request.top_logprobs is not None else None, top))
+                    if token_id in request.stop_ids:
+                        break
+                    await asyncio.sleep(self.delay)
+            finally:
+                self._active -= 1
+                generation.close()
+
+        loop.create_task(play())
+        return generation
+
+    @property
+    def load_now(self) -> tuple[int, int]:
+        return self._active, 0
+
+    def close(self) -> None:
+        pass

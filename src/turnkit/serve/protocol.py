@@ -1,0 +1,214 @@
+"""The OpenAI request bodies the server accepts, checked field by field, and its error objects.
+
+Every problem becomes an :class:`APIError` with an HTTP status and an OpenAI-shaped body
+(``{"error": {"message", "type", "param", "code"}}``) that names the field, never a 500 or a stack trace. Unknown
+fields are ignored (clients send many); known fields of the wrong type are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["APIError", "ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "read_json"]
+
+
+class APIError(Exception):
+    """An error answered to the client."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None, kind: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.kind = kind or {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            429: "rate_limit_error",
+        }.get(status, "server_error")
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def read_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return body
+
+
+def _get(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise APIError(400, f"{name} must be {_describe(kinds)}, not a boolean", param=name)
+    if not isinstance(value, kinds):
+        raise APIError(400, f"{name} must be {_describe(kinds)}, got {type(value).__name__}", param=name)
+    return value
+
+
+def _describe(kinds: type | tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+    }
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
+
+
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = _get(body, name, (int, float), default)
+    if not low <= value <= high:
+        raise APIError(400, f"{name} must be between {low} and {high}, got {value}", param=name)
+    return float(value)
+
+
+@dataclass
+class Sampling:
+    """What both endpoints share."""
+
+    model: str
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    top_logprobs: int
+
+
+@dataclass
+class ChatRequest(Sampling):
+    messages: list[Any] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None
+    family: str | None = None
+
+
+@dataclass
+class CompletionRequest(Sampling):
+    prompt: str | list[int] = ""
+    echo: bool = False
+
+
+def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+    model = _get(body, "model", str)
+    if model is None:
+        raise APIError(400, "model is required", param="model")
+    max_tokens = _get(body, "max_completion_tokens", int, _get(body, "max_tokens", int))
+    if max_tokens is not None and max_tokens < 1:
+        raise APIError(400, f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
+    if _get(body, "n", int, 1) != 1:
+        raise APIError(400, "n must be 1: this server returns one choice per request", param="n")
+    stop = body.get("stop")
+    if stop is None:
+        stops = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = stop
+    else:
+        raise APIError(400, "stop must be a string or a list of strings", param="stop")
+    if len(stops) > 16 or any(not s for s in stops):
+        raise APIError(400, "stop takes at most 16 non-empty strings", param="stop")
+    options = _get(body, "stream_options", dict, {})
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
+    seed = _get(body, "seed", int)
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
+        "seed": seed,
+        "stop": stops,
+        "stream": _get(body, "stream", bool, False),
+        "include_usage": include_usage,
+    }
+
+
+def parse_chat(body: dict[str, Any]) -> ChatRequest:
+    sampling = _sampling(body)
+    messages = _get(body, "messages", list)
+    if not messages:
+        raise APIError(400, "messages must be a non-empty list", param="messages")
+    logprobs = _get(body, "logprobs", bool, False)
+    top_logprobs = _get(body, "top_logprobs", int, 0)
+    if not 0 <= top_logprobs <= 20:
+        raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
+    if top_logprobs and not logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    tools = _get(body, "tools", list)
+    if tools is not None:
+        for index, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+                raise APIError(400, f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
+                               param=f"tools[{index}]")  # fmt: skip
+        tools = tools or None
+    tool_choice = body.get("tool_choice", "auto")
+    names = [t["function"]["name"] for t in tools or []]
+    if tool_choice in ("auto", "none", "required"):
+        pass
+    elif isinstance(tool_choice, dict) and isinstance(tool_choice.get("function"), dict):
+        name = tool_choice["function"].get("name")
+        if name not in names:
+            raise APIError(400, f"tool_choice names the function {name!r}, which is not among the tools {names}",
+                           param="tool_choice")  # fmt: skip
+    else:
+        raise APIError(400, "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': "
+                       "{'name': ...}}", param="tool_choice")  # fmt: skip
+    if tool_choice == "required" and not tools:
+        raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+    return ChatRequest(
+        **sampling,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        template_kwargs=_get(body, "chat_template_kwargs", dict, {}),
+        chat_template=_get(body, "chat_template", str),
+        family=_get(body, "family", str),
+    )
+
+
+def parse_completion(body: dict[str, Any]) -> CompletionRequest:
+    sampling = _sampling(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise APIError(400, "prompt must be a string, or a non-empty list of token ids", param="prompt")
+    elif not isinstance(prompt, str):
+        raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)", param="prompt")
+    logprobs = _get(body, "logprobs", int)
+    if logprobs is not None and not 0 <= logprobs <= 20:
+        raise APIError(400, "logprobs must be between 0 and 20", param="logprobs")
+    return CompletionRequest(
+        **sampling,
+        logprobs=logprobs is not None,
+        top_logprobs=logprobs or 0,
+        prompt=prompt,
+        echo=_get(body, "echo", bool, False),
+    )

@@ -1,0 +1,300 @@
+"""A transformers + torch backend with dynamic batching: CPU here, GPU where there is one.
+
+One worker thread owns the model. Requests that arrive while others are generating join the running batch at the
+next step: each new prompt is prefilled on its own, then its key/value cache is left-padded and stacked onto the
+batch's, so that every decoding step runs all active sequences in one forward pass. Finished or cancelled sequences
+leave the batch at once, and padding columns no sequence needs any more are cut away. Several clients therefore
+raise the throughput instead of queueing one behind another.
+
+Sampling is per request: greedy at temperature 0, otherwise temperature and top-p with a per-request seed; the
+log-probability of each chosen token and the most likely alternatives come from the model's distribution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnkit.serve.backend import BackendBusyError, Generation, GenerationRequest, TokenEvent
+
+__all__ = ["TorchBackend"]
+
+log = logging.getLogger("turnkit.serve")
+
+
+@dataclass
+class _Sequence:
+    request: GenerationRequest
+    generation: Generation
+    generator: Any
+    last_token: int = -1
+    produced: int = 0
+
+
+class TorchBackend:
+    """Serves a causal language model loaded with transformers. Build it with :meth:`load`."""
+
+    def __init__(self, model: Any, *, name: str, context_length: int, max_batch: int = 16, max_queue: int = 64):
+        import torch
+
+        self.torch = torch
+        self.model = model.eval()
+        self.name = name
+        self.context_length = context_length
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.device = next(model.parameters()).device
+        self._inbox: queue.Queue[tuple[GenerationRequest, Generation] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._active: list[_Sequence] = []
+        self._cache: Any = None
+        self._mask: Any = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="turnkit-generate", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, path: str | Path, *, threads: int | None = None, **kwargs: Any) -> TorchBackend:
+        """Load a Hugging Face folder or a GGUF file, on the GPU when there is one, else the CPU.
+
+        A GGUF file is dequantized by transformers, which takes long; the result is saved once as a safetensors
+        folder in turnkit's cache (keyed by the file's path, size and modification time) and loaded from there later.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if threads:
+            torch.set_num_threads(threads)
+        path = Path(path)
+        cuda = torch.cuda.is_available()
+        dtype = torch.bfloat16 if cuda else torch.float32
+        folder = _converted_gguf(path) if path.is_file() else path
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        if cuda:
+            model = model.to("cuda")
+        context = getattr(model.config, "max_position_embeddings", None) or 4096
+        return cls(model, name=path.stem if path.is_file() else path.name, context_length=int(context), **kwargs)
+
+    # -- the server's side --------------------------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
+        with self._lock:
+            if self._waiting + len(self._active) >= self.max_batch + self.max_queue:
+                raise BackendBusyError(
+                    f"the server is busy: {len(self._active)} requests are generating and {self._waiting} are waiting"
+                )
+            self._waiting += 1
+        generation = Generation(loop)
+        self._inbox.put((request, generation))
+        return generation
+
+    def close(self) -> None:
+        self._closed = True
+        self._inbox.put(None)
+        self._thread.join(timeout=10)
+
+    @property
+    def load_now(self) -> tuple[int, int]:
+        """(generating, waiting)."""
+        return len(self._active), self._waiting
+
+    # -- the worker thread ----------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        torch = self.torch
+        with torch.inference_mode():
+            while not self._closed:
+                try:
+                    self._admit(block=not self._active)
+                    if self._active:
+                        self._step()
+                except Exception as exc:
+                    log.exception("generation step failed")
+                    for sequence in self._active:
+                        sequence.generation.close(RuntimeError(f"generation failed: {exc}"))
+                    self._active, self._cache, self._mask = [], None, None
+
+    def _admit(self, *, block: bool) -> None:
+        while len(self._active) < self.max_batch:
+            try:
+                item = self._inbox.get(block=block, timeout=None if block else 0)
+            except queue.Empty:
+                return
+            block = False
+            if item is None:
+                self._closed = True
+                return
+            with self._lock:
+                self._waiting -= 1
+            request, generation = item
+            if generation.cancelled.is_set():
+                generation.close()
+                continue
+            try:
+                self._prefill(request, generation)
+            except Exception as exc:
+                log.exception("prefill failed")
+                generation.close(RuntimeError(f"generation failed: {exc}"))
+
+    def _prefill(self, request: GenerationRequest, generation: Generation) -> None:
+        torch = self.torch
+        ids = torch.tensor([list(request.prompt_ids)], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=True)
+        generator = None
+        if request.temperature > 0:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(request.seed if request.seed is not None else torch.seed())
+        sequence = _Sequence(request, generation, generator)
+        (token,) = self._sample([sequence], out.logits[:, -1, :])
+        if self._emit(sequence, token):
+            return
+        mask = torch.ones((1, ids.shape[1]), dtype=torch.long, device=self.device)
+        self._join(out.cache, mask, sequence)
+
+    def _join(self, cache: Any, mask: Any, sequence: _Sequence) -> None:
+        """Stack a prefilled sequence onto the running batch, left-padding whichever is shorter."""
+        torch = self.torch
+        if self._cache is None:
+            self._cache, self._mask, self._active = cache, mask, [sequence]
+            return
+        width, new_width = self._mask.shape[1], mask.shape[1]
+        size = max(width, new_width)
+        for old_layer, new_layer in zip(self._cache.layers, cache.layers, strict=True):
+            old_layer.keys = torch.cat([_pad_left(old_layer.keys, size), _pad_left(new_layer.keys, size)], dim=0)
+            old_layer.values = torch.cat([_pad_left(old_layer.values, size), _pad_left(new_layer.values, size)], dim=0)
+        self._mask = torch.cat([_pad_left_mask(self._mask, size), _pad_left_mask(mask, size)], dim=0)
+        self._active.append(sequence)
+
+    def _step(self) -> None:
+        torch = self.torch
+        active = self._active
+        tokens = torch.tensor([[s.last_token] for s in active], dtype=torch.long, device=self.device)
+        self._mask = torch.cat([self._mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], 1)
+        positions = self._mask.sum(dim=1, keepdim=True) - 1
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=self._mask,
+            position_ids=positions,
+            cache=self._cache,
+            use_cache=True,
+        )
+        self._cache = out.cache
+        chosen = self._sample(active, out.logits[:, -1, :])
+        keep = [
+            n for n, (sequence, token) in enumerate(zip(active, chosen, strict=True)) if not self._emit(sequence, token)
+        ]
+        if len(keep) < len(active):
+            self._shrink(keep)
+
+    def _shrink(self, keep: list[int]) -> None:
+        """Drop finished rows, and padding columns that no remaining row needs."""
+        torch = self.torch
+        if not keep:
+            self._active, self._cache, self._mask = [], None, None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        mask = self._mask.index_select(0, index)
+        start = int((mask.cumsum(dim=1) == 0).sum(dim=1).min())  # the shortest left padding of the rows kept
+        for layer in self._cache.layers:
+            layer.keys = layer.keys.index_select(0, index)[:, :, start:, :]
+            layer.values = layer.values.index_select(0, index)[:, :, start:, :]
+        self._mask = mask[:, start:]
+        self._active = [self._active[n] for n in keep]
+
+    def _sample(self, sequences: list[_Sequence], logits: Any) -> list[TokenEvent]:
+        torch = self.torch
+        logits = logits.float()
+        logprobs = (
+            torch.log_softmax(logits, dim=-1) if any(s.request.top_logprobs is not None for s in sequences) else None
+        )
+        greedy = logits.argmax(dim=-1).tolist()
+        out = []
+        for row, sequence in enumerate(sequences):
+            request = sequence.request
+            token = greedy[row]
+            if request.temperature > 0:
+                probs = torch.softmax(logits[row] / request.temperature, dim=-1)
+                if request.top_p < 1.0:
+                    sorted_probs, order = probs.sort(descending=True)
+                    cut = sorted_probs.cumsum(0) - sorted_probs > request.top_p
+                    sorted_probs[cut] = 0.0
+                    probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+                token = int(torch.multinomial(probs, 1, generator=sequence.generator))
+            if logprobs is not None and request.top_logprobs is not None:
+                values, indices = logprobs[row].topk(request.top_logprobs) if request.top_logprobs else ((), ())
+                top = tuple(zip(list(map(int, indices)), list(map(float, values)), strict=True))
+                out.append(TokenEvent(token, float(logprobs[row, token]), top))
+            else:
+                out.append(TokenEvent(token))
+        return out
+
+    def _emit(self, sequence: _Sequence, event: TokenEvent) -> bool:
+        """Deliver a token; True when the sequence is finished (stop id, budget, or cancelled)."""
+        sequence.generation.put(event)
+        sequence.produced += 1
+        sequence.last_token = event.token_id
+        request = sequence.request
+        if (
+            event.token_id in request.stop_ids
+            or sequence.produced >= request.max_tokens
+            or sequence.generation.cancelled.is_set()
+        ):
+            sequence.generation.close()
+            return True
+        return False
+
+
+def _converted_gguf(path: Path) -> Path:
+    """The model of a GGUF file as a plain safetensors folder in the cache, converted on first use."""
+    import os
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from turnkit.cache import cache_dir, file_key
+
+    folder = cache_dir() / "models" / file_key(path)
+    if (folder / "config.json").is_file():
+        return folder
+    log.info("converting %s to a safetensors folder (once)", path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.architectures = [type(model).__name__]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        model.save_pretrained(scratch)
+        try:
+            os.rename(scratch, folder)
+        except OSError:  # converted by another process meanwhile
+            pass
+        else:
+            os.mkdir(scratch)
+    return folder
+
+
+def _pad_left(tensor: Any, size: int) -> Any:
+    import torch
+
+    missing = size - tensor.shape[2]
+    if missing <= 0:
+        return tensor
+    shape = (tensor.shape[0], tensor.shape[1], missing, tensor.shape[3])
+    return torch.cat([torch.zeros(shape, dtype=tensor.dtype, device=tensor.device), tensor], dim=2)
+
+
+def _pad_left_mask(mask: Any, size: int) -> Any:
+    import torch
+
+    missing = size - mask.shape[1]
+    if missing <= 0:
+        return mask
+    return torch.cat([torch.zeros((mask.shape[0], missing), dtype=mask.dtype, device=mask.device), mask], dim=1)
