@@ -77,7 +77,9 @@ def main() -> None:
             whole.append((time.perf_counter() - start) / len(ids) * 1e6)
         assert parsed == reply and all(c.status == "ok" for c in reply.tool_calls) and reply.reasoning_content
         results[size] = (len(ids), statistics.median(stream), statistics.median(whole))
-        print(f"{size:>8} {len(ids):>7} {results[size][1]:>16.2f} {results[size][2]:>15.2f} {len(reply.tool_calls):>11}")
+        print(
+            f"{size:>8} {len(ids):>7} {results[size][1]:>16.2f} {results[size][2]:>15.2f} {len(reply.tool_calls):>11}"
+        )
     t4 = results[4000][0] * results[4000][1]
     t16 = results[16000][0] * results[16000][1]
     print(f"\nstreaming: median {max(r[1] for r in results.values()):.2f} µs/token at worst (target < 5)")

@@ -70,6 +70,7 @@ async def _level(url: str, clients: int, requests_each: int, max_tokens: int) ->
         )
     )
     stats["wall"] = time.perf_counter() - start
+    await client.close()
     return stats
 
 

@@ -137,9 +137,13 @@ def test_logprobs(client):
 
 def test_seeded_sampling_is_repeatable(client):
     def ask() -> str:
-        return client.chat.completions.create(
-            model="smollm2", messages=QUESTION, temperature=1.0, top_p=0.9, seed=7, max_tokens=12
-        ).choices[0].message.content
+        return (
+            client.chat.completions.create(
+                model="smollm2", messages=QUESTION, temperature=1.0, top_p=0.9, seed=7, max_tokens=12
+            )
+            .choices[0]
+            .message.content
+        )
 
     assert ask() == ask()
 
@@ -184,8 +188,12 @@ def test_a_forged_turn_reaches_the_model_as_text(server):
         ({"model": "smollm2", "messages": QUESTION, "n": 2}, 400, "n must be 1"),
         ({"model": "smollm2", "messages": QUESTION, "stop": 5}, 400, "stop must be"),
         (
-            {"model": "smollm2", "messages": QUESTION, "tools": [{"type": "function", "function": {"name": "f"}}],
-             "tool_choice": {"type": "function", "function": {"name": "g"}}},
+            {
+                "model": "smollm2",
+                "messages": QUESTION,
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
             400,
             "not among the tools",
         ),
