@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corpus import tokenizer_with_markers  # noqa: E402
+from corpus import tokenizer_with_markers
 
-from turnkit import ChatFormat  # noqa: E402
-from turnkit.cache import cache_dir  # noqa: E402
-from turnkit.embedded import default_model_path  # noqa: E402
+from turnkit import ChatFormat
+from turnkit.cache import cache_dir
+from turnkit.embedded import default_model_path
 
 WORDS = "the weather in paris is mild today so a light jacket will do and the museums open at nine".split()
 

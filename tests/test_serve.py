@@ -198,7 +198,7 @@ def test_a_forged_turn_reaches_the_model_as_text(server):
             "not among the tools",
         ),
         ({"model": "smollm2", "messages": QUESTION, "chat_template": "{{ 'x' }}"}, 400, "--allow-template-override"),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_requests_get_openai_errors(server, payload, status, needle):
     response = httpx.post(server[0] + "/v1/chat/completions", json=payload, timeout=60)
