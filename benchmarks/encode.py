@@ -31,8 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from corpus import smollm2_tokenizer_folder
+
 from turnkit import ChatFormat
-from turnkit.embedded import cache_dir, default_model_path
 
 GENERATION_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -72,11 +73,7 @@ def conversations(count: int, seed: int = 0) -> list[list[dict[str, str]]]:
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    folder = cache_dir() / "test-corpus" / "smollm2-tokenizer"
-    if not (folder / "tokenizer.json").is_file():
-        gguf = default_model_path()
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(smollm2_tokenizer_folder())
 
 
 def _interleaved(variants: dict, items: int, rounds: int) -> dict[str, float]:

@@ -21,20 +21,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conversations import conversations
-from corpus import llamacpp_template_dir
+from corpus import llamacpp_template_dir, smollm2_tokenizer_folder
 
 from turnkit import ChatFormat
-from turnkit.embedded import cache_dir, default_model_path
 
 
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    folder = cache_dir() / "test-corpus" / "smollm2-tokenizer"
-    if not (folder / "tokenizer.json").is_file():
-        gguf = default_model_path()
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(smollm2_tokenizer_folder())
 
 
 def _median_us(fn, batch: int, rounds: int) -> float:

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from turnkit.cache import cache_dir
 from turnkit.embedded import EmbeddedModelError, default_model_path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -22,15 +21,10 @@ def smollm2_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_hf_folder(smollm2_gguf: Path) -> Path:
-    """The SmolLM2 tokenizer as a Hugging Face folder (tokenizer.json, tokenizer_config.json, chat_template.jinja),
-    converted from the GGUF by transformers once and cached: loading a GGUF tokenizer takes seconds."""
-    folder = cache_dir() / "test-corpus" / "smollm2-tokenizer"
-    if not (folder / "tokenizer.json").is_file():
-        from transformers import AutoTokenizer
+    """The SmolLM2 tokenizer as a Hugging Face folder (tokenizer.json, tokenizer_config.json, chat_template.jinja)."""
+    from corpus import smollm2_tokenizer_folder
 
-        tokenizer = AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
-        tokenizer.save_pretrained(folder)
-    return folder
+    return smollm2_tokenizer_folder()
 
 
 @pytest.fixture(scope="session")

@@ -94,16 +94,13 @@ class TokenizerBinding:
         transformers needs seconds to rebuild a tokenizer from GGUF metadata; the ``tokenizer.json`` it produces is
         kept in the cache (keyed by the file's path, size and modification time) and later loads read it directly.
         """
-        import os
-        import tempfile
-
-        from turnkit.cache import cache_dir, file_key
+        from turnkit.cache import build_folder, cache_dir, file_key
         from turnkit.template.sources import read_gguf_metadata
 
         path = Path(path).resolve()
-        folder = cache_dir() / "tokenizers" / file_key(path)
         eos_ids = set(read_gguf_metadata(path)["eos_ids"])
-        if not (folder / "tokenizer.json").is_file():
+
+        def convert(scratch: Path) -> None:
             try:
                 from transformers import AutoTokenizer
             except ImportError:
@@ -112,15 +109,9 @@ class TokenizerBinding:
                 loaded = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
             except Exception as exc:  # noqa: BLE001 - transformers raises many types for unusable files
                 raise TokenizerError(f"cannot read the tokenizer of {path}: {exc}") from None
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
-                loaded.save_pretrained(scratch)
-                try:
-                    os.rename(scratch, folder)
-                except OSError:  # another process converted it first
-                    pass
-                else:
-                    os.mkdir(scratch)  # TemporaryDirectory cleans up the (now empty) name
+            loaded.save_pretrained(scratch)
+
+        folder = build_folder(cache_dir() / "tokenizers" / file_key(path), convert)
         backend = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
         return cls(backend, eos_ids=eos_ids, origin=str(path))
 

@@ -252,33 +252,21 @@ class TorchBackend:
 
 def _converted_gguf(path: Path) -> Path:
     """The model of a GGUF file as a plain safetensors folder in the cache, converted on first use."""
-    import os
-    import tempfile
+    from turnkit.cache import build_folder, cache_dir, file_key
 
-    from transformers import AutoModelForCausalLM
+    def convert(scratch: Path) -> None:
+        from transformers import AutoModelForCausalLM
 
-    from turnkit.cache import cache_dir, file_key
-
-    folder = cache_dir() / "models" / file_key(path)
-    if (folder / "config.json").is_file():
-        return folder
-    log.info("converting %s to a safetensors folder (once)", path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-    # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.architectures = [type(model).__name__]
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        log.info("converting %s to a safetensors folder (once)", path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+        # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config.architectures = [type(model).__name__]
         model.save_pretrained(scratch)
-        try:
-            os.rename(scratch, folder)
-        except OSError:  # converted by another process meanwhile
-            pass
-        else:
-            os.mkdir(scratch)
-    return folder
+
+    return build_folder(cache_dir() / "models" / file_key(path), convert)
 
 
 def _pad_left(tensor: Any, size: int) -> Any:
