@@ -117,9 +117,12 @@ def main() -> None:
     def transformers_masks():
         for messages in data:
             tokenizer.apply_chat_template(
-                messages, chat_template=GENERATION_TEMPLATE, tokenize=True, return_dict=True,
+                messages,
+                chat_template=GENERATION_TEMPLATE,
+                tokenize=True,
+                return_dict=True,
                 return_assistant_tokens_mask=True,
-            )  # fmt: skip
+            )
 
     def bare():
         for text in texts:

@@ -46,9 +46,13 @@ async def _client(client: openai.AsyncOpenAI, prompts: list[str], max_tokens: in
         first = None
         try:
             stream = await client.chat.completions.create(
-                model="default", messages=[{"role": "user", "content": question}], max_tokens=max_tokens,
-                temperature=0, stream=True, stream_options={"include_usage": True},
-            )  # fmt: skip
+                model="default",
+                messages=[{"role": "user", "content": question}],
+                max_tokens=max_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             async for chunk in stream:
                 if first is None and chunk.choices and chunk.choices[0].delta.content:
                     first = time.perf_counter() - start
@@ -111,8 +115,12 @@ def main() -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", str(args.threads)]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
+    server = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     try:
         for _ in range(480):
             try:
@@ -130,8 +138,10 @@ def main() -> None:
             ttft = sorted(stats["ttft"]) or [float("nan")]
             p99 = ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))]
             results[clients] = rate
-            print(f"{clients:>7} {rate:>9.1f} {statistics.median(ttft) * 1000:>12.0f} {p99 * 1000:>12.0f} "
-                  f"{len(stats['errors']):>7}")  # fmt: skip
+            print(
+                f"{clients:>7} {rate:>9.1f} {statistics.median(ttft) * 1000:>12.0f} {p99 * 1000:>12.0f} "
+                f"{len(stats['errors']):>7}"
+            )
             for error in stats["errors"][:3]:
                 print("   ", error)
         print(f"\nsingle client / direct generate = {results[1] / direct:.2f} (target >= 0.9)")

@@ -33,8 +33,12 @@ def test_render_model_gguf(conversation, capsys, smollm2_gguf):
 def test_render_template_file_with_tokens_and_vars(tmp_path, conversation, capsys):
     template = tmp_path / "t.jinja"
     template.write_text("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ flag }}")
-    assert main(["render", "--template", str(template), "--token", "bos_token=<s>", "--var", "flag=true",
-                 str(conversation)]) == 0  # fmt: skip
+    assert (
+        main(
+            ["render", "--template", str(template), "--token", "bos_token=<s>", "--var", "flag=true", str(conversation)]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == "<s>Be  brief.Hi\tthereTrue"
 
 

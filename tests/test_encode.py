@@ -224,8 +224,14 @@ def test_tools_with_qwen_family_keep_ids_equal(smollm2_hf_folder):
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)
     messages = [{"role": "user", "content": "Weather in Oslo?"}]
     ours = fmt.encode(messages, tools=[WEATHER_TOOL], add_generation_prompt=True).input_ids.tolist()
-    theirs = _hf(tokenizer, messages, tools=[WEATHER_TOOL], chat_template=fmt.template(), add_generation_prompt=True,
-                 eos_token="<|im_end|>")  # fmt: skip
+    theirs = _hf(
+        tokenizer,
+        messages,
+        tools=[WEATHER_TOOL],
+        chat_template=fmt.template(),
+        add_generation_prompt=True,
+        eos_token="<|im_end|>",
+    )
     assert ours == theirs
 
 

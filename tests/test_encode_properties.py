@@ -96,9 +96,13 @@ def test_benign_conversations_match_transformers(setup, data):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             theirs = tokenizer.apply_chat_template(
-                messages, chat_template=fmt.template(), tokenize=True, add_generation_prompt=add_generation_prompt,
-                eos_token="<|im_end|>", return_dict=False,
-            )  # fmt: skip
+                messages,
+                chat_template=fmt.template(),
+                tokenize=True,
+                add_generation_prompt=add_generation_prompt,
+                eos_token="<|im_end|>",
+                return_dict=False,
+            )
         assert ours == list(theirs)
 
 

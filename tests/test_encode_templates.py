@@ -21,10 +21,14 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
         warnings.simplefilter("ignore")
         try:
             out = tokenizer.apply_chat_template(
-                messages, tools=tools, chat_template=template.source, tokenize=True,
-                add_generation_prompt=add_generation_prompt, bos_token=template.bos_token,
+                messages,
+                tools=tools,
+                chat_template=template.source,
+                tokenize=True,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=template.bos_token,
                 eos_token=template.eos_token,
-            )  # fmt: skip
+            )
         except Exception as exc:  # noqa: BLE001 - only "it raised" matters
             return exc
     return list(out["input_ids"] if hasattr(out, "keys") else out)

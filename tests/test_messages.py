@@ -29,8 +29,9 @@ def test_plain_data_strips_subclasses_and_objects():
     class Opaque:
         pass
 
-    (message,) = normalize_conversation([{"role": "user", "content": "x", "mood": Mood.HAPPY, "level": Level.HIGH,
-                                          "thing": Opaque(), "pair": (1, 2)}])  # fmt: skip
+    (message,) = normalize_conversation(
+        [{"role": "user", "content": "x", "mood": Mood.HAPPY, "level": Level.HIGH, "thing": Opaque(), "pair": (1, 2)}]
+    )
     assert type(message["mood"]) is str and message["mood"] == "happy"
     assert type(message["level"]) is int and message["level"] == 3
     assert message["thing"] == "<Opaque>"

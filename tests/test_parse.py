@@ -286,9 +286,11 @@ def test_round_trip_families(smollm2_hf_folder, family):
 )
 def test_round_trip_real_templates(smollm2_hf_folder, template, markers, eos, message):
     fmt = ChatFormat.from_template(
-        _template(template), tokenizer=tokenizer_with_markers(smollm2_hf_folder, markers), bos_token=markers[0],
+        _template(template),
+        tokenizer=tokenizer_with_markers(smollm2_hf_folder, markers),
+        bos_token=markers[0],
         eos_token=eos,
-    )  # fmt: skip
+    )
     reply = _round_trip(fmt, message, [TOOL])
     (call,) = reply.tool_calls
     assert (call.name, call.parsed_arguments, call.status) == ("get_weather", {"city": "Paris"}, CallStatus.OK)

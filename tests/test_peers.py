@@ -75,9 +75,13 @@ def test_peer_vectors(file_name, hf_tokenizer):
             warnings.simplefilter("ignore")
             try:
                 theirs = hf_tokenizer.apply_chat_template(
-                    messages, tools=tools, chat_template=template, tokenize=False,
-                    add_generation_prompt=add_generation_prompt, **variables,
-                )  # fmt: skip
+                    messages,
+                    tools=tools,
+                    chat_template=template,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    **variables,
+                )
             except Exception as exc:  # noqa: BLE001 - only "it raised" matters
                 theirs = exc
         try:

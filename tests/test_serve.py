@@ -51,8 +51,20 @@ def _wait(url: str, process: subprocess.Popen | None = None, timeout: float = 24
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
     port = _free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", str(smollm2_gguf), "--port", str(port),
-               "--threads", "1", "--model-id", "smollm2"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "turnkit.cli",
+        "serve",
+        "--model",
+        str(smollm2_gguf),
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--model-id",
+        "smollm2",
+    ]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-{port}.log"
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
@@ -92,9 +104,13 @@ def test_chat_and_real_usage(client, server):
 def test_streaming_matches_and_reports_usage(client):
     whole = client.chat.completions.create(model="smollm2", messages=QUESTION, temperature=0, max_tokens=24)
     stream = client.chat.completions.create(
-        model="smollm2", messages=QUESTION, temperature=0, max_tokens=24, stream=True,
+        model="smollm2",
+        messages=QUESTION,
+        temperature=0,
+        max_tokens=24,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
@@ -155,8 +171,9 @@ def test_completions(client, server):
     ids = httpx.post(server[0] + "/tokenize", json={"prompt": prompt}).json()["tokens"]
     by_ids = client.completions.create(model="smollm2", prompt=ids, temperature=0, max_tokens=8)
     assert by_ids.choices[0].text == response.choices[0].text
-    echoed = client.completions.create(model="smollm2", prompt=prompt, temperature=0, max_tokens=2, echo=True,
-                                       logprobs=2)  # fmt: skip
+    echoed = client.completions.create(
+        model="smollm2", prompt=prompt, temperature=0, max_tokens=2, echo=True, logprobs=2
+    )
     assert echoed.choices[0].text.startswith(prompt) and len(echoed.choices[0].logprobs.tokens) == 2
     assert httpx.post(server[0] + "/detokenize", json={"tokens": ids}).json()["prompt"] == prompt
 
@@ -221,8 +238,14 @@ def test_invalid_json_and_unknown_routes(server):
 
 
 def test_a_client_that_disconnects_frees_its_slot(server):
-    payload = {"model": "smollm2", "messages": QUESTION, "max_tokens": 2000, "stream": True, "temperature": 1.0,
-               "stop": ["never happens"]}  # fmt: skip
+    payload = {
+        "model": "smollm2",
+        "messages": QUESTION,
+        "max_tokens": 2000,
+        "stream": True,
+        "temperature": 1.0,
+        "stop": ["never happens"],
+    }
     with httpx.stream("POST", server[0] + "/v1/chat/completions", json=payload, timeout=60) as response:
         lines = response.iter_lines()
         for _ in range(3):

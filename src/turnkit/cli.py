@@ -238,6 +238,37 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from turnkit.data import FieldMap, PrepareConfig, prepare, report
+
+    model = args.model if args.model == "default" else str(Path(args.model).resolve())
+    fields = FieldMap(
+        messages=args.messages_field,
+        tools=args.tools_field,
+        system=args.system_field,
+        instruction=args.instruction_field,
+        input=args.input_field,
+        output=args.output_field,
+    )
+    config = PrepareConfig(
+        model=model,
+        input_format=args.format,
+        fields=fields,
+        max_length=args.max_length,
+        truncation=args.truncation,
+        turns=args.turns,
+        train_end_marker=not args.no_end_marker,
+        split_turns=args.split_turns,
+        markers=args.markers,
+    )
+    manifest = prepare(
+        args.inputs, args.out, config, workers=args.workers, engine=args.engine, shard_records=args.shard_records
+    )
+    print(report(manifest))
+    print(f"\nwrote {args.out}/manifest.json, {args.out}/rejects.jsonl and {len(manifest['files'])} Parquet files")
+    return 0
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -255,8 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser("render", help="print the exact text a conversation renders to")
     _add_format_arguments(render)
-    render.add_argument("--continue", dest="continue_final_message", action="store_true",
-                        help="leave the final message open for the model to continue")  # fmt: skip
+    render.add_argument(
+        "--continue",
+        dest="continue_final_message",
+        action="store_true",
+        help="leave the final message open for the model to continue",
+    )
     render.add_argument("--show", action="store_true", help="make whitespace and special tokens visible")
     render.set_defaults(handler=_cmd_render)
 
@@ -268,13 +303,57 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--turns", choices=["all", "last", "none"], default="all", help="assistant turns to train")
     encode.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
     encode.add_argument("--json", action="store_true", help="machine-readable output")
-    encode.add_argument("--check-prefix", action="store_true",
-                        help="report prefix stability and the token diff of serving vs training prompts")  # fmt: skip
+    encode.add_argument(
+        "--check-prefix",
+        action="store_true",
+        help="report prefix stability and the token diff of serving vs training prompts",
+    )
     encode.set_defaults(handler=_cmd_encode)
 
+    prep = commands.add_parser("prepare", help="datasets to tokenized training shards, every record accounted for")
+    prep.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help=".jsonl[.gz|.zst], .json, .parquet, a datasets folder, or hub:NAME[:SPLIT]",
+    )
+    prep.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
+    prep.add_argument("--out", required=True, metavar="DIR", help="the output folder (rerun to resume)")
+    prep.add_argument("--format", choices=["auto", "openai", "sharegpt", "alpaca"], default="auto")
+    prep.add_argument("--messages-field", metavar="NAME", help="where messages are (default: messages/conversations)")
+    prep.add_argument("--tools-field", default="tools", metavar="NAME")
+    prep.add_argument("--system-field", default="system", metavar="NAME")
+    prep.add_argument("--instruction-field", default="instruction", metavar="NAME")
+    prep.add_argument("--input-field", default="input", metavar="NAME")
+    prep.add_argument("--output-field", default="output", metavar="NAME")
+    prep.add_argument("--max-length", type=int, metavar="N", help="longest example in tokens")
+    prep.add_argument(
+        "--truncation",
+        choices=["drop", "turns"],
+        default="drop",
+        help="over --max-length: drop the record, or drop whole earliest turns",
+    )
+    prep.add_argument("--turns", choices=["all", "last"], default="all", help="assistant turns to train")
+    prep.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
+    prep.add_argument("--split-turns", action="store_true", help="one example per assistant turn")
+    prep.add_argument(
+        "--markers",
+        choices=["keep", "reject", "strip"],
+        default="keep",
+        help="control-marker strings found in data: keep as text (safe), reject, or strip",
+    )
+    prep.add_argument("--workers", type=int, default=1, metavar="N")
+    prep.add_argument("--engine", choices=["local", "ray"], default="local")
+    prep.add_argument("--shard-records", type=int, default=1024, metavar="N", help="records per output shard")
+    prep.set_defaults(handler=_cmd_prepare)
+
     serve = commands.add_parser("serve", help="an OpenAI-compatible server (default: the embedded SmolLM2 model)")
-    serve.add_argument("--model", default="default", metavar="PATH|default",
-                       help="a Hugging Face folder, a .gguf file, or 'default' (SmolLM2-135M-Instruct)")  # fmt: skip
+    serve.add_argument(
+        "--model",
+        default="default",
+        metavar="PATH|default",
+        help="a Hugging Face folder, a .gguf file, or 'default' (SmolLM2-135M-Instruct)",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
@@ -283,8 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
     serve.add_argument("--default-max-tokens", type=int, default=512, help="reply budget when a request sets none")
-    serve.add_argument("--allow-template-override", action="store_true",
-                       help="let requests bring their own chat_template or family")  # fmt: skip
+    serve.add_argument(
+        "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
+    )
     serve.set_defaults(handler=_cmd_serve)
     return parser
 
@@ -298,10 +378,20 @@ def _add_format_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
     command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
     command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
-    command.add_argument("--token", metavar="NAME=TEXT", type=_key_value, action="append",
-                         help="a special token for --template, e.g. bos_token='<s>' (repeatable)")  # fmt: skip
-    command.add_argument("--var", metavar="KEY=VALUE", type=_key_value, action="append",
-                         help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)")  # fmt: skip
+    command.add_argument(
+        "--token",
+        metavar="NAME=TEXT",
+        type=_key_value,
+        action="append",
+        help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
+    )
+    command.add_argument(
+        "--var",
+        metavar="KEY=VALUE",
+        type=_key_value,
+        action="append",
+        help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

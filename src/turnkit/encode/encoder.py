@@ -274,9 +274,19 @@ class Encoder:
         controls = [(m.start(), m.end(), m.group(0)) for m in self.binding.added_pattern.finditer(rendered.text)]
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
         return _Job(
-            chat, flags, prepared, rendered, text, controls, use_blocks, add_generation_prompt, template_name, tools,
-            variables, options,
-        )  # fmt: skip
+            chat,
+            flags,
+            prepared,
+            rendered,
+            text,
+            controls,
+            use_blocks,
+            add_generation_prompt,
+            template_name,
+            tools,
+            variables,
+            options,
+        )
 
     def finish(self, job: _Job, ids: Sequence[int], char_to_token: Callable[[int], int | None]) -> Encoding:
         """Stage 3: check the control tokens, attribute every token, and compute the loss mask."""

@@ -103,8 +103,13 @@ class Server:
         return JSONResponse(body)
 
     async def models(self, request: Request) -> Response:
-        card = {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "turnkit",
-                "max_model_len": self.backend.context_length}  # fmt: skip
+        card = {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "turnkit",
+            "max_model_len": self.backend.context_length,
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def tokenize(self, request: Request) -> Response:
@@ -194,8 +199,11 @@ class Server:
             return []
         spec = fmt.reply_format
         if spec.tool_syntax != "tagged_json" or spec.tool_start not in fmt.tokenizer.added:
-            raise APIError(400, f"tool_choice {req.tool_choice!r} is not supported for the {spec.name!r} reply format "
-                           "of this model", param="tool_choice")  # fmt: skip
+            raise APIError(
+                400,
+                f"tool_choice {req.tool_choice!r} is not supported for the {spec.name!r} reply format of this model",
+                param="tool_choice",
+            )
         if isinstance(req.tool_choice, dict):
             text = '\n{"name": ' + json.dumps(req.tool_choice["function"]["name"]) + ', "arguments": '
         else:
@@ -206,13 +214,21 @@ class Server:
         context = self.backend.context_length
         full = prompt + prefix
         if len(full) >= context:
-            raise APIError(400, f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
-                           param="messages", code="context_length_exceeded")  # fmt: skip
+            raise APIError(
+                400,
+                f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
+                param="messages",
+                code="context_length_exceeded",
+            )
         room = context - len(full)
         if req.max_tokens is not None and req.max_tokens > room:
-            raise APIError(400, f"too many tokens requested: the prompt is {len(full)} tokens and max_tokens is "
-                           f"{req.max_tokens}, over the model's context of {context}", param="max_tokens",
-                           code="context_length_exceeded")  # fmt: skip
+            raise APIError(
+                400,
+                f"too many tokens requested: the prompt is {len(full)} tokens and max_tokens is "
+                f"{req.max_tokens}, over the model's context of {context}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         max_tokens = req.max_tokens if req.max_tokens is not None else min(self.default_max_tokens, room)
         generation_request = GenerationRequest(
             prompt_ids=full,
@@ -265,9 +281,14 @@ class Server:
         ttft = (run.first_token - run.started) * 1000 if run.first_token else float("nan")
         log.info(
             "%s %s prompt=%d completion=%d ttft=%.0fms total=%.0fms finish=%s",
-            run.request_id, endpoint, run.prompt_tokens, run.completion_tokens, ttft, elapsed * 1000,
+            run.request_id,
+            endpoint,
+            run.prompt_tokens,
+            run.completion_tokens,
+            ttft,
+            elapsed * 1000,
             reply.finish_reason,
-        )  # fmt: skip
+        )
         return reply, run.parser.final_deltas
 
     def _usage(self, run: _Run) -> dict[str, int]:
@@ -284,15 +305,29 @@ class Server:
             if req.logprobs and event.token_id not in self.stop_ids:
                 run.logprobs.append(self._logprob_entry(event))
         reply, _ = self._finish(run, "chat")
-        choice: dict[str, Any] = {"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason,
-                                  "logprobs": {"content": run.logprobs} if req.logprobs else None}  # fmt: skip
-        return {"id": f"chatcmpl-{run.request_id}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_id, "choices": [choice], "usage": self._usage(run)}  # fmt: skip
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": reply.message(),
+            "finish_reason": reply.finish_reason,
+            "logprobs": {"content": run.logprobs} if req.logprobs else None,
+        }
+        return {
+            "id": f"chatcmpl-{run.request_id}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_id,
+            "choices": [choice],
+            "usage": self._usage(run),
+        }
 
     async def _chat_stream(self, started: tuple[_Run, Any], req: ChatRequest, prefix: list[int]) -> AsyncIterator[str]:
         run = started[0]
-        head = {"id": f"chatcmpl-{run.request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": self.model_id}  # fmt: skip
+        head = {
+            "id": f"chatcmpl-{run.request_id}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model_id,
+        }
 
         def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
             choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
@@ -349,17 +384,31 @@ class Server:
         run = started[0]
         events = [event async for event, _ in self._events(started) if event.token_id not in self.stop_ids]
         reply, _ = self._finish(run, "completion")
-        choice = {"index": 0, "text": echo + reply.content, "finish_reason": reply.finish_reason,
-                  "logprobs": self._completion_logprobs(events, len(echo)) if req.logprobs else None}  # fmt: skip
-        return {"id": f"cmpl-{run.request_id}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_id, "choices": [choice], "usage": self._usage(run)}  # fmt: skip
+        choice = {
+            "index": 0,
+            "text": echo + reply.content,
+            "finish_reason": reply.finish_reason,
+            "logprobs": self._completion_logprobs(events, len(echo)) if req.logprobs else None,
+        }
+        return {
+            "id": f"cmpl-{run.request_id}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_id,
+            "choices": [choice],
+            "usage": self._usage(run),
+        }
 
     async def _completion_stream(
         self, started: tuple[_Run, Any], req: CompletionRequest, echo: str
     ) -> AsyncIterator[str]:
         run = started[0]
-        head = {"id": f"cmpl-{run.request_id}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_id}  # fmt: skip
+        head = {
+            "id": f"cmpl-{run.request_id}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_id,
+        }
 
         def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> str:
             choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
@@ -389,8 +438,12 @@ class Server:
         if model is None and not required:
             return
         if model not in (self.model_id, "default"):
-            raise APIError(404, f"the model {model!r} does not exist; this server serves {self.model_id!r}",
-                           param="model", code="model_not_found")  # fmt: skip
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist; this server serves {self.model_id!r}",
+                param="model",
+                code="model_not_found",
+            )
 
 
 class _Authenticate:

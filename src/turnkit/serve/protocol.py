@@ -162,8 +162,11 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
         for index, tool in enumerate(tools):
             function = tool.get("function") if isinstance(tool, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-                raise APIError(400, f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
-                               param=f"tools[{index}]")  # fmt: skip
+                raise APIError(
+                    400,
+                    f"tools[{index}] must be {{'type': 'function', 'function': {{'name': ...}}}}",
+                    param=f"tools[{index}]",
+                )
         tools = tools or None
     tool_choice = body.get("tool_choice", "auto")
     names = [t["function"]["name"] for t in tools or []]
@@ -172,11 +175,17 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
     elif isinstance(tool_choice, dict) and isinstance(tool_choice.get("function"), dict):
         name = tool_choice["function"].get("name")
         if name not in names:
-            raise APIError(400, f"tool_choice names the function {name!r}, which is not among the tools {names}",
-                           param="tool_choice")  # fmt: skip
+            raise APIError(
+                400,
+                f"tool_choice names the function {name!r}, which is not among the tools {names}",
+                param="tool_choice",
+            )
     else:
-        raise APIError(400, "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': "
-                       "{'name': ...}}", param="tool_choice")  # fmt: skip
+        raise APIError(
+            400,
+            "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
+            param="tool_choice",
+        )
     if tool_choice == "required" and not tools:
         raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
     return ChatRequest(

@@ -334,9 +334,12 @@ class ChatTemplateSandbox(ImmutableSandboxedEnvironment):
         checked_replace.jinja_pass_arg = replace.jinja_pass_arg  # type: ignore[attr-defined]
         checked_join.jinja_pass_arg = join.jinja_pass_arg  # type: ignore[attr-defined]
         filters.update(
-            center=checked_center, indent=checked_indent, format=checked_format, replace=checked_replace,
+            center=checked_center,
+            indent=checked_indent,
+            format=checked_format,
+            replace=checked_replace,
             join=checked_join,
-        )  # fmt: skip
+        )
 
     # -- the sandbox hooks ------------------------------------------------------------------------------------------
 

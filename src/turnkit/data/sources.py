@@ -1,0 +1,134 @@
+"""Reading training data: JSONL (plain, gzip, zstd), JSON arrays, Parquet, ``datasets`` folders and hub names.
+
+Every record gets a stable id (``<input>:<line or row>``) so that a rejected record can be found again, and so that a
+rerun after a crash lines up with the first run. A line that is not valid JSON is not an exception: it is a
+:class:`RawRecord` carrying its error, and ends up in ``rejects.jsonl`` with the line number.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnkit.errors import TurnkitError
+
+__all__ = ["InputError", "RawRecord", "read_records"]
+
+
+class InputError(TurnkitError):
+    """An input cannot be read at all (missing, unknown kind, not a JSON array...)."""
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One input record: its id, and either its data or why it could not be read."""
+
+    record_id: str
+    data: Any = None
+    error: str | None = None
+    field: str | None = None
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    if name.endswith(".zst") or name.endswith(".zstd"):
+        import zstandard
+
+        return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(path.open("rb")), encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _jsonl(path: Path, label: str) -> Iterator[RawRecord]:
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            record_id = f"{label}:{number}"
+            try:
+                yield RawRecord(record_id, json.loads(line))
+            except ValueError as exc:
+                yield RawRecord(record_id, error=f"line {number} is not valid JSON: {exc}", field="line")
+
+
+def _json_array(path: Path, label: str) -> Iterator[RawRecord]:
+    with _open_text(path) as handle:
+        try:
+            data = json.load(handle)
+        except ValueError as exc:
+            raise InputError(f"{path} is not valid JSON: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise InputError(f"{path} holds a JSON {type(data).__name__}, not a list of records")
+    for index, item in enumerate(data):
+        yield RawRecord(f"{label}:{index}", item)
+
+
+def _parquet(path: Path, label: str) -> Iterator[RawRecord]:
+    import pyarrow.parquet as pq
+
+    row = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+        for item in batch.to_pylist():
+            yield RawRecord(f"{label}:{row}", item)
+            row += 1
+
+
+def _datasets_folder(path: Path, label: str) -> Iterator[RawRecord]:
+    import datasets
+
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        for split, dataset in loaded.items():
+            for index, item in enumerate(dataset):
+                yield RawRecord(f"{label}:{split}:{index}", item)
+    else:
+        for index, item in enumerate(loaded):
+            yield RawRecord(f"{label}:{index}", item)
+
+
+def _hub(name: str, label: str) -> Iterator[RawRecord]:
+    import datasets
+
+    repo, _, split = name.partition(":")
+    try:
+        dataset = datasets.load_dataset(repo, split=split or "train")
+    except Exception as exc:  # noqa: BLE001 - no network, unknown repo...: one clear message
+        raise InputError(f"cannot load the dataset {repo!r} from the hub: {exc}") from None
+    for index, item in enumerate(dataset):
+        yield RawRecord(f"{label}:{index}", item)
+
+
+def read_records(source: str | Path) -> Iterator[RawRecord]:
+    """The records of one input: a file, a ``datasets`` folder (``save_to_disk``), or ``hub:<name>[:split]``."""
+    text = str(source)
+    if text.startswith("hub:"):
+        yield from _hub(text[4:], text[4:])
+        return
+    path = Path(source)
+    label = path.name
+    if path.is_dir():
+        if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
+            yield from _datasets_folder(path, label)
+            return
+        raise InputError(f"{path} is a folder but not a datasets folder saved with save_to_disk")
+    if not path.is_file():
+        raise InputError(f"{path} does not exist")
+    name = path.name.lower()
+    for suffix in (".gz", ".zst", ".zstd"):
+        name = name.removesuffix(suffix)
+    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+        yield from _jsonl(path, label)
+    elif name.endswith(".json"):
+        yield from _json_array(path, label)
+    elif name.endswith(".parquet"):
+        yield from _parquet(path, label)
+    else:
+        raise InputError(f"{path}: unknown input kind (use .jsonl[.gz|.zst], .json, .parquet or a datasets folder)")

@@ -1,0 +1,285 @@
+"""turnkit prepare: every input format, every broken record accounted for, crash and resume, Ray = local, TRL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from turnkit.data import FieldMap, PrepareConfig, load_rows, prepare
+from turnkit.data.prepare import PrepareError
+
+GOOD = {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]}
+
+
+def _jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, smollm2_hf_folder):
+    """The SmolLM2 tokenizer with a template that refuses a system message after the first turn."""
+    folder = tmp_path_factory.mktemp("model")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smollm2_hf_folder / name, folder / name)
+    template = (smollm2_hf_folder / "chat_template.jinja").read_text()
+    guard = (
+        "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+        "{{ raise_exception('System messages must come first') }}{% endif %}{% endfor %}"
+    )
+    (folder / "chat_template.jinja").write_text(guard + template)
+    return str(folder)
+
+
+def _run(tmp_path: Path, inputs, model: str, **options) -> tuple[dict, list[dict], list[dict]]:
+    out = tmp_path / "out"
+    config = PrepareConfig(model=model, **options)
+    manifest = prepare([str(i) for i in inputs], out, config, shard_records=4, progress=False)
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    return manifest, rejects, list(load_rows(out))
+
+
+def test_broken_records_are_rejected_with_line_and_field(tmp_path, model):
+    data = _jsonl(
+        tmp_path / "data.jsonl",
+        [
+            json.dumps(GOOD),
+            "{not json",
+            json.dumps({"messages": [{"content": "no role"}, {"role": "assistant", "content": "x"}]}),
+            json.dumps({"messages": [{"role": "wizard!", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+            json.dumps({"messages": []}),
+            json.dumps({"messages": [{"role": "user", "content": 42}, {"role": "assistant", "content": "y"}]}),
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": "a"},
+                        {"role": "system", "content": "late"},
+                        {"role": "assistant", "content": "b"},
+                    ]
+                }
+            ),
+            json.dumps({"conversations": [{"from": "alien", "value": "x"}]}),
+            json.dumps({"instruction": "Say hi", "input": ""}),
+            json.dumps({"nothing": True}),
+            "",
+            json.dumps(GOOD),
+        ],
+    )
+    manifest, rejects, rows = _run(tmp_path, [data], model)
+    by_line = {r["record_id"].split(":")[-1]: r for r in rejects}
+    assert manifest["counts"]["read"] == 11  # the blank line is not a record
+    assert manifest["counts"]["written"] == len(rows) == 2
+    assert manifest["counts"]["rejected"] == len(rejects) == 9
+    assert "line 2 is not valid JSON" in by_line["2"]["reason"] and by_line["2"]["field"] == "line"
+    assert by_line["3"]["field"] == "messages[0].role"
+    assert by_line["4"]["field"] == "messages[0].role" and "lowercase word" in by_line["4"]["reason"]
+    assert "empty" in by_line["5"]["reason"]
+    assert by_line["6"]["field"] == "messages[0].content"
+    assert by_line["7"]["reason"] == "System messages must come first"
+    assert by_line["8"]["field"] == "conversations[0].from"
+    assert by_line["9"]["field"] == "output"
+    assert "unknown record format" in by_line["10"]["reason"]
+    assert sum(manifest["counts"]["rejected_by_reason"].values()) == 9
+
+
+def test_every_input_kind(tmp_path, model):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    records = [
+        GOOD,
+        {
+            "conversations": [
+                {"from": "system", "value": "Be brief."},
+                {"from": "human", "value": "hi"},
+                {"from": "gpt", "value": "hello"},
+            ]
+        },
+        {"instruction": "Add", "input": "2 and 2", "output": "4"},
+    ]
+    lines = "".join(json.dumps(r) + "\n" for r in records).encode()
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    (tmp_path / "c.json").write_text(json.dumps(records))
+    pq.write_table(pa.Table.from_pylist([{"messages": json.dumps(GOOD["messages"])}]), tmp_path / "d.parquet")
+    import datasets
+
+    datasets.Dataset.from_list([GOOD]).save_to_disk(str(tmp_path / "e"))
+    inputs = ["a.jsonl.gz", "b.jsonl.zst", "c.json", "e"]
+    manifest, rejects, rows = _run(tmp_path, [tmp_path / i for i in inputs], model)
+    assert manifest["counts"]["read"] == 10 and manifest["counts"]["written"] == 10 and not rejects
+    texts = {tuple(r["input_ids"]) for r in rows}
+    assert len(texts) == 3  # the same three conversations from every kind of input
+    _, rejects, _ = _run(tmp_path / "p", [tmp_path / "d.parquet"], model)  # messages as a JSON string: refused
+    assert rejects and rejects[0]["field"] == "messages"
+
+
+def test_rows_match_encode_and_load_with_datasets(tmp_path, model):
+    from turnkit import ChatFormat
+
+    manifest, _, rows = _run(tmp_path, [_jsonl(tmp_path / "x.jsonl", [json.dumps(GOOD)])], model)
+    encoding = ChatFormat.from_pretrained(model).encode(GOOD["messages"])
+    (row,) = rows
+    assert row["input_ids"] == encoding.input_ids.tolist() and row["labels"] == encoding.labels.tolist()
+    assert row["assistant_masks"] == row["completion_mask"] == encoding.assistant_mask.tolist()
+    assert row["length"] == len(encoding) and row["record_id"] == "x.jsonl:1"
+    assert manifest["trained_tokens"] == encoding.num_trained and len(manifest["tokenizer_sha256"]) == 64
+    import datasets
+
+    loaded = datasets.load_dataset("parquet", data_files=[str(tmp_path / "out" / f) for f in manifest["files"]])
+    assert loaded["train"][0]["input_ids"] == row["input_ids"]
+
+
+def test_markers_max_length_and_split_turns(tmp_path, model):
+    forged = {"messages": [{"role": "user", "content": "hi <|im_end|> there"}, {"role": "assistant", "content": "ok"}]}
+    long = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            *[
+                m
+                for n in range(6)
+                for m in (
+                    {"role": "user", "content": f"question {n} " * 20},
+                    {"role": "assistant", "content": f"answer {n} " * 20},
+                )
+            ],
+        ]
+    }
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(forged), json.dumps(long)])
+    kept, _, rows = _run(tmp_path / "keep", [data], model)
+    assert kept["markers_found"] == {"<|im_end|>": 1} and kept["counts"]["written"] == 2
+    rejected, rejects, _ = _run(tmp_path / "reject", [data], model, markers="reject")
+    assert rejected["counts"]["rejected"] == 1 and "<|im_end|>" in rejects[0]["reason"]
+    _, _, stripped = _run(tmp_path / "strip", [data], model, markers="strip")
+    assert len(stripped[0]["input_ids"]) < len(rows[0]["input_ids"])
+    dropped, rejects, _ = _run(tmp_path / "drop", [data], model, max_length=200)
+    assert dropped["counts"]["rejected"] == 1 and "over max_length 200" in rejects[0]["reason"]
+    cut, _, cut_rows = _run(tmp_path / "turns", [data], model, max_length=200, truncation="turns")
+    assert cut["truncated"] == 1 and all(r["length"] <= 200 for r in cut_rows)
+    long_row = next(r for r in cut_rows if r["record_id"].endswith(":2"))
+    assert long_row["labels"][-2] != -100  # the last reply's end marker is still trained
+    split, _, split_rows = _run(tmp_path / "split", [data], model, split_turns=True)
+    assert split["counts"]["rows"] == 1 + 6 and sorted(r["turn"] for r in split_rows)[-1] == 5
+
+
+def test_ray_engine_gives_the_same_rows(tmp_path, model):
+    pytest.importorskip("ray")
+    lines = [json.dumps(GOOD), "{broken", json.dumps({"instruction": "Name a color", "output": "Blue"})] * 5
+    data = _jsonl(tmp_path / "r.jsonl", lines)
+    config = PrepareConfig(model=model)
+    local = prepare([str(data)], tmp_path / "local", config, shard_records=4, progress=False)
+    ray = prepare([str(data)], tmp_path / "ray", config, engine="ray", workers=2, shard_records=4, progress=False)
+    assert local["counts"] == ray["counts"] and local["tokens"] == ray["tokens"]
+
+    def rows(out):
+        return sorted((r["record_id"], list(r["input_ids"]), list(r["labels"])) for r in load_rows(out))
+
+    assert rows(tmp_path / "local") == rows(tmp_path / "ray")
+    assert (tmp_path / "local" / "rejects.jsonl").read_text() == (tmp_path / "ray" / "rejects.jsonl").read_text()
+
+
+def test_a_killed_run_resumes_to_the_same_output(tmp_path, model):
+    lines = [
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": f"Question number {n}?"},
+                    {"role": "assistant", "content": f"Answer number {n}."},
+                ]
+            }
+        )
+        for n in range(1500)
+    ]
+    data = _jsonl(tmp_path / "big.jsonl", [*lines[:700], "{oops", *lines[700:]])
+    command = [sys.executable, "-m", "turnkit.cli", "prepare", str(data), "--model", model, "--shard-records", "50"]
+    reference = subprocess.run([*command, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr
+    crashed = tmp_path / "crashed"
+    process = subprocess.Popen([*command, "--out", str(crashed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (crashed / "shards" / "shard-00004.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    done = len(list((crashed / "shards").glob("shard-*.json")))
+    assert 0 < done < 31, "the run was killed after it finished or before any shard"
+    assert not (crashed / "manifest.json").exists()
+    resumed = subprocess.run([*command, "--out", str(crashed)], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert list(load_rows(crashed)) == list(load_rows(tmp_path / "clean"))
+    assert (crashed / "rejects.jsonl").read_text() == (tmp_path / "clean" / "rejects.jsonl").read_text()
+    clean = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    again = json.loads((crashed / "manifest.json").read_text())
+    assert again["counts"] == clean["counts"] == {**clean["counts"], "read": 1501, "written": 1500, "rejected": 1}
+    with pytest.raises(PrepareError, match="other options"):
+        prepare([str(data)], crashed, PrepareConfig(model=model, turns="last"), shard_records=50, progress=False)
+
+
+def test_sft_trainer_trains_on_the_shards_with_turnkits_labels(tmp_path, model, smollm2_gguf):
+    pytest.importorskip("trl")
+    import math
+
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from turnkit.serve.torch_backend import _converted_gguf
+
+    torch.set_num_threads(1)
+    records = [
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {n}+{n}?"},
+                {"role": "assistant", "content": f"{n}+{n} is {2 * n}."},
+            ]
+        }
+        for n in range(12)
+    ]
+    data = _jsonl(tmp_path / "sft.jsonl", [json.dumps(r) for r in records])
+    manifest = prepare([str(data)], tmp_path / "out", PrepareConfig(model=model), progress=False)
+    dataset = datasets.load_dataset(
+        "parquet", data_files=[str(tmp_path / "out" / f) for f in manifest["files"]], split="train"
+    )
+    config = SFTConfig(
+        output_dir=str(tmp_path / "trainer"),
+        max_steps=5,
+        per_device_train_batch_size=2,
+        learning_rate=1e-5,
+        completion_only_loss=True,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        logging_steps=1,
+    )
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(_converted_gguf(smollm2_gguf)),
+        args=config,
+        train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(model),
+    )
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    for i in range(2):
+        labels = dataset[i]["labels"]
+        assert batch["labels"][i][: len(labels)].tolist() == labels  # TRL trains exactly turnkit's labels
+    result = trainer.train()
+    assert result.global_step == 5 and math.isfinite(result.training_loss)
+
+
+def test_field_mappings(tmp_path, model):
+    record = {"dialog": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "fns": None}
+    data = _jsonl(tmp_path / "m.jsonl", [json.dumps(record)])
+    manifest, _, _ = _run(
+        tmp_path, [data], model, input_format="openai", fields=FieldMap(messages="dialog", tools="fns")
+    )
+    assert manifest["counts"]["written"] == 1
