@@ -8,6 +8,7 @@ and emit rows. Anything that goes wrong becomes a reject with the record id, the
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -97,6 +98,17 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool) -> Counter[str]:
+    """Control-marker strings in a record's data. One search over its JSON text (fast) when every marker is written
+    the same in JSON; else a walk over every string."""
+    if plain_json:
+        try:
+            return Counter(pattern.findall(json.dumps([messages, tools], ensure_ascii=False)))
+        except (TypeError, ValueError):
+            pass
+    return Counter(m for s in _strings([messages, tools]) for m in pattern.findall(s))
+
+
 def _strip(value: Any, pattern: re.Pattern[str]) -> Any:
     if isinstance(value, str):
         return pattern.sub("", value)
@@ -149,6 +161,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
     fmt = _format(config.model)
     markers = sorted(fmt.tokenizer.added, key=len, reverse=True)
     marker_pattern = re.compile("|".join(map(re.escape, markers))) if markers else None
+    plain_json = all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers)
     result = ShardResult()
     for record in records:
         result.read += 1
@@ -158,7 +171,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
         try:
             messages, tools = to_conversation(record.data, config.input_format, config.fields)
             if marker_pattern is not None:
-                found = Counter(m for s in _strings([messages, tools]) for m in marker_pattern.findall(s))
+                found = _scan(messages, tools, marker_pattern, plain_json)
                 if found:
                     result.records_with_markers += 1
                     result.markers.update(found)
@@ -174,15 +187,12 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
             continue
         result.truncated += truncated
         for turn, encoding in enumerate(encodings):
-            mask = encoding.assistant_mask.tolist()
-            row = {
+            row = {  # arrays: the shard writer builds Arrow columns from them directly
                 "record_id": record.record_id,
                 "turn": turn if config.split_turns else None,
-                "input_ids": encoding.input_ids.tolist(),
-                "labels": encoding.labels.tolist(),
-                "assistant_masks": mask,
-                "completion_mask": mask,
-                "length": len(encoding),
+                "input_ids": encoding.input_ids,
+                "labels": encoding.labels,
+                "assistant_masks": encoding.assistant_mask,
             }
             result.rows.append(row)
             result.tokens += len(encoding)

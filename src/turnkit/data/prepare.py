@@ -32,8 +32,6 @@ from turnkit.errors import TurnkitError
 
 __all__ = ["PrepareError", "prepare"]
 
-_ROW_COLUMNS = ("record_id", "turn", "input_ids", "labels", "assistant_masks", "completion_mask", "length")
-
 
 class PrepareError(TurnkitError):
     """The output folder holds shards made with other options, or an input cannot be read."""
@@ -53,21 +51,45 @@ def _shards(inputs: Sequence[str], size: int) -> Iterator[list[RawRecord]]:
         yield chunk
 
 
+_SCHEMA: Any = None
+
+
 def _table(rows: list[dict[str, Any]]) -> Any:
+    """The rows as an Arrow table, built column by column from numpy arrays (``from_pylist`` is ~40x slower)."""
+    import numpy as np
     import pyarrow as pa
 
-    schema = pa.schema(
-        [
-            ("record_id", pa.string()),
-            ("turn", pa.int32()),
-            ("input_ids", pa.list_(pa.int32())),
-            ("labels", pa.list_(pa.int32())),
-            ("assistant_masks", pa.list_(pa.int8())),
-            ("completion_mask", pa.list_(pa.int8())),
-            ("length", pa.int32()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
+    global _SCHEMA
+    if _SCHEMA is None:
+        _SCHEMA = pa.schema(
+            [
+                ("record_id", pa.string()),
+                ("turn", pa.int32()),
+                ("input_ids", pa.list_(pa.int32())),
+                ("labels", pa.list_(pa.int32())),
+                ("assistant_masks", pa.list_(pa.int8())),
+                ("completion_mask", pa.list_(pa.int8())),
+                ("length", pa.int32()),
+            ]
+        )
+    lengths = np.array([len(r["input_ids"]) for r in rows], dtype=np.int32)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+
+    def lists(key: str, dtype: Any) -> Any:
+        values = np.concatenate([np.asarray(r[key], dtype=dtype) for r in rows]) if rows else np.array([], dtype)
+        return pa.ListArray.from_arrays(offsets, pa.array(values))
+
+    masks = lists("assistant_masks", np.int8)
+    columns = [
+        pa.array([r["record_id"] for r in rows], pa.string()),
+        pa.array([r["turn"] for r in rows], pa.int32()),
+        lists("input_ids", np.int32),
+        lists("labels", np.int32),
+        masks,
+        masks,
+        pa.array(lengths),
+    ]
+    return pa.Table.from_arrays(columns, schema=_SCHEMA)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -169,19 +191,8 @@ class _RayShards:
             table = _table(result.rows)
             # the summary rides along on every row, and on one empty row when the shard has none
             if table.num_rows == 0:
-                table = _table(
-                    [
-                        {
-                            "record_id": None,
-                            "input_ids": [],
-                            "labels": [],
-                            "assistant_masks": [],
-                            "completion_mask": [],
-                            "length": 0,
-                            "turn": None,
-                        }
-                    ]
-                )
+                empty = {"record_id": None, "turn": None, "input_ids": [], "labels": [], "assistant_masks": []}
+                table = _table([empty])
             column = pa.array([json.dumps(summary)] + [None] * (table.num_rows - 1), pa.string())
             tables.append(table.append_column("shard_summary", column))
         return pa.concat_tables(tables)
