@@ -15,6 +15,7 @@ attribution and loss masks are computed from.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class DataMarker:
         self._first_chars = sorted({token[0] for token in binding.added})
         self._last_chars = sorted({token[-1] for token in binding.added})
         self.active = bool(binding.added)
+        self._tool_cache: dict[tuple[bool, str], tuple[Any, int]] = {}
 
     def restore(self, text: str) -> str:
         """The render with every broken added-token string made whole again."""
@@ -138,6 +140,19 @@ class DataMarker:
             return kind(self._mark(v, source, where, counter) for v in value)
         return value
 
+    def _tools(self, tools: Any, counter: list[int]) -> Any:
+        """Tool schemas, marked once per distinct set: a dataset repeats the same few across many records."""
+        key = (self.active, json.dumps(tools, sort_keys=True, default=repr))
+        cached = self._tool_cache.get(key)
+        if cached is None:
+            count = [0]
+            cached = (self._mark(tools, SOURCE_TOOLS, lambda: "tools", count), count[0])
+            if len(self._tool_cache) >= 64:
+                self._tool_cache.pop(next(iter(self._tool_cache)))
+            self._tool_cache[key] = cached
+        counter[0] += cached[1]
+        return cached[0]
+
     def prepare(
         self, chat: list[dict[str, Any]], tools: Any, documents: Any, variables: dict[str, Any], *, neutralize: bool
     ) -> Prepared:
@@ -160,7 +175,7 @@ class DataMarker:
                         where = functools.partial("message {}, field {!r}".format, index, key)
                         marked[key] = mark(value, index, where, counter)
                 marked_chat.append(marked)
-            marked_tools = mark(tools, SOURCE_TOOLS, lambda: "tools", counter)
+            marked_tools = self._tools(tools, counter) if tools else tools
             marked_documents = mark(documents, SOURCE_DOCUMENTS, lambda: "documents", counter)
             marked_variables = {
                 k: mark(v, SOURCE_VARIABLES, functools.partial("template variable {!r}".format, k), counter)
