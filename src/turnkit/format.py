@@ -258,6 +258,7 @@ class ChatFormat:
         masks: str = "auto",
         trust_data: bool = False,
         split_turns: bool = False,
+        attribution: bool = True,
         **template_kwargs: Any,
     ) -> Encoding | list[Encoding]:
         """Encode a conversation to token ids, safely, with labels and per-token attribution.
@@ -273,6 +274,7 @@ class ChatFormat:
             masks: ``"auto"`` (``{% generation %}`` blocks when the template has them, else the turns),
                 ``"turns"`` or ``"generation"``.
             trust_data: Let control-token strings in data through as control tokens (loud; trusted data only).
+            attribution: Fill ``message_index`` and ``is_data`` (a pipeline that needs only ids and labels skips it).
             split_turns: Return a list: one example per trained assistant turn, each holding the conversation up to
                 that turn and training only it, so that every turn is trained in the context the model sees at
                 inference (for templates that are not prefix-stable, see :meth:`check_prefix_stable`).
@@ -283,7 +285,7 @@ class ChatFormat:
         """
         from turnkit.encode.encoder import EncodeOptions
 
-        options = EncodeOptions(turns=turns, train_end_marker=train_end_marker, masks=masks, trust_data=trust_data)  # type: ignore[arg-type]
+        options = EncodeOptions(turns, train_end_marker, masks, trust_data, attribution)  # type: ignore[arg-type]
         if split_turns:
             return self.encoder.encode_turns(
                 messages,

@@ -133,6 +133,7 @@ def _encode(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) ->
         turns=config.turns,
         train_end_marker=config.train_end_marker,
         split_turns=config.split_turns,
+        attribution=False,  # rows hold ids, labels and masks only
     )
     return encoded if isinstance(encoded, list) else [encoded]
 

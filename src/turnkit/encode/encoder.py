@@ -67,12 +67,15 @@ class EncodeOptions:
             ``"turns"`` and ``"generation"`` force one or the other.
         trust_data: Encode control-token strings in data as control tokens. Only for data you wrote yourself; every
             use emits a :class:`TrustedDataWarning`.
+        attribution: Fill ``message_index`` and ``is_data``; a data pipeline that only needs ids and labels skips it
+            (they are then all ``-1`` and ``False``).
     """
 
     turns: Literal["all", "last", "none"] = "all"
     train_end_marker: bool = True
     masks: Literal["auto", "turns", "generation"] = "auto"
     trust_data: bool = False
+    attribution: bool = True
 
     def __post_init__(self) -> None:
         if self.turns not in ("all", "last", "none"):
@@ -297,11 +300,14 @@ class Encoder:
 
         spans = _Spans(text, len(ids_array), char_to_token)
         is_data = np.zeros(len(ids_array), dtype=bool)
-        for start, end in _merged(rendered.data_spans):
-            first, last = spans.tokens(start, end)
-            is_data[first:last] = True
         turns = self._turns(text, job.controls, rendered)
-        message_index = turns.message_index(spans)
+        if options.attribution:
+            for start, end in _merged(rendered.data_spans):
+                first, last = spans.tokens(start, end)
+                is_data[first:last] = True
+            message_index = turns.message_index(spans)
+        else:
+            message_index = np.full(len(ids_array), NO_MESSAGE, dtype=np.int32)
 
         mask = np.zeros(len(ids_array), dtype=np.int8)
         if not job.add_generation_prompt:
@@ -351,7 +357,9 @@ class Encoder:
                     tools=tools,
                     documents=documents,
                     template_name=template_name,
-                    options=EncodeOptions("none", options.train_end_marker, options.masks, options.trust_data),
+                    options=EncodeOptions(
+                        "none", options.train_end_marker, options.masks, options.trust_data, options.attribution
+                    ),
                     template_kwargs=template_kwargs,
                 )
             )
