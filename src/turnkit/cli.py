@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import __version__, families
+from turnkit.embedded import resolve_model
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 
@@ -55,18 +56,9 @@ def _load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str
     raise UsageError(f"conversation {path} must be a JSON list of messages or an object with a 'messages' list")
 
 
-def model_path(name: str) -> Path:
-    """``default`` is the embedded SmolLM2 model (fetched once); anything else is a path."""
-    if name == "default":
-        from turnkit.embedded import default_model_path
-
-        return default_model_path()
-    return Path(name)
-
-
 def _format_from_args(args: argparse.Namespace) -> ChatFormat:
     if args.model:
-        return ChatFormat.from_pretrained(model_path(args.model))
+        return ChatFormat.from_pretrained(resolve_model(args.model))
     if args.template:
         try:
             text = Path(args.template).read_text(encoding="utf-8")
@@ -79,7 +71,7 @@ def _format_from_args(args: argparse.Namespace) -> ChatFormat:
     if tokenizer:
         from turnkit.encode.tokenizer import TokenizerBinding
 
-        path = model_path(tokenizer)
+        path = resolve_model(tokenizer)
         binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
         fmt = fmt.with_tokenizer(binding)
     return fmt
@@ -209,7 +201,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    path = model_path(args.model)
+    path = resolve_model(args.model)
     if not path.exists():
         raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
     import uvicorn

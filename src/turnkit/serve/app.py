@@ -7,6 +7,7 @@ hold-back), and the stop set from the checkpoint's declared ids.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -239,8 +240,6 @@ class Server:
             seed=req.seed,
             top_logprobs=req.top_logprobs if req.logprobs else None,
         )
-        import asyncio
-
         try:
             generation = self.backend.submit(generation_request, asyncio.get_running_loop())
         except BackendBusyError as exc:

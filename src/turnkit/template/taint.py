@@ -55,11 +55,6 @@ def spans_of(value: Any) -> tuple[Span, ...]:
     return value._spans if type(value) is DataStr else ()
 
 
-def first_source(value: Any) -> int | None:
-    spans = spans_of(value)
-    return spans[0][2] if spans else None
-
-
 def slice_data(value: DataStr, start: int, end: int) -> str:
     """``value[start:end]`` with its spans clipped and shifted."""
     text = str.__getitem__(value, slice(start, end))
