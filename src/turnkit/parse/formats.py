@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import UnknownReplyFormatError
 
 __all__ = ["REPLY_FORMATS", "ReplyFormat", "for_format", "get"]
 
@@ -71,8 +71,6 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
 }
 
 
-class UnknownReplyFormatError(TurnkitError, LookupError):
-    """No reply format by that name."""
 
 
 def get(name: str) -> ReplyFormat:
