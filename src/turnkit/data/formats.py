@@ -29,8 +29,6 @@ _SHAREGPT_ROLES = {
 }
 
 
-
-
 @dataclass(frozen=True)
 class FieldMap:
     """Where a record keeps its parts, when not under the usual names."""

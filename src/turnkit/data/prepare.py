@@ -33,8 +33,6 @@ from turnkit.errors import PrepareError
 __all__ = ["PrepareError", "prepare"]
 
 
-
-
 def _fingerprint(config: PrepareConfig) -> str:
     return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -20,8 +20,6 @@ from turnkit.errors import InputError
 __all__ = ["InputError", "RawRecord", "read_records"]
 
 
-
-
 @dataclass(frozen=True)
 class RawRecord:
     """One input record: its id, and either its data or why it could not be read."""

@@ -19,8 +19,6 @@ __all__ = ["TranscriptError", "parse_transcript"]
 START, END = "<|im_start|>", "<|im_end|>"
 
 
-
-
 def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict[str, Any]]:
     """The messages of a ChatML transcript.
 
