@@ -7,6 +7,11 @@ and field, template name, file path).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from turnkit.parse.reply import Reply
+
 
 class TurnkitError(Exception):
     """Base class of every error turnkit raises on purpose."""
@@ -66,3 +71,17 @@ class FamilyNotFoundError(TurnkitError, LookupError):
 
 class ToolSchemaError(TurnkitError, ValueError):
     """A tool given as a Python function cannot be turned into a JSON schema (missing type hint or docstring)."""
+
+
+class ReplyParseError(TurnkitError, ValueError):
+    """A reply parsed with ``strict=True`` did not end cleanly: a tool call failed to parse, or the reply was cut off.
+
+    ``reply`` is what lenient parsing makes of it (so the caller can still show or log it), ``call_index`` the
+    position of the failed call in ``reply.tool_calls`` (``None`` when the reply itself did not end).
+    """
+
+    def __init__(self, reason: str, *, reply: Reply, call_index: int | None = None) -> None:
+        self.reason = reason
+        self.reply = reply
+        self.call_index = call_index
+        super().__init__(f"tool call {call_index}: {reason}" if call_index is not None else reason)
