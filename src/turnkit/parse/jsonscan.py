@@ -63,6 +63,14 @@ class ObjectReader:
                         self._in_string = False
                         if self._depth == 0:
                             self._end_value()
+                elif self._depth == 0:  # a scalar (true, 42, null): it ends at ',', '}' or whitespace
+                    if char in ",}" + _WS:
+                        self._value.pop()
+                        self._end_value()
+                        self._after_value(char)
+                        if self.done:
+                            self._finish(text, n)
+                            break
                 elif char == '"':
                     self._in_string = True
                 elif char in "{[":
@@ -71,15 +79,6 @@ class ObjectReader:
                     self._depth -= 1
                     if self._depth == 0:
                         self._end_value()
-                elif self._depth == 0 and char in ",}" + _WS:  # the end of a scalar
-                    self._value.pop()
-                    if self._streaming:  # pragma: no cover - scalars are never streamed
-                        streamed.pop()
-                    self._end_value()
-                    self._after_value(char)
-                    if self.done:
-                        self._finish(text, n)
-                        break
                 continue
             if state == "key":
                 if self._escape:

@@ -197,6 +197,8 @@ class StreamParser:
 
     def feed_text(self, text: str) -> list[Delta]:
         """Feed generated text (for replies that only exist as text: every marker is matched as text)."""
+        if self._decoder is not None:  # its single-token markers are ids: they would not be seen in text
+            raise TypeError("this parser reads token ids; parse text with a parser built without a tokenizer")
         out = self._out = []
         if self._end is None:
             self._text_events(self._scanner.feed(text))
