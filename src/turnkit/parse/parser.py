@@ -144,7 +144,7 @@ class StreamParser:
         text_markers = [m for m in reply_format.markers if m not in added]
         self._stop_ids = dict(stop_ids or {})
         self._end_texts = {**(end_texts or {}), **dict.fromkeys(stops, EndReason.STOP_STRING)}
-        self._scanner = TextScanner(self._end_texts, text_markers)
+        self._scanner = TextScanner(list(self._end_texts), text_markers)
         self._decoder = TextDecoder(byte_table, backend) if (byte_table is not None or backend is not None) else None
         self._tools = frozenset(tools) if tools is not None else None
         prefix = secrets.token_hex(6)
@@ -365,6 +365,7 @@ class StreamParser:
     def _close_buffer(self) -> None:
         text = "".join(self._buffer)
         self._buffer = []
+        calls: list[WrittenCall] | None
         if self.format.tool_syntax == "mistral":
             calls = mistral_calls(text, self.format.tool_start or "[TOOL_CALLS]")
         else:
