@@ -19,6 +19,7 @@ The hierarchy::
     ├── TokenizerError                       no tokenizer bound, or one that cannot be used
     ├── EncodeError                          a conversation cannot be encoded as asked
     │   └── EmptyMaskError                   nothing would be trained
+    ├── ReplyParseError (ValueError)         strict parsing: a reply did not end cleanly: .reply, .call_index
     ├── UnknownReplyFormatError (LookupError)
     ├── TranscriptError (ValueError)         a ChatML transcript is malformed: .line, .column
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
@@ -29,6 +30,11 @@ The hierarchy::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from turnkit.parse.reply import Reply
+
 __all__ = [
     "EmbeddedModelError",
     "EmptyMaskError",
@@ -38,6 +44,7 @@ __all__ = [
     "MessageError",
     "PrepareError",
     "RecordError",
+    "ReplyParseError",
     "TemplateError",
     "TemplateLimitError",
     "TemplateNotFoundError",
@@ -130,6 +137,24 @@ class EncodeError(TurnkitError):
 
 class EmptyMaskError(EncodeError):
     """No token would be trained: a training example that teaches nothing is a bug in the data."""
+
+
+class ReplyParseError(TurnkitError, ValueError):
+    """A reply parsed with ``strict=True`` did not end cleanly: a tool call failed to parse, or the reply was cut off.
+
+    ``reply`` is what lenient parsing makes of it (so the caller can still show or log it), ``call_index`` the
+    position of the failed call in ``reply.tool_calls`` (``None`` when the reply itself did not end).
+    """
+
+    def __init__(self, reason: str, *, reply: Reply, call_index: int | None = None) -> None:
+        self.reason = reason
+        self.reply = reply
+        self.call_index = call_index
+        super().__init__(f"tool call {call_index}: {reason}" if call_index is not None else reason)
+
+    @property
+    def location(self) -> str | None:
+        return None if self.call_index is None else f"tool_calls[{self.call_index}]"
 
 
 class UnknownReplyFormatError(TurnkitError, LookupError):

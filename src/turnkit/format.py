@@ -341,6 +341,7 @@ class ChatFormat:
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
+        strict: bool = False,
     ) -> StreamParser:
         """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
 
@@ -348,13 +349,15 @@ class ChatFormat:
             prompt: The prompt the reply continues (ids or text). A template that pre-writes ``<think>`` in its
                 generation prompt leaves the reply inside reasoning, and the parser starts there.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
-                emits any part of one.
+                emits any part of one. The family's own stop strings (``plain``: ``"\nuser:"``) always apply too.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
             call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
+            strict: ``finish()`` raises :class:`~turnkit.errors.ReplyParseError` when the reply does not end cleanly
+                (a failed tool call, or cut off: see ``Reply.ended_cleanly``) instead of returning it.
         """
-        return self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
 
     def parse(
         self,
@@ -366,16 +369,20 @@ class ChatFormat:
         reply_format: str | ReplyFormat | None = None,
         length: bool = False,
         call_id: Callable[[int], str] | None = None,
+        strict: bool = False,
     ) -> Reply:
         """Parse a whole reply (token ids, or text for replies that only exist as text) into a :class:`Reply`.
 
-        ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first).
+        ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first). A reply
+        given as text has no ids to go by, so the markers written in it count: ``"Hi<|im_end|>"`` ends at the
+        marker. ``strict=True`` raises :class:`~turnkit.errors.ReplyParseError` for a reply that does not end
+        cleanly; otherwise failed calls are returned with their status (see :meth:`stream_parser`).
         """
         if isinstance(reply, str):
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=False)
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=False)
             parser.feed_text(reply)
         else:
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
             parser.feed(reply)
         return parser.finish(length=length)
 
@@ -386,11 +393,13 @@ class ChatFormat:
         tools: Tools | None,
         reply_format: str | ReplyFormat | None,
         call_id: Callable[[int], str] | None,
+        strict: bool,
         *,
         with_tokenizer: bool,
     ) -> StreamParser:
         from turnkit.parse import formats
         from turnkit.parse.parser import StreamParser
+        from turnkit.parse.reply import EndReason
         from turnkit.template.tools import tool_schemas
 
         spec = formats.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
@@ -399,16 +408,24 @@ class ChatFormat:
         if tools is not None:
             names = [t.get("function", t).get("name") for t in tool_schemas(tools) or [] if isinstance(t, Mapping)]
         binding = self.tokenizer if with_tokenizer else None
+        # The family's stop strings end a reply always; text has no ids, so there the end-of-turn markers count as text.
+        template = self.chat_template
+        ends = dict.fromkeys(template.stop_strings, EndReason.END_OF_TURN)
+        if binding is None:
+            markers = [*template.end_markers, template.eos_token]
+            ends.update(dict.fromkeys((m for m in markers if m), EndReason.END_OF_TURN))
         return StreamParser(
             spec,
             added_tokens={text: token.id for text, token in binding.added.items()} if binding else None,
             stop_ids=self.stop_ids if binding else None,
             stops=stops,
+            end_texts=ends,
             tools=names,
             byte_table=binding.byte_table if binding else None,
             backend=binding.backend if binding else None,
             in_reasoning=self._prompt_opens_reasoning(prompt, spec),
             call_id=call_id,
+            strict=strict,
         )
 
     def _prompt_opens_reasoning(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
