@@ -6,6 +6,9 @@ prints the exact text a conversation renders to. ``--show`` makes whitespace and
 ``turnkit encode ...`` shows its tokens: the boundaries, which tokens are trained and which came from data (colours
 on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability.
 
+``turnkit inspect CONV.json --model PATH [-o PAGE.html]`` writes one self-contained HTML page of its tokens;
+``--data SHARDS`` does the same for rows sampled from ``turnkit prepare``'s shards.
+
 Errors are printed as one clear line (``turnkit: error: message 2, field 'role': ...``) with exit status 2, never as a
 stack trace.
 """
@@ -194,6 +197,36 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from turnkit.inspect import conversation_page, render_html, shards_page
+
+    if (args.conversation is None) == (args.data is None):
+        raise UsageError("give either CONVERSATION.json or --data SHARDS")
+    fmt = ChatFormat.from_pretrained(resolve_model(args.model))
+    if args.data is not None:
+        page = shards_page(fmt, args.data, sample=args.sample, seed=args.seed)
+    else:
+        messages, tools, extra = _load_conversation(args.conversation)
+        tools = _load_tools(args, tools)
+        variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+        source = "stdin" if args.conversation == "-" else Path(args.conversation).name
+        page = conversation_page(fmt, messages, tools=tools, variables=variables, source=source)
+    html = render_html(page)
+    if args.output is None:
+        sys.stdout.write(html)
+        return 0
+    try:
+        Path(args.output).write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    print(
+        f"turnkit: wrote {args.output} ({page.tokens:,} tokens, {page.trained:,} trained, "
+        f"{len(html.encode()) / 1024:.0f} KiB); open it in a browser",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -301,6 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="report prefix stability and the token diff of serving vs training prompts",
     )
     encode.set_defaults(handler=_cmd_encode)
+
+    inspect = commands.add_parser("inspect", help="an HTML page of a conversation's tokens, or of prepared shards")
+    inspect.add_argument("conversation", nargs="?", metavar="CONVERSATION.json", help="messages as JSON ('-': stdin)")
+    inspect.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
+    inspect.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
+    inspect.add_argument("--var", metavar="KEY=VALUE", type=_key_value, action="append", help="a template variable")
+    inspect.add_argument("--data", metavar="SHARDS", help="the folder `turnkit prepare --out` wrote (or a .parquet)")
+    inspect.add_argument("--sample", type=int, default=5, metavar="N", help="rows to show from --data (default 5)")
+    inspect.add_argument("--seed", type=int, default=0, metavar="S", help="which rows --sample draws (default 0)")
+    inspect.add_argument("-o", "--output", metavar="PAGE.html", help="write the page here (default: standard output)")
+    inspect.set_defaults(handler=_cmd_inspect)
 
     prep = commands.add_parser("prepare", help="datasets to tokenized training shards, every record accounted for")
     prep.add_argument(
