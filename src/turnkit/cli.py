@@ -337,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser("inspect", help="an HTML page of a conversation's tokens, or of prepared shards")
     inspect.add_argument("conversation", nargs="?", metavar="CONVERSATION.json", help="messages as JSON ('-': stdin)")
-    inspect.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
+    inspect.add_argument(
+        "--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default"
+    )
     inspect.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
     inspect.add_argument("--var", metavar="KEY=VALUE", type=_key_value, action="append", help="a template variable")
     inspect.add_argument("--data", metavar="SHARDS", help="the folder `turnkit prepare --out` wrote (or a .parquet)")

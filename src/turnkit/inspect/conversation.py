@@ -43,8 +43,10 @@ def conversation_page(
     turns = comparisons(fmt, messages, tools, variables) if has_reply else []
     stable = all(turn.prompt_prefix is not False and turn.generated_prefix for turn in turns)
     if serving:
-        notes.append("The conversation does not end with an assistant turn: it is shown as served, with the generation "
-                     "prompt, and nothing is trained in it.")
+        notes.append(
+            "The conversation does not end with an assistant turn: it is shown as served, with the generation "
+            "prompt, and nothing is trained in it."
+        )
         encoded: Encoding | list[Encoding] = fmt.encode(
             messages, tools=tools, add_generation_prompt=True, turns="none", **variables
         )

@@ -124,6 +124,10 @@ def _verdict(value: bool | None, yes: str, no: str) -> str:
     return f'<td class="ok">✓ {yes}</td>' if value else f'<td class="bad">✗ {no}</td>'
 
 
+def _excerpt(text: str, at: int) -> str:
+    return f'<pre class="excerpt">{escape(text[:at])}<mark>{escape(text[at:])}</mark></pre>'
+
+
 def _comparison_details(turn: TurnComparison) -> str:
     parts = []
     if turn.prompt_prefix is False:
@@ -139,9 +143,7 @@ def _comparison_details(turn: TurnComparison) -> str:
         expected, render = turn.expected_excerpt, turn.render_excerpt
         parts.append(
             f'<div class="diff-rows"><h3>message {turn.message}: {what} leaves the training text</h3>'
-            f'<p>{escape(what)}</p><pre class="excerpt">{escape(expected[:at])}<mark>{escape(expected[at:])}</mark></pre>'
-            f'<p>training text</p><pre class="excerpt">{escape(render[:at])}<mark>{escape(render[at:])}</mark></pre>'
-            "</div>"
+            f"<p>{escape(what)}</p>{_excerpt(expected, at)}<p>training text</p>{_excerpt(render, at)}</div>"
         )
     return "".join(parts)
 
@@ -173,7 +175,7 @@ def _comparisons(page: Page) -> str:
 def _summary(page: Page) -> str:
     origins = page.origin_counts()
     items = [("tokens", page.tokens), ("trained", page.trained), ("examples", len(page.examples))]
-    items += [(f"{origin} tokens", origins[origin]) for origin in ("template", "data", "control", "text") if origins[origin]]
+    items += [(f"{kind} tokens", origins[kind]) for kind in ("template", "data", "control", "text") if origins[kind]]
     items.append(("forged markers", page.forged))
     cells = "".join(f"<div><dt>{escape(name)}</dt><dd>{value:,}</dd></div>" for name, value in items)
     controls = ", ".join(
@@ -184,7 +186,6 @@ def _summary(page: Page) -> str:
         f'<section aria-labelledby="summary-h"><h2 id="summary-h">Summary</h2><dl class="summary">{cells}</dl>'
         f"<p>Control ids: {controls or 'none'}</p>{notes}</section>"
     )
-
 
 
 def _legend_chip(text: str, origin: str, trained: int = 0, forged: bool = False) -> str:
@@ -206,7 +207,7 @@ _LEGEND = (
 def render_html(page: Page) -> str:
     """The page as one HTML document."""
     body = [
-        f"<header><h1>{escape(page.title)}</h1><p class=\"source\">{escape(page.source)}</p></header>",
+        f'<header><h1>{escape(page.title)}</h1><p class="source">{escape(page.source)}</p></header>',
         "<main>",
         _summary(page),
         '<section aria-labelledby="legend-h"><h2 id="legend-h">Legend</h2>',

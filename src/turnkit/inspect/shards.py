@@ -48,9 +48,10 @@ def _check_tokenizer(path: Path, fmt: ChatFormat) -> str:
     if expected:
         actual = hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest()
         if actual != expected:
+            model = manifest.get("options", {}).get("model")
             raise InputError(
                 f"the shards in {path} were prepared with another tokenizer (sha256 {expected[:12]}…, this model's "
-                f"is {actual[:12]}…): give the --model they were prepared with ({manifest.get('options', {}).get('model')})"
+                f"is {actual[:12]}…): give the --model they were prepared with ({model})"
             )
     return ""
 

@@ -169,7 +169,8 @@ def find_forged_markers(pieces: Sequence[Piece], binding: TokenizerBinding) -> l
                     first = _token_at(offsets, match.start())
                     last = _token_at(offsets, match.end() - 1)
                     marker = match.group(0).decode()
-                    found.append(ForgedMarker(marker, run_start + first, run_start + last + 1, binding.added[marker].id))
+                    control_id = binding.added[marker].id
+                    found.append(ForgedMarker(marker, run_start + first, run_start + last + 1, control_id))
         run_start = end + 1
     return found
 
