@@ -254,8 +254,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         allow_template_override=args.allow_template_override,
         default_max_tokens=args.default_max_tokens,
+        ui=not args.no_ui,
     )
     print(f"turnkit: serving {model_id!r} on http://{args.host}:{args.port}/v1 (OpenAI API)", file=sys.stderr)
+    if not args.no_ui:
+        print(f"turnkit: playground at http://{args.host}:{args.port}/ (--no-ui turns it off)", file=sys.stderr)
     try:
         uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning")
     finally:
@@ -403,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
     )
+    serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
     serve.set_defaults(handler=_cmd_serve)
     return parser
 

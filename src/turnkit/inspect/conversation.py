@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from turnkit.encode.encoding import Encoding
+from turnkit.errors import EncodeError
 from turnkit.format import ChatFormat, Tools
 from turnkit.inspect.page import Page, comparisons, example_from_encoding
 from turnkit.inspect.tokens import TokenTexts
@@ -42,6 +43,7 @@ def conversation_page(
     notes = []
     turns = comparisons(fmt, messages, tools, variables) if has_reply else []
     stable = all(turn.prompt_prefix is not False and turn.generated_prefix for turn in turns)
+    single = "serving prompt" if serving else "training example"
     if serving:
         notes.append(
             "The conversation does not end with an assistant turn: it is shown as served, with the generation "
@@ -50,20 +52,24 @@ def conversation_page(
         encoded: Encoding | list[Encoding] = fmt.encode(
             messages, tools=tools, add_generation_prompt=True, turns="none", **variables
         )
-    elif stable:
-        encoded = fmt.encode(messages, tools=tools, **variables)
     else:
-        notes.append(
-            "This template is not prefix-stable for this conversation (see train vs serve): one example cannot train "
-            "every turn in the context the model sees when serving, so each assistant turn is its own example "
-            "(split_turns=True)."
-        )
-        encoded = fmt.encode(messages, tools=tools, split_turns=True, **variables)
+        try:
+            encoded = fmt.encode(messages, tools=tools, split_turns=not stable, **variables)
+            if not stable:
+                notes.append(
+                    "This template is not prefix-stable for this conversation (see train vs serve): one example "
+                    "cannot train every turn in the context the model sees when serving, so each assistant turn is "
+                    "its own example (split_turns=True)."
+                )
+        except EncodeError as exc:  # nothing to train, or a turn that cannot be located: still show the tokens
+            notes.append(f"turnkit cannot train this conversation: {exc}. Its tokens are shown untrained.")
+            encoded = fmt.encode(messages, tools=tools, turns="none", **variables)
+            single = "tokens, untrained"
     encodings = encoded if isinstance(encoded, list) else [encoded]
     examples = []
     for n, encoding in enumerate(encodings):
         if len(encodings) == 1:
-            title = "serving prompt" if serving else "training example"
+            title = single
         else:
             trained = sorted({int(i) for i in encoding.message_index[encoding.assistant_mask == 1].tolist()})
             title = f"example {n + 1} of {len(encodings)}: trains message {', '.join(map(str, trained))}"

@@ -226,6 +226,7 @@ def render_html(page: Page) -> str:
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{escape(page.title)}</title>\n"
+        '<link rel="icon" href="data:,">\n'
         f"<style>{asset('chips.css')}{asset('inspect.css')}</style>\n</head>\n"
         f"<body {stand_ins_attribute()}>\n" + "\n".join(part for part in body if part) + "\n</body>\n</html>\n"
     )

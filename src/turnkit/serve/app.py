@@ -28,6 +28,7 @@ from turnkit.errors import MessageError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
+from turnkit.serve import ui
 from turnkit.serve.backend import Backend, BackendBusyError, GenerationRequest, TokenEvent
 from turnkit.serve.protocol import APIError, ChatRequest, CompletionRequest, parse_chat, parse_completion, read_json
 
@@ -60,6 +61,7 @@ class Server:
         api_key: When set, every request but ``/health`` needs ``Authorization: Bearer <key>``.
         allow_template_override: Let requests bring their own ``chat_template`` or ``family``.
         default_max_tokens: The reply budget when a request sets none.
+        ui: Serve the playground page at ``/`` (:mod:`turnkit.serve.ui`).
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class Server:
         api_key: str | None = None,
         allow_template_override: bool = False,
         default_max_tokens: int = 512,
+        ui: bool = True,
     ) -> None:
         self.fmt = fmt
         self.backend = backend
@@ -78,6 +81,7 @@ class Server:
         self.api_key = api_key
         self.allow_template_override = allow_template_override
         self.default_max_tokens = default_max_tokens
+        self.ui = ui
         self.stop_ids = frozenset(fmt.stop_ids)
         self.created = int(time.time())
 
@@ -89,6 +93,7 @@ class Server:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/detokenize", self.detokenize, methods=["POST"]),
+            *(ui.routes(self.fmt) if self.ui else []),
         ]
         handlers = {APIError: _api_error, HTTPException: _http_error, Exception: _unexpected}
         middleware = [Middleware(_Authenticate, key=self.api_key)] if self.api_key else []
@@ -454,7 +459,7 @@ class _Authenticate:
         self.expected = f"Bearer {key}".encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
+        if scope["type"] == "http" and scope["path"] != "/health" and scope["path"] not in ui.PUBLIC_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 error = APIError(401, "a valid API key is required (Authorization: Bearer <key>)", code="bad_api_key")
