@@ -207,12 +207,16 @@ _LEGEND = (
 
 def render_html(page: Page) -> str:
     """The page as one HTML document."""
+    legend = _LEGEND
+    if page.origin_counts()["text"]:
+        text = f"<li>{_legend_chip('text', 'text')} text (shards do not record template or data)</li>"
+        legend = legend.replace('<ul class="legend">', f'<ul class="legend">{text}')
     body = [
         f'<header><h1>{escape(page.title)}</h1><p class="source">{escape(page.source)}</p></header>',
         "<main>",
         _summary(page),
         '<section aria-labelledby="legend-h"><h2 id="legend-h">Legend</h2>',
-        _LEGEND,
+        legend,
         "<p>Hover a token, or tab to a message's tokens and use the arrow keys, to see its id, text, message, role "
         "and label.</p></section>",
         _forged(page),

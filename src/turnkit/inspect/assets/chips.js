@@ -24,7 +24,7 @@
     var message = chip.getAttribute("data-message");
     var holder = chip.closest("[data-role]");
     var role = chip.getAttribute("data-role") || (holder ? holder.getAttribute("data-role") : "");
-    var where = message === "-1" ? "no message (template text)" : "message " + message + (role ? " (" + role + ")" : "");
+    var where = message === "-1" ? "no message" : "message " + message + (role ? " (" + role + ")" : "");
     var parts = [
       "id " + id,
       "text " + JSON.stringify(tokenText(chip)),
