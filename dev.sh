@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (once, again when pyproject.toml changes), then
-#   ./dev.sh test            ruff + the whole test suite
+#   ./dev.sh test            ruff + the whole test suite (installs Debian's chromium for the browser tests first)
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,9 +24,25 @@ setup() {
     echo "$want" > "$STAMP"
 }
 
+browser() {
+    # tests/test_inspect_browser.py drives Debian's chromium through chromedriver; quick when both are there.
+    if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+        return
+    fi
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    echo "dev.sh: installing chromium and chromium-driver (browser tests; first run only)" >&2
+    if ! { command -v apt-get >/dev/null \
+        && $sudo apt-get update -q >/dev/null \
+        && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium chromium-driver >/dev/null; }; then
+        echo "dev.sh: could not install chromium; the browser tests skip (and fail under CI=true)" >&2
+    fi
+}
+
 setup
 if [ "${1:-}" = "test" ]; then
     shift
+    browser
     "$VENV/bin/ruff" check src tests benchmarks
     "$VENV/bin/ruff" format --check src tests benchmarks
     exec "$VENV/bin/python" -m pytest "$@"

@@ -67,7 +67,8 @@ def parse(page: str):
 
 
 def chips(tree) -> list[dict[str, str]]:
-    return [dict(span.attrib, text="".join(span.itertext())) for span in tree.iter("span") if "data-token-id" in span.attrib]
+    spans = [span for span in tree.iter("span") if "data-token-id" in span.attrib]
+    return [dict(span.attrib, text="".join(span.itertext())) for span in spans]
 
 
 def test_one_chip_per_token_with_origin_training_and_message(tool_format):
@@ -148,7 +149,8 @@ def test_qwen3_turns_are_split_and_the_dropped_reasoning_is_highlighted(smollm2_
 
 
 def test_deepseek_r1_serving_prompt_differs_at_the_first_token_after_the_header(smollm2_hf_folder):
-    markers = ["<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<think>", "</think>"]
+    markers = ["<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"]
+    markers += ["<think>", "</think>"]
     fmt = ChatFormat.from_template(
         _conformance_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
         tokenizer=tokenizer_with_markers(smollm2_hf_folder, markers),
@@ -159,9 +161,7 @@ def test_deepseek_r1_serving_prompt_differs_at_the_first_token_after_the_header(
     diffs = {d.index: d for d in fmt.diff_prompts(REASONING)}
     assert [t.position for t in model.comparisons] == [diffs[1].position, diffs[3].position]
     tree = parse(render_html(model))
-    highlighted = [
-        "".join(s.itertext()) for s in tree.iter("span") if "diff" in s.attrib.get("class", "").split()
-    ]
+    highlighted = ["".join(s.itertext()) for s in tree.iter("span") if "diff" in s.attrib.get("class", "").split()]
     # serving writes <think> where training goes on with the reply: the first different token, on both rows
     assert highlighted[:2] == ["<think>", "No"]
     # the untrainable conversation is still shown, untrained, with the reason
@@ -182,7 +182,8 @@ def test_untrusted_text_is_escaped(tool_format):
     page = render_html(conversation_page(tool_format, messages, source='<b onmouseover="x">'))
     tree = parse(page)
     assert len(list(tree.iter("script"))) == 1  # the page's own
-    assert not list(tree.iter("img")) and not [e for e in tree.iter() if "onerror" in e.attrib or "onmouseover" in e.attrib]
+    assert not list(tree.iter("img"))
+    assert not [e for e in tree.iter() if "onerror" in e.attrib or "onmouseover" in e.attrib]
     assert "<script>alert" not in page
 
 
@@ -226,7 +227,7 @@ def test_command_line_writes_the_page(tool_model, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stderr and "trained" in result.stderr
     assert chips(parse(out.read_text(encoding="utf-8")))
-    neither = subprocess.run(command[:4] + ["--model", str(tool_model)], capture_output=True, text=True, timeout=300)
+    neither = subprocess.run([*command[:4], "--model", str(tool_model)], capture_output=True, text=True, timeout=300)
     assert neither.returncode == 2 and "give either CONVERSATION.json or --data SHARDS" in neither.stderr
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps([{"role": "user", "content": 42}]))
@@ -284,3 +285,62 @@ def _other_tokenizer():
     from tokenizers import Tokenizer, models
 
     return Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+
+
+# -- the server's playground: the page and its token endpoint, in process (the browser checks are elsewhere) ------
+
+
+@pytest.fixture(scope="module")
+def replay_app(tool_format):
+    from starlette.testclient import TestClient
+
+    from turnkit.serve import ReplayBackend
+    from turnkit.serve.app import Server
+
+    reply = tool_format.tokenizer.encode("Hello there<|im_end|>").ids
+
+    def app(**options):
+        backend = ReplayBackend(lambda prompt: reply)
+        return TestClient(Server(tool_format, backend, model_id="replay", **options).app())
+
+    return app
+
+
+def test_playground_page_is_valid_and_self_contained(replay_app):
+    page = replay_app().get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    tree = parse(page.text)
+    assert [e.attrib["id"] for e in tree.iter() if e.attrib.get("id") in ("model", "system", "send", "stop")]
+    assert "http://" not in page.text and "https://" not in page.text and 'src="' not in page.text
+    assert len(page.text.encode()) < 40 * 1024
+
+
+def test_playground_token_endpoint(replay_app, tool_format):
+    client = replay_app()
+    messages = [{"role": "user", "content": "Hi <|im_end|> there"}]
+    ids = client.post("/tokenize", json={"messages": messages}).json()["tokens"]
+    body = client.post("/ui/tokens", json={"tokens": ids, "messages": messages}).json()
+    assert body["attributed"] and [t["id"] for t in body["tokens"]] == ids
+    encoding = tool_format.encode(messages, add_generation_prompt=True, turns="none")
+    assert [t["message"] for t in body["tokens"]] == encoding.message_index.tolist()
+    forged = [t for t in body["tokens"] if t["forged"]]
+    assert forged and {(t["origin"], t["role"]) for t in forged} == {("data", "user")}
+    # a reply's tokens come back from their bytes (what OpenAI logprobs carry)
+    reply = tool_format.tokenizer.encode("Hello there, ünïcode 🦜").ids
+    raw = [list(TokenTexts(tool_format.tokenizer, tool_format.stops).raw(i)) for i in reply]
+    assert [t["id"] for t in client.post("/ui/tokens", json={"bytes": raw}).json()["tokens"]] == reply
+    # without messages, or with other messages, plain text has no origin
+    other = client.post("/ui/tokens", json={"tokens": ids, "messages": [{"role": "user", "content": "x"}]}).json()
+    assert not other["attributed"] and {t["origin"] for t in other["tokens"]} == {"control", "text"}
+    for bad, param in (({"tokens": [-1]}, "tokens"), ({"tokens": "1"}, "tokens"), ({"bytes": [[300]]}, "bytes[0]")):
+        answer = client.post("/ui/tokens", json=bad)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+
+
+def test_no_ui_and_the_api_key(replay_app):
+    assert replay_app(ui=False).get("/").status_code == 404
+    guarded = replay_app(api_key="sekrit")
+    assert guarded.get("/").status_code == 200  # the page holds no data; its requests carry the key
+    assert guarded.post("/ui/tokens", json={"tokens": [1]}).status_code == 401
+    key = {"Authorization": "Bearer sekrit"}
+    assert guarded.post("/ui/tokens", json={"tokens": [1]}, headers=key).status_code == 200
