@@ -157,7 +157,8 @@ def test_inspect_page(browser, tool_format, tmp_path, artifacts):  # noqa: F811
     tab = next(c for c in found if c["text"].startswith("→"))
     hover(browser, browser.find_element("css selector", f"{CHIPS}[data-token-id='{tab['tokenId']}'][data-message='4']"))
     assert 'text "\\t' in details(browser)
-    browser.execute_script("window.scrollTo(0, 0)")
+    browser.set_window_size(900, 800)  # the user's message with the forged marker, one of its tokens hovered
+    hover(browser, browser.find_elements("css selector", f"{CHIPS}[data-forged='1']")[0])
     screenshot(browser, artifacts, "inspect.png")
 
     # a phone's width: nothing wider than the screen
