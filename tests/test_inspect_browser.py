@@ -108,6 +108,18 @@ def hover(driver, element) -> None:
     ActionChains(driver).move_to_element(element).perform()
 
 
+def contrast(foreground: str, background: str) -> float:
+    """The WCAG contrast ratio of two CSS ``rgb(...)`` colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(v) / 255 for v in colour[colour.index("(") + 1 : -1].split(",")[:3]]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
 def details(driver) -> str:
     return driver.find_element("id", "details").text
 
@@ -160,6 +172,17 @@ def test_inspect_page(browser, tool_format, tmp_path, artifacts):  # noqa: F811
     browser.set_window_size(900, 800)  # the user's message with the forged marker, one of its tokens hovered
     hover(browser, browser.find_elements("css selector", f"{CHIPS}[data-forged='1']")[0])
     screenshot(browser, artifacts, "inspect.png")
+
+    # text contrast of every kind of chip, as the browser computes the colours: at least 4.5:1 (WCAG AA)
+    for kind in ("template", "data", "control"):
+        for trained in ("0", "1"):
+            colours = browser.execute_script(
+                "const c = document.querySelector(arguments[0]); if (!c) return null;"
+                "const s = getComputedStyle(c); return [s.color, s.backgroundColor];",
+                f"{CHIPS}[data-origin='{kind}'][data-trained='{trained}']",
+            )
+            if colours is not None:
+                assert contrast(*colours) >= 4.5, (kind, trained, colours)
 
     # a phone's width: nothing wider than the screen
     browser.set_window_size(390, 844)
