@@ -13,6 +13,18 @@ from typing import Any
 
 import httpx
 
+# the tool the scripted replies call
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 from corpus import tokenizer_with_markers
-from serve_harness import free_port, serving, wait_until_up
+from serve_harness import TOOLS, free_port, serving, wait_until_up
 
 from turnkit import ChatFormat
 from turnkit.serve import ReplayBackend
@@ -239,16 +239,6 @@ def test_a_client_that_disconnects_frees_its_slot(server):
 # -- the replay backend: tool calls, API key, busy -------------------------------------------------------------------
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the weather.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 REPLY = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
 
 

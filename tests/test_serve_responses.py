@@ -17,21 +17,11 @@ import httpx
 import openai
 import pytest
 from corpus import CONFORMANCE, tokenizer_with_markers
-from serve_harness import serving
+from serve_harness import TOOLS, serving
 
 from turnkit import ChatFormat
 from turnkit.serve import ReplayBackend
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the weather.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s"}}\n</tool_call>'
 # what the scripted model answers, picked by a word of the last user message
 REPLIES = {

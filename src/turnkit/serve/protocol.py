@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from turnkit.errors import MessageError, TurnkitError
 
@@ -101,7 +101,7 @@ def _number(body: dict[str, Any], name: str, default: float, low: float, high: f
     return float(value)
 
 
-def _is_token_ids(value: Any) -> bool:
+def _is_token_ids(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 

@@ -20,7 +20,7 @@ from turnkit.parse.reply import Delta
 from turnkit.serve.protocol import APIError
 from turnkit.serve.session import Session, TokenLogprob
 
-__all__ = ["chat_chunks", "collect", "completion_chunks", "event_stream", "fold_chat", "fold_completion"]
+__all__ = ["Chunk", "chat_chunks", "collect", "completion_chunks", "event_stream", "fold_chat", "fold_completion"]
 
 log = logging.getLogger("turnkit.serve")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,6 +31,7 @@ from turnkit.serve.backend import Backend
 from turnkit.serve.protocol import (
     APIError,
     Conversation,
+    Sampling,
     parse_chat,
     parse_completion,
     parse_detokenize,
@@ -38,6 +39,7 @@ from turnkit.serve.protocol import (
     read_json,
 )
 from turnkit.serve.responses import (
+    Chunk,
     chat_chunks,
     collect,
     completion_chunks,
@@ -52,7 +54,6 @@ __all__ = ["Server"]
 log = logging.getLogger("turnkit.serve")
 
 Handler = Callable[[Request], Awaitable[Response]]
-_SSE = "text/event-stream"
 
 
 class Server:
@@ -96,7 +97,7 @@ class Server:
         ]
         handlers = {HTTPException: _http_error, Exception: _unexpected}
         middleware = [Middleware(_Authenticate, key=self.api_key)] if self.api_key else []
-        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)  # type: ignore[arg-type]
+        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
     # -- simple endpoints ---------------------------------------------------------------------------------------
 
@@ -140,10 +141,7 @@ class Server:
         self._check_model(req.model)
         fmt = self._format_for(req.conversation)
         session = start_chat(fmt, self.backend, req, default_max_tokens=self.default_max_tokens)
-        chunks = chat_chunks(session, self.model_id)
-        if req.stream:
-            return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type=_SSE)
-        return JSONResponse(fold_chat(await collect(chunks)))
+        return await _reply(chat_chunks(session, self.model_id), fold_chat, req)
 
     async def completions(self, request: Request) -> Response:
         req = parse_completion(read_json(await request.body()))
@@ -153,12 +151,9 @@ class Server:
         else:
             self._check_vocabulary(req.prompt, "prompt")
             prompt = req.prompt
-        session = start_completion(self.fmt, self.backend, req, prompt, default_max_tokens=self.default_max_tokens)
         echo = self.fmt.tokenizer.decode(prompt) if req.echo else ""
-        chunks = completion_chunks(session, self.model_id, echo=echo)
-        if req.stream:
-            return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type=_SSE)
-        return JSONResponse(fold_completion(await collect(chunks)))
+        session = start_completion(self.fmt, self.backend, req, prompt, default_max_tokens=self.default_max_tokens)
+        return await _reply(completion_chunks(session, self.model_id, echo=echo), fold_completion, req)
 
     # -- checks ---------------------------------------------------------------------------------------------------
 
@@ -201,7 +196,14 @@ class Server:
             raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
 
 
-def _error_response(error: APIError, headers: dict[str, str] | None = None) -> Response:
+async def _reply(chunks: AsyncGenerator[Chunk, None], fold: Callable[[list[Chunk]], Chunk], req: Sampling) -> Response:
+    """The chunks as a stream of server-sent events, or folded into one response: the same chunks either way."""
+    if req.stream:
+        return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type="text/event-stream")
+    return JSONResponse(fold(await collect(chunks)))
+
+
+def _error_response(error: APIError, headers: Mapping[str, str] | None = None) -> Response:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 

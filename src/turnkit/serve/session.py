@@ -23,7 +23,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from turnkit.errors import TurnkitError
@@ -116,7 +116,11 @@ def forced_call(fmt: ChatFormat, conversation: Conversation) -> list[int]:
 
 @dataclass
 class Session:
-    """One request being answered. Iterate :meth:`steps` once; afterwards ``reply`` and the token counts are set."""
+    """One request being answered. Iterate :meth:`steps` once; afterwards ``reply`` and the token counts are set.
+
+    ``prompt_tokens`` counts the prompt without ``prefix`` (the forced start of a tool call, which the parser reads as
+    the reply's own text); ``completion_tokens`` counts what the backend generated, the stop id included.
+    """
 
     fmt: ChatFormat
     parser: StreamParser
@@ -126,14 +130,14 @@ class Session:
     max_tokens: int
     prefix: list[int] = field(default_factory=list)
     logprobs: bool = False
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
-    created: int = field(default_factory=lambda: int(time.time()))
-    completion_tokens: int = 0
-    reply: Reply | None = None
-    _started: float = field(default_factory=time.perf_counter)
-    _first_token: float | None = None
+    request_id: str = field(init=False, default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(init=False, default_factory=lambda: int(time.time()))
+    completion_tokens: int = field(init=False, default=0)
+    reply: Reply | None = field(init=False, default=None)
+    _started: float = field(init=False, default_factory=time.perf_counter)
+    _first_token: float | None = field(init=False, default=None)
 
-    async def steps(self) -> AsyncIterator[Step]:
+    async def steps(self) -> AsyncGenerator[Step, None]:
         """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out."""
         try:
             if self.prefix:
@@ -159,7 +163,7 @@ class Session:
             return None
         text, raw = self._text(event.token_id)
         top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]
-        return TokenLogprob(text, raw, event.logprob, top)  # type: ignore[arg-type]
+        return TokenLogprob(text, raw, event.logprob, top)
 
     def _text(self, token_id: int) -> tuple[str, list[int]]:
         table = self.fmt.tokenizer.byte_table
