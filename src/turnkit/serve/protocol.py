@@ -18,9 +18,9 @@ from turnkit.errors import MessageError, TurnkitError
 
 __all__ = [
     "APIError",
+    "ChatInput",
     "ChatRequest",
     "CompletionRequest",
-    "Conversation",
     "DetokenizeRequest",
     "TokenizeRequest",
     "as_api_error",
@@ -106,7 +106,7 @@ def _is_token_ids(value: Any) -> TypeGuard[list[int]]:
 
 
 @dataclass
-class Conversation:
+class ChatInput:
     """What a chat prompt is made of: chat completions and ``/tokenize`` read it with the same checks."""
 
     messages: list[Any] = field(default_factory=list)
@@ -140,7 +140,7 @@ class Sampling:
 
 @dataclass
 class ChatRequest(Sampling):
-    conversation: Conversation = field(default_factory=Conversation)
+    chat_input: ChatInput = field(default_factory=ChatInput)
 
 
 @dataclass
@@ -151,11 +151,11 @@ class CompletionRequest(Sampling):
 
 @dataclass
 class TokenizeRequest:
-    """``/tokenize``: a raw ``prompt`` or a ``conversation`` rendered as chat completions would render it."""
+    """``/tokenize``: a raw ``prompt``, or ``chat_input`` rendered as chat completions would render it."""
 
     model: str | None
     prompt: str | None = None
-    conversation: Conversation | None = None
+    chat_input: ChatInput | None = None
     add_generation_prompt: bool = True
 
 
@@ -202,7 +202,7 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _conversation(body: dict[str, Any]) -> Conversation:
+def _chat_input(body: dict[str, Any]) -> ChatInput:
     messages = _get(body, "messages", list)
     if not messages:
         raise APIError(400, "messages must be a non-empty list", param="messages")
@@ -237,7 +237,7 @@ def _conversation(body: dict[str, Any]) -> Conversation:
         )
     if tool_choice == "required" and not tools:
         raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
-    return Conversation(
+    return ChatInput(
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
@@ -249,14 +249,14 @@ def _conversation(body: dict[str, Any]) -> Conversation:
 
 def parse_chat(body: dict[str, Any]) -> ChatRequest:
     sampling = _sampling(body)
-    conversation = _conversation(body)
+    chat_input = _chat_input(body)
     logprobs = _get(body, "logprobs", bool, False)
     top_logprobs = _get(body, "top_logprobs", int, 0)
     if not 0 <= top_logprobs <= 20:
         raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
     if top_logprobs and not logprobs:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-    return ChatRequest(**sampling, logprobs=logprobs, top_logprobs=top_logprobs, conversation=conversation)
+    return ChatRequest(**sampling, logprobs=logprobs, top_logprobs=top_logprobs, chat_input=chat_input)
 
 
 def parse_completion(body: dict[str, Any]) -> CompletionRequest:
@@ -285,7 +285,7 @@ def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
     model = _get(body, "model", str)
     add_generation_prompt = _get(body, "add_generation_prompt", bool, True)
     if "messages" in body:
-        return TokenizeRequest(model, conversation=_conversation(body), add_generation_prompt=add_generation_prompt)
+        return TokenizeRequest(model, chat_input=_chat_input(body), add_generation_prompt=add_generation_prompt)
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise APIError(400, "give 'prompt' (a string) or 'messages' (a list of messages)", param="prompt")

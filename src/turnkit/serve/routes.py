@@ -30,7 +30,7 @@ from turnkit.format import ChatFormat
 from turnkit.serve.backend import Backend
 from turnkit.serve.protocol import (
     APIError,
-    Conversation,
+    ChatInput,
     Sampling,
     parse_chat,
     parse_completion,
@@ -47,7 +47,7 @@ from turnkit.serve.responses import (
     fold_chat,
     fold_completion,
 )
-from turnkit.serve.session import chat_prompt, start_chat, start_completion
+from turnkit.serve.session import chat_prompt_ids, start_chat, start_completion
 
 __all__ = ["Server"]
 
@@ -121,9 +121,9 @@ class Server:
     async def tokenize(self, request: Request) -> Response:
         req = parse_tokenize(read_json(await request.body()))
         self._check_model(req.model, required=False)
-        if req.conversation is not None:
-            fmt = self._format_for(req.conversation)
-            tokens = chat_prompt(fmt, req.conversation, add_generation_prompt=req.add_generation_prompt)
+        if req.chat_input is not None:
+            fmt = self._format_for(req.chat_input)
+            tokens = chat_prompt_ids(fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt)
         else:
             tokens = self.fmt.tokenizer.encode(req.prompt or "").ids
         return JSONResponse({"count": len(tokens), "max_model_len": self.backend.context_length, "tokens": tokens})
@@ -139,7 +139,7 @@ class Server:
     async def chat(self, request: Request) -> Response:
         req = parse_chat(read_json(await request.body()))
         self._check_model(req.model)
-        fmt = self._format_for(req.conversation)
+        fmt = self._format_for(req.chat_input)
         session = start_chat(fmt, self.backend, req, default_max_tokens=self.default_max_tokens)
         return await _reply(chat_chunks(session, self.model_id), fold_chat, req)
 
@@ -157,11 +157,11 @@ class Server:
 
     # -- checks ---------------------------------------------------------------------------------------------------
 
-    def _format_for(self, conversation: Conversation) -> ChatFormat:
+    def _format_for(self, chat_input: ChatInput) -> ChatFormat:
         """The server's format, or the request's own ``chat_template`` / ``family`` where the server allows it."""
-        if conversation.chat_template is None and conversation.family is None:
+        if chat_input.chat_template is None and chat_input.family is None:
             return self.fmt
-        param = "chat_template" if conversation.chat_template is not None else "family"
+        param = "chat_template" if chat_input.chat_template is not None else "family"
         if not self.allow_template_override:
             raise APIError(
                 400,
@@ -170,11 +170,11 @@ class Server:
                 param=param,
             )
         try:
-            if conversation.chat_template is not None:
+            if chat_input.chat_template is not None:
                 return ChatFormat.from_template(
-                    conversation.chat_template, tokenizer=self.fmt.tokenizer, **self.fmt.special_tokens
+                    chat_input.chat_template, tokenizer=self.fmt.tokenizer, **self.fmt.special_tokens
                 )
-            return ChatFormat.from_family(conversation.family or "", tokenizer=self.fmt.tokenizer)
+            return ChatFormat.from_family(chat_input.family or "", tokenizer=self.fmt.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
 

@@ -31,9 +31,9 @@ from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
 from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
-from turnkit.serve.protocol import APIError, ChatRequest, CompletionRequest, Conversation, Sampling, as_api_error
+from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
 
-__all__ = ["Session", "Step", "TokenLogprob", "chat_prompt", "forced_call", "start_chat", "start_completion"]
+__all__ = ["Session", "Step", "TokenLogprob", "chat_prompt_ids", "forced_call", "start_chat", "start_completion"]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -68,9 +68,9 @@ class Step:
     logprob: TokenLogprob | None = None
 
 
-def chat_prompt(fmt: ChatFormat, conversation: Conversation, *, add_generation_prompt: bool = True) -> list[int]:
-    """The prompt ids of a conversation, as chat completions and ``/tokenize`` both compute them."""
-    reserved = sorted(_ENCODE_OPTIONS.intersection(conversation.template_kwargs))
+def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
+    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
+    reserved = sorted(_ENCODE_OPTIONS.intersection(chat_input.template_kwargs))
     if reserved:
         raise APIError(
             400,
@@ -80,25 +80,25 @@ def chat_prompt(fmt: ChatFormat, conversation: Conversation, *, add_generation_p
         )
     try:
         encoding = fmt.encode(
-            conversation.messages,
-            tools=conversation.tools if conversation.offers_tools else None,
+            chat_input.messages,
+            tools=chat_input.tools if chat_input.offers_tools else None,
             add_generation_prompt=add_generation_prompt,
             turns="none",
-            **conversation.template_kwargs,
+            **chat_input.template_kwargs,
         )
     except TurnkitError as exc:
         raise as_api_error(exc) from None
     return encoding.input_ids.tolist()  # type: ignore[union-attr]
 
 
-def forced_call(fmt: ChatFormat, conversation: Conversation) -> list[int]:
+def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
     """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model.
 
     Only the tagged-JSON formats (``hermes``, ``qwen3``) have a start marker to write; any other format is a 400
     rather than a reply that might not call a tool after all.
     """
-    choice = conversation.tool_choice
-    if not conversation.offers_tools or choice == "auto":
+    choice = chat_input.tool_choice
+    if not chat_input.offers_tools or choice == "auto":
         return []
     spec = fmt.reply_format
     if spec.tool_syntax != "tagged_json" or spec.tool_start not in fmt.tokenizer.added:
@@ -187,14 +187,14 @@ class Session:
 
 def start_chat(fmt: ChatFormat, backend: Backend, req: ChatRequest, *, default_max_tokens: int) -> Session:
     """Encode the conversation, set up the parser for its tools and reasoning, and start generating."""
-    conversation = req.conversation
-    prompt = chat_prompt(fmt, conversation)
-    tools = conversation.tools if conversation.offers_tools else None
+    chat_input = req.chat_input
+    prompt = chat_prompt_ids(fmt, chat_input)
+    tools = chat_input.tools if chat_input.offers_tools else None
     reply_format = fmt.reply_format.name
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
         reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
     parser = fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
-    prefix = forced_call(fmt, conversation)
+    prefix = forced_call(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
     return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens)
 
