@@ -69,7 +69,7 @@ def _format_from_args(args: argparse.Namespace) -> ChatFormat:
         fmt = ChatFormat.from_family(args.family)
     tokenizer = getattr(args, "tokenizer", None)
     if tokenizer:
-        from turnkit.encode.tokenizer import TokenizerBinding
+        from turnkit.tokenizer import TokenizerBinding
 
         path = resolve_model(tokenizer)
         binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
