@@ -104,6 +104,13 @@ BAD = [
     ),
     ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": {"trust_data": True}}, "chat_template_kwargs.trust_data"),
     ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": {"turns": "all"}}, "chat_template_kwargs.turns"),
+    # nor replace what the request itself sets, past its checks
+    ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": {"messages": []}}, "chat_template_kwargs.messages"),
+    (
+        "/tokenize",
+        {"messages": QUESTION, "chat_template_kwargs": {"add_generation_prompt": False}},
+        "chat_template_kwargs.add_generation_prompt",
+    ),
     ("/v1/chat/completions", {**CHAT, "chat_template_kwargs": "x"}, "chat_template_kwargs"),
     ("/v1/chat/completions", {**CHAT, "tools": {"name": "f"}}, "tools"),
     ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, "tool_choice"),

@@ -18,14 +18,14 @@ turn); ``tool_choice`` ``required`` or a named function writes the start of the 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from turnkit.encode import EncodeOptions
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
@@ -37,13 +37,12 @@ __all__ = ["Session", "Step", "TokenLogprob", "chat_prompt_ids", "forced_call", 
 
 log = logging.getLogger("turnkit.serve")
 
-# ``chat_template_kwargs`` are template variables; a key that names one of encode's own options (``trust_data``,
-# ``turns``, ...) would change how the prompt is encoded (or, for ``trust_data``, let message text forge control
-# tokens), so such keys are refused rather than passed on.
-_ENCODE_OPTIONS = frozenset(
-    name
-    for name, parameter in inspect.signature(ChatFormat.encode).parameters.items()
-    if parameter.kind is not inspect.Parameter.VAR_KEYWORD and name != "self"
+# ``chat_template_kwargs`` are template variables. A key named like a variable the request itself sets (``messages``,
+# ``tools``, ``add_generation_prompt``) would replace that checked field in the template, and one named like an encode
+# option (``trust_data``, ``turns``) reads as a request for that option, which a client may not make: both are 400s
+# rather than silently doing something else than what was asked.
+_RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"}) | frozenset(
+    option.name for option in fields(EncodeOptions)
 )
 
 
@@ -70,25 +69,26 @@ class Step:
 
 def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
     """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
-    reserved = sorted(_ENCODE_OPTIONS.intersection(chat_input.template_kwargs))
+    reserved = sorted(_RESERVED.intersection(chat_input.template_kwargs))
     if reserved:
         raise APIError(
             400,
-            f"chat_template_kwargs may not set {reserved[0]!r}: that is an option of the encoder, not a template "
-            "variable",
+            f"chat_template_kwargs may not set {reserved[0]!r}: it is set by the request and the server, not a "
+            "template variable",
             param=f"chat_template_kwargs.{reserved[0]}",
         )
+    options = EncodeOptions(
+        tools=chat_input.tools if chat_input.offers_tools else None,
+        add_generation_prompt=add_generation_prompt,
+        turns="none",
+        template_kwargs=chat_input.template_kwargs,
+    )
     try:
-        encoding = fmt.encode(
-            chat_input.messages,
-            tools=chat_input.tools if chat_input.offers_tools else None,
-            add_generation_prompt=add_generation_prompt,
-            turns="none",
-            **chat_input.template_kwargs,
-        )
+        encoding = fmt.encode(chat_input.messages, options)
     except TurnkitError as exc:
         raise as_api_error(exc) from None
-    return encoding.input_ids.tolist()  # type: ignore[union-attr]
+    assert not isinstance(encoding, list)  # one encoding: split_turns is off
+    return encoding.input_ids.tolist()
 
 
 def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
@@ -241,7 +241,7 @@ def _start(
     request = GenerationRequest(
         prompt_ids=full,
         max_tokens=max_tokens,
-        stop_ids=frozenset(fmt.stop_ids),
+        stop_ids=fmt.stops.ids,
         temperature=req.temperature,
         top_p=req.top_p,
         seed=req.seed,
