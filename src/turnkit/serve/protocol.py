@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from turnkit.errors import MessageError, TurnkitError
+from turnkit.errors import TurnkitError
 
 __all__ = [
     "APIError",
@@ -53,11 +53,8 @@ class APIError(Exception):
 
 
 def as_api_error(exc: TurnkitError) -> APIError:
-    """A 400 for what turnkit refused in a request (a malformed message names ``messages[i].field``)."""
-    if isinstance(exc, MessageError):
-        where = "messages" if exc.index is None else f"messages[{exc.index}]"
-        return APIError(400, str(exc), param=f"{where}.{exc.field}" if exc.field else where)
-    return APIError(400, str(exc))
+    """A 400 for what turnkit refused in a request; ``param`` is the error's location (``messages[i].field``)."""
+    return APIError(400, str(exc), param=exc.location)
 
 
 def read_json(raw: bytes) -> dict[str, Any]:
