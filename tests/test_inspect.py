@@ -16,7 +16,7 @@ from pathlib import Path
 import html5lib
 import pytest
 from corpus import CONFORMANCE, tokenizer_with_markers
-from test_serve import TOOLS
+from serve_harness import TOOLS
 
 from turnkit import ChatFormat, families
 from turnkit.data import PrepareConfig, load_rows, prepare
@@ -286,7 +286,7 @@ def replay_app(tool_format):
     from starlette.testclient import TestClient
 
     from turnkit.serve import ReplayBackend
-    from turnkit.serve.app import Server
+    from turnkit.serve.routes import Server
 
     reply = tool_format.tokenizer.encode("Hello there<|im_end|>").ids
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_harness import free_port, wait_until_up
 from test_inspect import CONVERSATION, TOOLS, long_conversation, shards, tool_format, tool_model  # noqa: F401
-from test_serve import _free_port, _wait
 
 from turnkit.inspect import conversation_page, render_html
 
@@ -229,14 +229,14 @@ def test_data_page_of_prepared_shards(browser, shards, tool_model, tmp_path, art
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", str(smollm2_gguf), "--port", str(port)]
     with log.open("w") as sink:
         process = subprocess.Popen([*command, "--threads", "1"], stdout=sink, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(url, process)
+        wait_until_up(url, process)
         yield url
     finally:
         process.terminate()

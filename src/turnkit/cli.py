@@ -239,7 +239,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
     import uvicorn
 
-    from turnkit.serve.app import Server
+    from turnkit.serve.routes import Server
     from turnkit.serve.torch_backend import TorchBackend
 
     print(f"turnkit: loading {path} ({threads} torch threads)", file=sys.stderr, flush=True)

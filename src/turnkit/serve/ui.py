@@ -7,7 +7,7 @@ come from ``POST /tokenize`` (what the chat endpoint encodes), so a user can see
 text. The reply's tokens come from the stream's log-probabilities (each carries one generated token's bytes).
 
 Plain HTML, CSS and script from package data, inlined into one page: no build step, no external assets, works
-offline. ``routes`` is the whole hook into the app; ``turnkit serve --no-ui`` leaves it out.
+offline. ``pages`` is the whole hook into the router; ``turnkit serve --no-ui`` leaves it out.
 
 ``POST /ui/tokens`` turns ids (or a reply's token bytes) into chip pieces: ``{"tokens": [ids]}`` or
 ``{"bytes": [[...], ...]}``, with optional ``messages`` to attribute a prompt's tokens (origin, message index), as
@@ -16,13 +16,13 @@ offline. ``routes`` is the whole hook into the app; ``turnkit serve --no-ui`` le
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
 
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
@@ -30,7 +30,9 @@ from turnkit.inspect.render import asset, stand_ins_attribute
 from turnkit.inspect.tokens import TokenTexts, find_forged_markers
 from turnkit.serve.protocol import APIError, read_json
 
-__all__ = ["PUBLIC_PATHS", "page_html", "routes"]
+__all__ = ["PUBLIC_PATHS", "page_html", "pages"]
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 #: Paths an API key does not guard: the page itself holds no data (a browser cannot send a bearer token when it
 #: navigates); every request the page makes carries the key the user types.
@@ -88,8 +90,9 @@ def _attribution(fmt: ChatFormat, messages: Any, ids: list[int]) -> tuple[list[s
     return origin, index, [roles[i] if 0 <= i < len(roles) else "" for i in index]
 
 
-def routes(fmt: ChatFormat) -> list[Route]:
-    """The page at ``/`` and ``POST /ui/tokens``, for a server of ``fmt``."""
+def pages(fmt: ChatFormat) -> list[tuple[str, str, Handler]]:
+    """``(path, method, handler)`` of the page at ``/`` and of ``POST /ui/tokens``, for a server of ``fmt``; the
+    router wraps each handler as it wraps its own (errors become OpenAI error objects)."""
     texts = TokenTexts(fmt.tokenizer, fmt.stops)
     size = fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
 
@@ -117,4 +120,4 @@ def routes(fmt: ChatFormat) -> list[Route]:
             piece["forged"] = n in forged
         return JSONResponse({"tokens": pieces, "attributed": found is not None})
 
-    return [Route("/", index, methods=["GET"]), Route("/ui/tokens", tokens, methods=["POST"])]
+    return [("/", "GET", index), ("/ui/tokens", "POST", tokens)]
