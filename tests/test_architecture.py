@@ -26,17 +26,15 @@ LAYERS: dict[str, int] = {
     "format": 5,
     "data": 6,
     "doctor": 6,
+    "inspect": 6,
     "serve": 7,
-    "inspect": 7,
     "chatml": 7,
     "cli": 8,
     "__init__": 8,
 }
 
 #: Same-layer imports that are allowed (everything else within a layer is refused: encode and parse are siblings).
-SIDEWAYS: set[tuple[str, str]] = {
-    ("serve", "inspect"),  # the playground (serve/ui.py) shows its tokens with inspect's chips
-}
+SIDEWAYS: set[tuple[str, str]] = set()
 
 
 def _unit(path: Path) -> str:
