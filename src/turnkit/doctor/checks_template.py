@@ -1,0 +1,179 @@
+"""Checks of the template itself: is there one, do its copies agree, can it open a reply, does it rewrite history.
+
+Each check is a small function ``(Context) -> list[Problem]``; :mod:`turnkit.doctor.registry` gives it its id and
+severity. A check raises :class:`NotEvaluated` when the target lacks what it needs.
+"""
+
+from __future__ import annotations
+
+from turnkit.doctor.context import Context
+from turnkit.doctor.findings import NotEvaluated, Problem
+from turnkit.doctor.probe import ASSISTANT_1, USER_1
+from turnkit.errors import TemplateError, TurnkitError
+from turnkit.format import ChatFormat
+
+__all__ = [
+    "check_generation_prompt",
+    "check_prefix_stable",
+    "check_template_drift",
+    "check_template_invalid",
+    "check_template_missing",
+]
+
+
+def template_file(ctx: Context) -> str:
+    """The file the effective template comes from (as transformers picks it: ``.jinja`` first)."""
+    sources = ctx.target.template_sources
+    return sources[0].label if sources else ctx.target.label(ctx.target.path)
+
+
+def check_template_missing(ctx: Context) -> list[Problem]:
+    """``template-missing``: no chat template anywhere; a base model."""
+    target = ctx.target
+    if target.fmt is not None or target.template_invalid:
+        return []
+    where = (
+        f"{target.path.name} has no tokenizer.chat_template in its metadata"
+        if target.kind == "gguf"
+        else "no chat_template.jinja, no additional_chat_templates/ and no chat_template in tokenizer_config.json"
+    )
+    return [
+        Problem(
+            f"{target.given} has no chat template ({where}): every runtime falls back to a guess, and "
+            "apply_chat_template raises",
+            "a base model: add ChatML and its tokens with `turnkit add-chatml`; a fine-tune of an instruct model: "
+            "copy that model's chat_template.jinja (and its special tokens) next to the weights",
+            None if target.kind == "gguf" else "tokenizer_config.json",
+        )
+    ]
+
+
+def check_template_invalid(ctx: Context) -> list[Problem]:
+    """``template-invalid``: a template is there but does not compile."""
+    target = ctx.target
+    if not target.template_invalid:
+        return []
+    return [
+        Problem(
+            f"{template_file(ctx)}: {target.no_template}",
+            "fix the Jinja at the line named (render it with `turnkit render --model PATH conv.json` to check)",
+            template_file(ctx),
+        )
+    ]
+
+
+def _first_difference(a: str, b: str) -> tuple[int, str, str]:
+    """``(line number, line of a, line of b)`` of the first line where two renders differ."""
+    lines_a, lines_b = a.split("\n"), b.split("\n")
+    for number, (left, right) in enumerate(zip(lines_a, lines_b, strict=False), start=1):
+        if left != right:
+            return number, left, right
+    number = min(len(lines_a), len(lines_b)) + 1
+    return number, "\n".join(lines_a[number - 1 :]), "\n".join(lines_b[number - 1 :])
+
+
+def _short(text: str, limit: int = 70) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _renders(fmt: ChatFormat, source: str, messages: list[dict[str, str]]) -> tuple[str, str] | str:
+    """The probe rendered by one template source, without and with the generation prompt (or why it fails)."""
+    try:
+        other = ChatFormat.from_template(source, **dict(fmt.special_tokens))
+        prompt = messages[: next(i for i, m in enumerate(messages) if m["role"] == "user") + 1]
+        return other.render(messages), other.render(prompt, add_generation_prompt=True)
+    except TurnkitError as exc:
+        return f"fails: {exc}"
+
+
+def _who_uses(label: str) -> str:
+    if label.endswith(".gguf"):
+        return "llama.cpp and Ollama serve the GGUF's"
+    if label.endswith(".jinja"):
+        return "transformers (and vLLM) use chat_template.jinja (.jinja wins)"
+    if "tokenizer_config.json" in label:
+        return (
+            "llama.cpp's convert_hf_to_gguf.py embeds tokenizer_config.json's in the GGUFs it makes (what llama.cpp "
+            "and Ollama then serve)"
+        )
+    return "processors (AutoProcessor) read chat_template.json"
+
+
+def check_template_drift(ctx: Context) -> list[Problem]:
+    """``template-drift``: the copies of the template render the probe differently."""
+    sources = ctx.target.template_sources
+    if len(sources) < 2:
+        raise NotEvaluated(f"one template source only ({sources[0].label if sources else 'none'}): nothing to compare")
+    fmt = ctx.fmt
+    messages = ctx.skeleton.messages
+    reference = sources[0]
+    expected = _renders(fmt, reference.text, messages)
+    problems = []
+    for other in sources[1:]:
+        if other.text == reference.text:
+            continue
+        got = _renders(fmt, other.text, messages)
+        if got == expected:
+            continue
+        if isinstance(expected, str) or isinstance(got, str):
+            detail = f"{reference.label} {expected if isinstance(expected, str) else 'renders'}; {other.label} " + (
+                got if isinstance(got, str) else "renders"
+            )
+        else:
+            which = 0 if expected[0] != got[0] else 1
+            line, left, right = _first_difference(expected[which], got[which])
+            what = "the probe conversation" if which == 0 else "the serving prompt (add_generation_prompt=True)"
+            detail = f"{what} differs at line {line}: {_short(left)} vs {_short(right)}"
+        problems.append(
+            Problem(
+                f"{reference.label} and {other.label} disagree: {detail}; {_who_uses(reference.label)}, "
+                f"{_who_uses(other.label)}",
+                f"keep one template: copy {reference.label} over the other copy (or delete the stale one); for a "
+                f"GGUF, `gguf-new-metadata IN.gguf OUT.gguf --chat-template-file chat_template.jinja`",
+                other.label,
+            )
+        )
+    return problems
+
+
+def check_generation_prompt(ctx: Context) -> list[Problem]:
+    """``no-generation-prompt``: ``add_generation_prompt=True`` adds nothing, so serving cannot open a reply."""
+    skeleton = ctx.skeleton
+    if skeleton.generation_prompt != "":
+        return []
+    header = skeleton.user_to_assistant
+    return [
+        Problem(
+            f"{template_file(ctx)}: add_generation_prompt=True changes nothing in the render, so a serving prompt "
+            "ends after the user's turn and the model continues the user's text instead of answering",
+            "end the template with {% if add_generation_prompt %}{{ '...' }}{% endif %} writing the header it "
+            f"writes before an assistant reply (between a user message and the reply it writes {header!r})",
+            template_file(ctx),
+        )
+    ]
+
+
+def check_prefix_stable(ctx: Context) -> list[Problem]:
+    """``prefix-unstable``: the template rewrites history, so one example per conversation trains unseen prompts."""
+    messages = [dict(m) for m in ctx.skeleton.messages]
+    first_reply = next(m for m in messages if m["role"] == "assistant" and m["content"] == ASSISTANT_1)
+    first_reply["reasoning_content"] = "Probe reasoning."
+    try:
+        report = ctx.fmt.check_prefix_stable(messages)
+    except TemplateError as exc:
+        raise NotEvaluated(f"the template refuses the probe with reasoning: {exc}") from None
+    if report:
+        return []
+    turn = next(t for t in report.turns if not t.stable)
+    what = "the serving prompt" if not turn.prompt_stable else "the reply as generated"
+    return [
+        Problem(
+            f"{template_file(ctx)} rewrites history: for the reply after {USER_1!r}, {what} is not a prefix of the "
+            f"whole conversation's render (character {turn.offset}: {turn.expected_excerpt!r} vs "
+            f"{turn.render_excerpt!r}), so one example per conversation trains that reply in a context never seen "
+            "at serving",
+            "train one example per assistant turn: `turnkit prepare --split-turns` or fmt.encode(..., "
+            "split_turns=True)",
+            template_file(ctx),
+        )
+    ]
