@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
-from turnkit.doctor.probe import ASSISTANT_1, USER_1
+from turnkit.doctor.probe import ASSISTANT_1, USER_1, probe_conversation
 from turnkit.errors import TemplateError, TurnkitError
 from turnkit.format import ChatFormat
 
@@ -76,12 +76,12 @@ def _short(text: str, limit: int = 70) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
-def _renders(fmt: ChatFormat, source: str, messages: list[dict[str, str]]) -> tuple[str, str] | str:
-    """The probe rendered by one template source, without and with the generation prompt (or why it fails)."""
+def _renders(fmt: ChatFormat, source: str, probes: list[list[dict[str, str]]]) -> list[str] | str:
+    """Each probe rendered by one template source, then the serving prompt (or why the source fails)."""
     try:
         other = ChatFormat.from_template(source, **dict(fmt.special_tokens))
-        prompt = messages[: next(i for i, m in enumerate(messages) if m["role"] == "user") + 1]
-        return other.render(messages), other.render(prompt, add_generation_prompt=True)
+        prompt = probes[-1][: next(i for i, m in enumerate(probes[-1]) if m["role"] == "user") + 1]
+        return [*(other.render(m) for m in probes), other.render(prompt, add_generation_prompt=True)]
     except TurnkitError as exc:
         return f"fails: {exc}"
 
@@ -105,14 +105,16 @@ def check_template_drift(ctx: Context) -> list[Problem]:
     if len(sources) < 2:
         raise NotEvaluated(f"one template source only ({sources[0].label if sources else 'none'}): nothing to compare")
     fmt = ctx.fmt
-    messages = ctx.skeleton.messages
+    probes = [ctx.skeleton.messages]
+    if ctx.skeleton.messages[0]["role"] == "system":  # a default system prompt shows only without one
+        probes.append(probe_conversation(system=False))
     reference = sources[0]
-    expected = _renders(fmt, reference.text, messages)
+    expected = _renders(fmt, reference.text, probes)
     problems = []
     for other in sources[1:]:
         if other.text == reference.text:
             continue
-        got = _renders(fmt, other.text, messages)
+        got = _renders(fmt, other.text, probes)
         if got == expected:
             continue
         if isinstance(expected, str) or isinstance(got, str):
@@ -120,9 +122,13 @@ def check_template_drift(ctx: Context) -> list[Problem]:
                 got if isinstance(got, str) else "renders"
             )
         else:
-            which = 0 if expected[0] != got[0] else 1
+            which = next(i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b)
             line, left, right = _first_difference(expected[which], got[which])
-            what = "the probe conversation" if which == 0 else "the serving prompt (add_generation_prompt=True)"
+            what = (
+                ("the probe conversation", "the probe without a system message")[which]
+                if which < len(probes)
+                else ("the serving prompt (add_generation_prompt=True)")
+            )
             detail = f"{what} differs at line {line}: {_short(left)} vs {_short(right)}"
         problems.append(
             Problem(

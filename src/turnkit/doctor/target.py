@@ -11,6 +11,7 @@ ever meet a readable target: a JSON file that does not parse, a folder with no t
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,8 @@ class Target:
     def label(self, path: Path) -> str:
         """How a file is named in messages: relative to the target folder when inside it."""
         root = self.path if self.path.is_dir() else self.path.parent
-        try:
-            return path.resolve().relative_to(root.resolve()).as_posix()
+        try:  # absolute, not resolved: a symlinked file inside the folder keeps its name here
+            return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
         except ValueError:
             return str(path)
 
