@@ -236,8 +236,12 @@ def test_pad_is_end_marker(model):
 
 
 def test_prefix_unstable(model):
-    reasoning = "{% if loop.last and message.reasoning_content %}<think>{{ message.reasoning_content }}</think>{% endif %}"
-    _set_template(model, _template(model).replace("'\n' + message['content']", f"'\n' }}}}{reasoning}{{{{ message['content']"))
+    reasoning = (
+        "{% if loop.last and message.reasoning_content %}<think>{{ message.reasoning_content }}</think>{% endif %}"
+    )
+    _set_template(
+        model, _template(model).replace("'\n' + message['content']", f"'\n' }}}}{reasoning}{{{{ message['content']")
+    )
     finding = _only(doctor.run(model), "prefix-unstable")
     assert finding.severity == "info" and "split" in finding.fix
 
@@ -377,7 +381,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, model, smollm2_gguf, capsys)
     line = _one_error_line(capsys, ["doctor", str(model)])
     assert "generation_config.json is not valid JSON" in line and "line 1 column" in line
     assert "does not exist" in _one_error_line(capsys, ["doctor", str(tmp_path / "nowhere")])
-    assert "unknown check id no-such-check" in _one_error_line(capsys, ["doctor", str(model), "--ignore", "no-such-check"])
+    assert "unknown check id no-such-check" in _one_error_line(
+        capsys, ["doctor", str(model), "--ignore", "no-such-check"]
+    )
 
 
 def test_readme_documents_every_check():

@@ -1,19 +1,23 @@
 """Checks of prepared training data against the model it trains: what the labels actually teach.
 
-* ``labels-missing-end-marker``: each trained stretch (an assistant reply) must contain the end-of-turn marker id,
-  or the model never learns to stop (the seed: "that final id matters more than any other").
-* ``labels-train-prompt``: each row is decoded, read back into messages and encoded again with turnkit; a trained
-  token that turnkit would not train belongs to the template or to a user, system or tool turn. This needs a
-  transcript turnkit can read back (ChatML) and a re-encoding that reproduces the row's ids exactly; rows where
-  either fails are counted, not judged. A whitespace token right after a trained end marker is tolerated (TRL's
-  prefix-diff masks train the newline after ``<|im_end|>``; it is never generated, since generation stops first).
+Each row is decoded, read back into messages and encoded again with turnkit (every assistant turn trained, with its
+end marker). Where that reproduces the row's ids exactly, the row's labels are compared with turnkit's mask; this
+needs a transcript turnkit can read back (ChatML), and rows where it fails are counted, not judged.
+
+* ``labels-missing-end-marker``: a reply the labels train must train its end-of-turn marker too, or the model never
+  learns to stop (the seed: "that final id matters more than any other"). Rows that cannot be re-encoded are judged
+  by their trained stretches: each must contain an end-of-turn id.
+* ``labels-train-prompt``: a trained token that turnkit would not train belongs to the template or to a user, system
+  or tool turn. A whitespace token right after a trained end marker is tolerated (TRL's prefix-diff masks train the
+  newline after ``<|im_end|>``; it is never generated, since generation stops first).
 * ``labels-not-input-ids``: where a token is trained its label must be its own id (models shift labels themselves).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +26,9 @@ from turnkit.doctor.data import Dataset, Example
 from turnkit.doctor.findings import NotEvaluated, Problem
 from turnkit.errors import TurnkitError
 from turnkit.parse.transcript import parse_transcript
+
+if TYPE_CHECKING:
+    from turnkit.encode.encoding import Encoding
 
 __all__ = [
     "DataContext",
@@ -36,13 +43,21 @@ __all__ = [
 IGNORE_INDEX = -100
 
 
+@dataclass(frozen=True)
+class Reencoded:
+    """A row read back into messages and encoded again: turnkit's mask for the same ids."""
+
+    messages: list[dict[str, Any]]
+    encoding: Encoding
+
+
 @dataclass
 class DataContext:
     """The dataset and the model whose format it must follow."""
 
     model: Context
     dataset: Dataset
-    reencoded: int = 0
+    _reencoded: list[Reencoded | None] | None = field(default=None, repr=False)
 
     def end_ids(self) -> dict[int, str]:
         """Ids that close a reply: the template's end-of-turn marker and the checkpoint's EOS ids."""
@@ -51,6 +66,26 @@ class DataContext:
         for eos in self.model.tokenizer.eos_ids:
             ids.setdefault(eos, self.model.token_text(eos))
         return ids
+
+    def reencoded(self) -> list[Reencoded | None]:
+        """For each example, its re-encoding, or None where it cannot be read back to the same ids (computed once)."""
+        if self._reencoded is None:
+            fmt, tokenizer = self.model.fmt, self.model.tokenizer
+            self._reencoded = []
+            for example in self.dataset.examples:
+                try:
+                    messages = parse_transcript(tokenizer.decode(example.input_ids.tolist()))
+                    encoding = fmt.encode(messages, turns="all")
+                except TurnkitError:
+                    self._reencoded.append(None)
+                    continue
+                same = np.array_equal(encoding.input_ids, example.input_ids)
+                self._reencoded.append(Reencoded(messages, encoding) if same else None)
+        return self._reencoded
+
+    @property
+    def reencoded_count(self) -> int:
+        return 0 if self._reencoded is None else sum(r is not None for r in self._reencoded)
 
 
 def trained_spans(labels: np.ndarray) -> list[tuple[int, int]]:
@@ -94,18 +129,40 @@ def _mismatch(example: Example) -> bool:
     return bool((example.labels[trained] != example.input_ids[trained]).any())
 
 
+def _unmarked_replies(example: Example, redone: Reencoded | None, wanted: np.ndarray) -> list[tuple[int, int]]:
+    """The replies this row trains without their end marker: turnkit's replies when re-encoded, else its stretches."""
+    trained = example.labels != IGNORE_INDEX
+    if redone is None:
+        spans = trained_spans(example.labels)
+        return [(a, b) for a, b in spans if not np.isin(example.labels[a:b], wanted).any()]
+    out = []
+    for start, end in trained_spans(np.where(redone.encoding.assistant_mask.astype(bool), 0, IGNORE_INDEX)):
+        if not trained[start:end].any():
+            continue  # a reply this row does not train at all (turns="last"): not this check's business
+        markers = np.isin(example.input_ids[start:end], wanted)
+        if markers.any() and not trained[start:end][markers].all():
+            out.append((start, end))
+    return out
+
+
+def _reply_count(example: Example, redone: Reencoded | None) -> int:
+    if redone is None:
+        return len(trained_spans(example.labels))
+    mask = np.where(redone.encoding.assistant_mask.astype(bool), 0, IGNORE_INDEX)
+    trained = example.labels != IGNORE_INDEX
+    return sum(1 for a, b in trained_spans(mask) if trained[a:b].any())
+
+
 def check_labels_end_marker(ctx: DataContext) -> list[Problem]:
-    """``labels-missing-end-marker``: a trained reply does not contain the end-of-turn marker id."""
+    """``labels-missing-end-marker``: a trained reply does not train the end-of-turn marker id."""
     end_ids = ctx.end_ids()
     marker_id, marker = next(iter(end_ids.items()))
     wanted = np.fromiter(end_ids, dtype=np.int64)
-    spans = missing = at_end = 0
+    replies = missing = at_end = 0
     first: tuple[Example, tuple[int, int]] | None = None
-    for example in ctx.dataset.examples:
-        for start, end in trained_spans(example.labels):
-            spans += 1
-            if np.isin(example.labels[start:end], wanted).any():
-                continue
+    for example, redone in zip(ctx.dataset.examples, ctx.reencoded(), strict=True):
+        replies += _reply_count(example, redone)
+        for start, end in _unmarked_replies(example, redone, wanted):
             missing += 1
             at_end += end == len(example.labels)
             first = first or (example, (start, end))
@@ -115,7 +172,7 @@ def check_labels_end_marker(ctx: DataContext) -> list[Problem]:
     cut = f" ({at_end} of them reach the end of their example: cut by truncation?)" if at_end else ""
     return [
         Problem(
-            f"{missing} of {spans} trained replies in {_counted(ctx)} do not train the end-of-turn marker "
+            f"{missing} of {replies} trained replies in {_counted(ctx)} do not train the end-of-turn marker "
             f"{marker!r} (id {marker_id}){cut}: the model does not learn to stop; first in record {example.record}, "
             f"reply ending {_excerpt(ctx, example.input_ids[start:end])}",
             "train the marker with each reply: turnkit prepare without --no-end-marker (fmt.encode(..., "
@@ -134,25 +191,18 @@ def _tolerated(ids: np.ndarray, trained: np.ndarray, position: int, end_ids: set
 
 def check_labels_prompt(ctx: DataContext) -> list[Problem]:
     """``labels-train-prompt``: labels train template text or user/system/tool turns (found by re-encoding)."""
-    fmt, tokenizer = ctx.model.fmt, ctx.model.tokenizer
+    tokenizer = ctx.model.tokenizer
     end_ids = set(ctx.end_ids())
-    checked, offenders = 0, []
-    for example in ctx.dataset.examples:
-        try:
-            messages = parse_transcript(tokenizer.decode(example.input_ids.tolist()))
-            encoding = fmt.encode(messages, turns="all")
-        except TurnkitError:
+    offenders = []
+    for example, redone in zip(ctx.dataset.examples, ctx.reencoded(), strict=True):
+        if redone is None:
             continue
-        if not np.array_equal(encoding.input_ids, example.input_ids):
-            continue
-        checked += 1
-        trained = example.labels != IGNORE_INDEX
-        ids = example.input_ids
-        candidates = np.flatnonzero(trained & ~encoding.assistant_mask.astype(bool)).tolist()
+        ids, trained = example.input_ids, example.labels != IGNORE_INDEX
+        candidates = np.flatnonzero(trained & ~redone.encoding.assistant_mask.astype(bool)).tolist()
         stray = [p for p in candidates if not _tolerated(ids, trained, p, end_ids, tokenizer.decode([int(ids[p])]))]
         if stray:
-            offenders.append((example, stray, encoding, messages))
-    ctx.reencoded = checked
+            offenders.append((example, stray, redone))
+    checked = ctx.reencoded_count
     if not checked:
         raise NotEvaluated(
             f"none of {_counted(ctx)} could be read back into messages and re-encoded to the same ids (this reads "
@@ -160,8 +210,9 @@ def check_labels_prompt(ctx: DataContext) -> list[Problem]:
         )
     if not offenders:
         return []
-    example, stray, encoding, messages = offenders[0]
-    roles = sorted({messages[i]["role"] if i >= 0 else "template" for i in encoding.message_index[stray].tolist()})
+    example, stray, redone = offenders[0]
+    indices = redone.encoding.message_index[stray].tolist()
+    roles = sorted({redone.messages[i]["role"] if i >= 0 else "template" for i in indices})
     return [
         Problem(
             f"{len(offenders)} of {checked} re-encoded examples train tokens outside assistant replies; first in "
@@ -196,13 +247,13 @@ def check_tokenizer_fingerprint(ctx: DataContext) -> list[Problem]:
 def check_data_summary(ctx: DataContext) -> list[Problem]:
     """``data-summary``: how much was checked (always reported, so a clean result is never a silent one)."""
     examples = ctx.dataset.examples
-    spans = sum(len(trained_spans(e.labels)) for e in examples)
+    spans = sum(_reply_count(e, r) for e, r in zip(examples, ctx.reencoded(), strict=True))
     empty = sum(1 for e in examples if not (e.labels != IGNORE_INDEX).any())
     tokens = sum(len(e.input_ids) for e in examples)
     return [
         Problem(
             f"checked {_counted(ctx)} ({tokens} tokens, {spans} trained replies, {empty} training nothing; "
-            f"{ctx.reencoded} re-encoded for labels-train-prompt)",
+            f"{ctx.reencoded_count} read back and re-encoded)",
             "raise --limit to check more rows" if ctx.dataset.truncated else "nothing to do",
             str(ctx.dataset.path),
         )
