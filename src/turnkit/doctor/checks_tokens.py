@@ -258,6 +258,14 @@ def _pad_source(ctx: Context) -> tuple[str, str]:
     return (target.tokenizer_config.label if target.tokenizer_config else "tokenizer_config.json"), "pad_token"
 
 
+def _spare_pad(ctx: Context, marker: str) -> str | None:
+    """A token to pad with instead: one named like a pad token, else the unknown token, else a plain EOS."""
+    specials = [t.content for t in ctx.tokenizer.added.values() if t.special]
+    tokens = ctx.fmt.special_tokens
+    candidates = [t for t in specials if "pad" in t.lower()] + [tokens.get("unk_token"), tokens.get("eos_token")]
+    return next((t for t in candidates if t and t != marker and t in ctx.tokenizer.added), None)
+
+
 def check_pad(ctx: Context) -> list[Problem]:
     """``pad-is-end-marker``: the pad token is the end-of-turn marker."""
     pad = ctx.fmt.special_tokens.get("pad_token")
@@ -266,13 +274,12 @@ def check_pad(ctx: Context) -> list[Problem]:
     marker, token_id = ctx.end_marker()
     if pad != marker:
         return []
-    used = {*ctx.skeleton.markers, ctx.fmt.bos_token, ctx.fmt.eos_token}
-    spare = next((t.content for t in ctx.tokenizer.added.values() if t.special and t.content not in used), None)
+    spare = _spare_pad(ctx, marker)
     file, field = _pad_source(ctx)
     if ctx.target.gguf is not None:
         how = f"`gguf-new-metadata {file} fixed.gguf --special-token pad {spare or '<token>'!r}`"
     else:
-        how = f"set pad_token {spare!r}" if spare else "set a pad token of its own"
+        how = f"set pad_token {spare!r}" if spare else "add a pad token of its own ('<|pad|>') and set pad_token"
         how += f" in {file}"
     return [
         Problem(
