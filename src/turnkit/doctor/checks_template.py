@@ -145,15 +145,15 @@ def check_template_drift(ctx: Context) -> list[Problem]:
 def check_generation_prompt(ctx: Context) -> list[Problem]:
     """``no-generation-prompt``: ``add_generation_prompt=True`` adds nothing, so serving cannot open a reply."""
     skeleton = ctx.skeleton
-    if skeleton.generation_prompt != "":
-        return []
-    header = skeleton.user_to_assistant
+    missing = skeleton.missing_header
+    if skeleton.generation_prompt != "" or missing is None:
+        return []  # it writes a header, or the prompt already ends where a reply starts (Mistral's [/INST])
     return [
         Problem(
             f"{template_file(ctx)}: add_generation_prompt=True changes nothing in the render, so a serving prompt "
-            "ends after the user's turn and the model continues the user's text instead of answering",
-            "end the template with {% if add_generation_prompt %}{{ '...' }}{% endif %} writing the header it "
-            f"writes before an assistant reply (between a user message and the reply it writes {header!r})",
+            f"ends after the user's turn, without the {missing!r} that training puts before each reply: the model "
+            "continues the user's text instead of answering",
+            "end the template with {% if add_generation_prompt %}{{ " + repr(missing) + " }}{% endif %}",
             template_file(ctx),
         )
     ]
