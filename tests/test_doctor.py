@@ -218,7 +218,10 @@ def test_non_special_marker(model):
     tokenizer.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in TOOL_TAGS])
     tokenizer.save(str(model / "tokenizer.json"))
     _edit_json(model / "config.json", vocab_size=49216)
-    calls = "{% for call in message.tool_calls or [] %}{{ '<tool_call>' + call.function.name + '</tool_call>' }}{% endfor %}"
+    calls = (
+        "{% for call in message.tool_calls or [] %}"
+        "{{ '<tool_call>' + call.function.name + '</tool_call>' }}{% endfor %}"
+    )
     template = _template(model).replace("+ '<|im_end|>' + '\n'}}", "}}" + calls + "{{ '<|im_end|>' + '\n' }}")
     _set_template(model, template)
     report = doctor.run(model)
@@ -390,3 +393,47 @@ def test_readme_documents_every_check():
     text = README.read_text()
     for check in doctor.CHECKS:
         assert f"| `{check}` |" in text, check
+
+
+# -- GGUF files: a small copy of the embedded model's header, broken in one place ------------------------------------
+
+
+def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **changes: int | bool) -> Path:
+    """A GGUF with the embedded model's metadata (``changes`` applied) and one small ``token_embd`` tensor."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(source)
+    writer = gguf.GGUFWriter(target, arch=reader.fields["general.architecture"].contents())
+    for name, field in reader.fields.items():
+        if name == "general.architecture" or name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, changes.pop(name, field.contents()), kind, sub_type=sub_type)
+    for name, value in changes.items():
+        writer.add_key_value(
+            name, value, gguf.GGUFValueType.BOOL if isinstance(value, bool) else gguf.GGUFValueType.UINT32
+        )
+    count = len(reader.fields["tokenizer.ggml.tokens"].data)
+    writer.add_tensor("token_embd.weight", np.zeros((rows or count, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target
+
+
+def test_a_broken_gguf_file(tmp_path, monkeypatch, smollm2_gguf):
+    """Three GGUF-only breakages in one file (each GGUF costs seconds to convert): each named in its own finding."""
+    monkeypatch.setenv("TURNKIT_CACHE", str(tmp_path / "cache"))  # conversions of throwaway files stay out of the cache
+    changes = {"tokenizer.ggml.eos_token_id": 0, "tokenizer.ggml.add_bos_token": True}
+    path = _gguf_variant(smollm2_gguf, tmp_path / "variant.gguf", rows=49000, **changes)
+    report = doctor.run(path)
+    assert _errors(report) == {"eos-not-end-marker", "vocab-exceeds-model"}
+    found = {f.check: f for f in report.findings}
+    assert "--special-token eot '<|im_end|>'" in found["eos-not-end-marker"].fix
+    assert "variant.gguf eos/eot/eom: [0]" in found["eos-not-end-marker"].message
+    assert "tokenizer.ggml.add_bos_token" in found["double-bos"].message
+    assert "token_embd has 49000 rows" in found["vocab-exceeds-model"].message
+    assert {f.file for f in report.findings if f.file} == {"variant.gguf"}

@@ -107,7 +107,7 @@ def test_the_newline_after_the_end_marker_is_tolerated(tmp_path, shards, clean_m
 def test_jsonl_rows_with_shifted_labels(tmp_path, shards, clean_model):  # noqa: F811
     lines = []
     for row in _rows(shards):
-        labels = row["labels"][1:] + [-100]
+        labels = [*row["labels"][1:], -100]
         lines.append(json.dumps({"input_ids": row["input_ids"], "labels": labels}))
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join(lines) + "\n")
