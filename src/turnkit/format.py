@@ -18,21 +18,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turnkit import families
-from turnkit.errors import TemplateNotFoundError
+from turnkit.errors import TemplateNotFoundError, TokenizerError
 from turnkit.families.spec import Family
 from turnkit.messages import Conversation
-from turnkit.template.render import Rendered, RenderLimits, render_template
+from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.render import Rendered, RenderLimits
 from turnkit.template.sandbox import compile_template
 from turnkit.template.sources import TemplateSet, load_gguf, load_hf_folder
 
 if TYPE_CHECKING:
     from turnkit.encode.encoder import Encoder
     from turnkit.encode.encoding import Encoding
+    from turnkit.encode.options import EncodeOptions
     from turnkit.encode.prefix import PrefixReport, PromptDiff
-    from turnkit.encode.tokenizer import TokenizerBinding
     from turnkit.parse.formats import ReplyFormat
     from turnkit.parse.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
+    from turnkit.tokenizer import StopSet, TokenizerBinding
 
 __all__ = ["ChatFormat"]
 
@@ -44,7 +46,7 @@ def _bind(tokenizer: Any) -> Callable[[], TokenizerBinding] | None:
         return None
 
     def load() -> TokenizerBinding:
-        from turnkit.encode.tokenizer import TokenizerBinding
+        from turnkit.tokenizer import TokenizerBinding
 
         return TokenizerBinding.from_any(tokenizer)
 
@@ -107,7 +109,7 @@ class ChatFormat:
             compile_template(source)
 
         def load() -> TokenizerBinding:
-            from turnkit.encode.tokenizer import TokenizerBinding
+            from turnkit.tokenizer import TokenizerBinding
 
             if path.is_dir():
                 return TokenizerBinding.from_folder(path)
@@ -211,18 +213,29 @@ class ChatFormat:
         **template_kwargs: Any,
     ) -> Rendered:
         """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked."""
-        _, source = self.templates.select(template_name, tools=tools)
-        return render_template(
-            source,
+        return self.chat_template.render(
             messages,
             tools=tools,
             documents=documents,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
-            variables=self.special_tokens,
-            limits=self.limits,
+            template_name=template_name,
             track_generation=track_generation,
-            **template_kwargs,
+            template_kwargs=template_kwargs,
+        )
+
+    @cached_property
+    def chat_template(self) -> ChatTemplate:
+        """What the layers below this one (encoding, parsing) know of the format: templates, variables, limits, and
+        what it declares about ending a reply."""
+        family = self.family
+        return ChatTemplate(
+            self.templates,
+            self.special_tokens,
+            self.limits,
+            end_markers=family.stop_tokens if family else (),
+            stop_strings=family.stop_strings if family else (),
+            reply_format=family.reply_format if family else None,
         )
 
     # -- encoding -----------------------------------------------------------------------------------------------------
@@ -230,8 +243,6 @@ class ChatFormat:
     @cached_property
     def tokenizer(self) -> TokenizerBinding:
         """The tokenizer, loaded on first use (a HF folder's own, or transformers' reading of a GGUF file)."""
-        from turnkit.encode.tokenizer import TokenizerError
-
         if self.tokenizer_loader is None:
             raise TokenizerError(
                 "this ChatFormat has no tokenizer: build it with from_pretrained, or pass tokenizer= to "
@@ -243,23 +254,18 @@ class ChatFormat:
     def encoder(self) -> Encoder:
         from turnkit.encode.encoder import Encoder
 
-        return Encoder(self, self.tokenizer)
+        return Encoder(self.chat_template, self.tokenizer, self.stops)
+
+    @cached_property
+    def stops(self) -> StopSet:
+        """The ids that end a reply (end-of-turn markers and EOS ids): what masks train and what generation stops on."""
+        from turnkit.tokenizer import StopSet
+
+        template = self.chat_template
+        return StopSet.build(self.tokenizer, (*template.end_markers, template.eos_token or ""))
 
     def encode(
-        self,
-        messages: Conversation,
-        *,
-        tools: Tools | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        add_generation_prompt: bool = False,
-        template_name: str | None = None,
-        turns: str = "all",
-        train_end_marker: bool = True,
-        masks: str = "auto",
-        trust_data: bool = False,
-        split_turns: bool = False,
-        attribution: bool = True,
-        **template_kwargs: Any,
+        self, messages: Conversation, options: EncodeOptions | None = None, /, **keywords: Any
     ) -> Encoding | list[Encoding]:
         """Encode a conversation to token ids, safely, with labels and per-token attribution.
 
@@ -267,74 +273,46 @@ class ChatFormat:
         never produce a control token: a user who types ``<|im_end|>`` gets the text ``<|im_end|>``. On data without
         control-token strings the ids equal ``apply_chat_template(..., tokenize=True)``'s.
 
-        Args:
-            turns: Which assistant turns to train: ``"all"``, ``"last"`` or ``"none"``; a message's own
-                ``"train": true/false`` overrides it.
-            train_end_marker: Train each trained turn's end-of-turn marker (``<|im_end|>``).
-            masks: ``"auto"`` (``{% generation %}`` blocks when the template has them, else the turns),
-                ``"turns"`` or ``"generation"``.
-            trust_data: Let control-token strings in data through as control tokens (loud; trusted data only).
-            attribution: Fill ``message_index`` and ``is_data`` (a pipeline that needs only ids and labels skips it).
-            split_turns: Return a list: one example per trained assistant turn, each holding the conversation up to
-                that turn and training only it, so that every turn is trained in the context the model sees at
-                inference (for templates that are not prefix-stable, see :meth:`check_prefix_stable`).
+        Settings come as an :class:`~turnkit.encode.EncodeOptions` or as keywords named like its fields (any other
+        keyword is a template variable, e.g. ``enable_thinking=False``):
+
+        * ``tools``, ``documents``, ``add_generation_prompt``, ``template_name``: as for :meth:`render`;
+        * ``turns``: which assistant turns to train: ``"all"``, ``"last"`` or ``"none"``; a message's own
+          ``"train": true/false`` overrides it;
+        * ``train_end_marker``: train each trained turn's end-of-turn marker (``<|im_end|>``);
+        * ``masks``: ``"auto"`` (``{% generation %}`` blocks when the template has them, else the turns),
+          ``"turns"`` or ``"generation"``;
+        * ``trust_data``: let control-token strings in data through as control tokens (loud; trusted data only);
+        * ``attribution``: fill ``message_index`` and ``is_data`` (a pipeline that needs only ids and labels skips it);
+        * ``split_turns``: return a list, one example per trained assistant turn, each holding the conversation up to
+          that turn and training only it, so that every turn is trained in the context the model sees at inference
+          (for templates that are not prefix-stable, see :meth:`check_prefix_stable`).
 
         Raises:
             EmptyMaskError: Nothing would be trained (without ``add_generation_prompt``).
             EncodeError: The template is not prefix-stable where a turn must be located (use ``split_turns``).
         """
-        from turnkit.encode.encoder import EncodeOptions
+        from turnkit.encode.options import EncodeOptions
 
-        options = EncodeOptions(turns, train_end_marker, masks, trust_data, attribution)  # type: ignore[arg-type]
-        if split_turns:
-            return self.encoder.encode_turns(
-                messages,
-                tools=tools,
-                documents=documents,
-                template_name=template_name,
-                options=options,
-                template_kwargs=template_kwargs,
-            )
-        return self.encoder.encode(
-            messages,
-            tools=tools,
-            documents=documents,
-            add_generation_prompt=add_generation_prompt,
-            template_name=template_name,
-            options=options,
-            template_kwargs=template_kwargs,
-        )
+        return self.encoder.encode(messages, EncodeOptions.from_keywords(options, **keywords))
 
     def encode_batch(
         self,
         conversations: Sequence[Conversation | Mapping[str, Any]],
-        *,
-        tools: Tools | None = None,
-        add_generation_prompt: bool = False,
-        template_name: str | None = None,
-        turns: str = "all",
-        train_end_marker: bool = True,
-        masks: str = "auto",
-        trust_data: bool = False,
-        **template_kwargs: Any,
-    ) -> list[Encoding]:
-        """Encode many conversations at once (each a list of messages, or a dict with ``messages`` and ``tools``).
+        options: EncodeOptions | None = None,
+        /,
+        **keywords: Any,
+    ) -> list[Encoding] | list[list[Encoding]]:
+        """Encode many conversations at once (each a list of messages, or a dict with ``messages``, ``tools`` and
+        ``documents``), with the same settings as :meth:`encode`.
 
         The same results as :meth:`encode` one by one, faster: tokenization runs in the tokenizer's own threads
         (``TOKENIZERS_PARALLELISM`` / ``RAYON_NUM_THREADS``), and text that repeats across conversations (system
         prompts, tool schemas) is tokenized once and cached.
         """
-        from turnkit.encode.encoder import EncodeOptions
+        from turnkit.encode.options import EncodeOptions
 
-        options = EncodeOptions(turns=turns, train_end_marker=train_end_marker, masks=masks, trust_data=trust_data)  # type: ignore[arg-type]
-        return self.encoder.encode_batch(
-            conversations,
-            tools=tools,
-            add_generation_prompt=add_generation_prompt,
-            template_name=template_name,
-            options=options,
-            template_kwargs=template_kwargs,
-        )
+        return self.encoder.encode_batch(conversations, EncodeOptions.from_keywords(options, **keywords))
 
     # -- parsing ------------------------------------------------------------------------------------------------------
 
@@ -343,20 +321,16 @@ class ChatFormat:
         """How this format's replies write reasoning and tool calls (inferred; pass ``reply_format=`` to override)."""
         from turnkit.parse import formats
 
-        return formats.for_format(self)
+        return formats.for_template(self.chat_template)
 
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
-        """Every id that ends a reply: the template's end-of-turn markers and the checkpoint's EOS ids."""
+        """Every id that ends a reply, with why: the template's end-of-turn markers and the checkpoint's EOS ids."""
         from turnkit.parse.reply import EndReason
 
-        binding = self.tokenizer
-        out: dict[int, tuple[EndReason, str]] = {}
-        for token_id in binding.eos_ids:
-            text = binding.by_id[token_id].content if token_id in binding.by_id else binding.id_to_token(token_id)
-            out[token_id] = (EndReason.EOS, text or "")
-        for text in self.encoder.stop_texts:
-            out[binding.added[text].id] = (EndReason.END_OF_TURN, text)
+        stops = self.stops
+        out = {token_id: (EndReason.EOS, text) for token_id, text in stops.eos.items()}
+        out.update({token_id: (EndReason.END_OF_TURN, text) for token_id, text in stops.end_of_turn.items()})
         return out
 
     def stream_parser(
@@ -367,6 +341,7 @@ class ChatFormat:
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
+        strict: bool = False,
     ) -> StreamParser:
         """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
 
@@ -374,13 +349,15 @@ class ChatFormat:
             prompt: The prompt the reply continues (ids or text). A template that pre-writes ``<think>`` in its
                 generation prompt leaves the reply inside reasoning, and the parser starts there.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
-                emits any part of one.
+                emits any part of one. The family's own stop strings (``plain``: ``"\nuser:"``) always apply too.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
             call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
+            strict: ``finish()`` raises :class:`~turnkit.errors.ReplyParseError` when the reply does not end cleanly
+                (a failed tool call, or cut off: see ``Reply.ended_cleanly``) instead of returning it.
         """
-        return self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
 
     def parse(
         self,
@@ -392,16 +369,20 @@ class ChatFormat:
         reply_format: str | ReplyFormat | None = None,
         length: bool = False,
         call_id: Callable[[int], str] | None = None,
+        strict: bool = False,
     ) -> Reply:
         """Parse a whole reply (token ids, or text for replies that only exist as text) into a :class:`Reply`.
 
-        ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first).
+        ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first). A reply
+        given as text has no ids to go by, so the markers written in it count: ``"Hi<|im_end|>"`` ends at the
+        marker. ``strict=True`` raises :class:`~turnkit.errors.ReplyParseError` for a reply that does not end
+        cleanly; otherwise failed calls are returned with their status (see :meth:`stream_parser`).
         """
         if isinstance(reply, str):
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=False)
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=False)
             parser.feed_text(reply)
         else:
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, with_tokenizer=True)
+            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
             parser.feed(reply)
         return parser.finish(length=length)
 
@@ -412,11 +393,13 @@ class ChatFormat:
         tools: Tools | None,
         reply_format: str | ReplyFormat | None,
         call_id: Callable[[int], str] | None,
+        strict: bool,
         *,
         with_tokenizer: bool,
     ) -> StreamParser:
         from turnkit.parse import formats
         from turnkit.parse.parser import StreamParser
+        from turnkit.parse.reply import EndReason
         from turnkit.template.tools import tool_schemas
 
         spec = formats.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
@@ -425,16 +408,24 @@ class ChatFormat:
         if tools is not None:
             names = [t.get("function", t).get("name") for t in tool_schemas(tools) or [] if isinstance(t, Mapping)]
         binding = self.tokenizer if with_tokenizer else None
+        # The family's stop strings end a reply always; text has no ids, so there the end-of-turn markers count as text.
+        template = self.chat_template
+        ends = dict.fromkeys(template.stop_strings, EndReason.END_OF_TURN)
+        if binding is None:
+            markers = [*template.end_markers, template.eos_token]
+            ends.update(dict.fromkeys((m for m in markers if m), EndReason.END_OF_TURN))
         return StreamParser(
             spec,
             added_tokens={text: token.id for text, token in binding.added.items()} if binding else None,
             stop_ids=self.stop_ids if binding else None,
             stops=stops,
+            end_texts=ends,
             tools=names,
             byte_table=binding.byte_table if binding else None,
             backend=binding.backend if binding else None,
             in_reasoning=self._prompt_opens_reasoning(prompt, spec),
             call_id=call_id,
+            strict=strict,
         )
 
     def _prompt_opens_reasoning(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:

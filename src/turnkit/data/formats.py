@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import RecordError
 
 __all__ = ["FORMATS", "FieldMap", "RecordError", "to_conversation"]
 
@@ -27,15 +27,6 @@ _SHAREGPT_ROLES = {
     "function_response": "tool",
     "function_call": "assistant",
 }
-
-
-class RecordError(TurnkitError, ValueError):
-    """A record cannot become a conversation; ``field`` names what is wrong."""
-
-    def __init__(self, reason: str, field: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
-from turnkit.errors import MessageError, TurnkitError
+from turnkit.errors import TurnkitError
 
 __all__ = ["PrepareConfig", "ShardResult", "process_records"]
 
@@ -113,13 +113,6 @@ def _strip(value: Any, pattern: re.Pattern[str]) -> Any:
     return value
 
 
-def _field_of(exc: TurnkitError) -> str | None:
-    if isinstance(exc, MessageError):
-        where = "messages" if exc.index is None else f"messages[{exc.index}]"
-        return f"{where}.{exc.field}" if exc.field else where
-    return getattr(exc, "field", None)
-
-
 def _encode(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> list[Any]:
     encoded = fmt.encode(
         messages,
@@ -178,7 +171,8 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
             encodings, truncated = _fit(fmt, messages, tools, config)
         except (TurnkitError, ValueError) as exc:
             reason = exc.reason if isinstance(exc, RecordError) else str(exc)
-            result.rejects.append({"record_id": record.record_id, "reason": reason, "field": _field_of(exc)})
+            where = exc.location if isinstance(exc, TurnkitError) else None
+            result.rejects.append({"record_id": record.record_id, "reason": reason, "field": where})
             continue
         result.truncated += truncated
         for turn, encoding in enumerate(encodings):

@@ -28,13 +28,9 @@ from typing import Any
 
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
 from turnkit.data.sources import RawRecord, read_records
-from turnkit.errors import TurnkitError
+from turnkit.errors import PrepareError
 
 __all__ = ["PrepareError", "prepare"]
-
-
-class PrepareError(TurnkitError):
-    """The output folder holds shards made with other options, or an input cannot be read."""
 
 
 def _fingerprint(config: PrepareConfig) -> str:

@@ -15,13 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import InputError
 
 __all__ = ["InputError", "RawRecord", "read_records"]
-
-
-class InputError(TurnkitError):
-    """An input cannot be read at all (missing, unknown kind, not a JSON array...)."""
 
 
 @dataclass(frozen=True)

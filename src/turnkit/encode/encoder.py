@@ -24,64 +24,29 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from turnkit.encode.encoding import NO_MESSAGE, Encoding
 from turnkit.encode.marking import DataMarker
-from turnkit.encode.tokenizer import TokenizerBinding
-from turnkit.errors import MessageError, TemplateError, TurnkitError
+from turnkit.encode.options import EncodeOptions
+from turnkit.errors import EmptyMaskError, EncodeError, MessageError, TemplateError
 from turnkit.messages import KNOWN_ROLES, Conversation, normalize_conversation, plain_data
-from turnkit.template.render import Rendered, render_prepared, render_template
+from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.render import Rendered, render_prepared
 from turnkit.template.tools import tool_schemas
+from turnkit.tokenizer import StopSet, TokenizerBinding
 
-__all__ = ["EmptyMaskError", "EncodeError", "EncodeOptions", "Encoder", "TrustedDataWarning"]
+__all__ = ["Encoder", "TrustedDataWarning"]
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _WHITESPACE = " \t\r\n"
 
 
-class EncodeError(TurnkitError):
-    """A conversation cannot be encoded as asked (or an invariant of the encoding failed, which is a bug)."""
-
-
-class EmptyMaskError(EncodeError):
-    """No token would be trained: a training example that teaches nothing is a bug in the data."""
-
-
 class TrustedDataWarning(UserWarning):
     """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
-
-
-@dataclass(frozen=True)
-class EncodeOptions:
-    """What to train.
-
-    Attributes:
-        turns: ``"all"`` assistant turns, the ``"last"`` one, or ``"none"`` (a per-message ``"train": True`` still
-            trains that message; ``"train": False`` excludes it).
-        train_end_marker: Train the end-of-turn marker (``<|im_end|>``), which is how the model learns to stop.
-        masks: ``"auto"`` follows ``{% generation %}`` blocks when the template has them, else the turns;
-            ``"turns"`` and ``"generation"`` force one or the other.
-        trust_data: Encode control-token strings in data as control tokens. Only for data you wrote yourself; every
-            use emits a :class:`TrustedDataWarning`.
-        attribution: Fill ``message_index`` and ``is_data``; a data pipeline that only needs ids and labels skips it
-            (they are then all ``-1`` and ``False``).
-    """
-
-    turns: Literal["all", "last", "none"] = "all"
-    train_end_marker: bool = True
-    masks: Literal["auto", "turns", "generation"] = "auto"
-    trust_data: bool = False
-    attribution: bool = True
-
-    def __post_init__(self) -> None:
-        if self.turns not in ("all", "last", "none"):
-            raise ValueError(f"turns must be 'all', 'last' or 'none', not {self.turns!r}")
-        if self.masks not in ("auto", "turns", "generation"):
-            raise ValueError(f"masks must be 'auto', 'turns' or 'generation', not {self.masks!r}")
 
 
 class _Pieces:
@@ -120,38 +85,28 @@ class _Pieces:
 class Encoder:
     """Encodes conversations for one chat format and one tokenizer. Built once; holds the caches."""
 
-    def __init__(self, fmt: Any, binding: TokenizerBinding) -> None:
-        self.fmt = fmt
+    def __init__(self, template: ChatTemplate, binding: TokenizerBinding, stops: StopSet) -> None:
+        self.template = template
         self.binding = binding
         self.marker = DataMarker(binding)
         self._headers: dict[tuple[str, str], str | None] = {}
         self._segment_cache = _SegmentCache()
-        stop_texts = set(fmt.family.stop_tokens if fmt.family else ())
-        if fmt.special_tokens.get("eos_token"):
-            stop_texts.add(fmt.special_tokens["eos_token"])
-        for token_id in binding.eos_ids:
-            if (token := binding.by_id.get(token_id)) is not None:
-                stop_texts.add(token.content)
-        #: Control tokens that end a turn: the checkpoint's EOS, its generation-config EOS ids, the family's stops.
-        self.stop_texts = frozenset(t for t in stop_texts if t in binding.added)
+        #: Control tokens that end a turn: the format's declared end markers and EOS, the checkpoint's EOS ids.
+        self.stop_texts = stops.texts
         size = max([binding.backend.get_vocab_size(with_added_tokens=True), *binding.by_id]) + 1
         self._is_control = np.zeros(size, dtype=bool)
         self._is_control[list(binding.by_id)] = True
 
     # -- public ---------------------------------------------------------------------------------------------------
 
-    def encode(
-        self,
-        messages: Conversation,
-        *,
-        tools: Any = None,
-        documents: Any = None,
-        add_generation_prompt: bool = False,
-        template_name: str | None = None,
-        options: EncodeOptions = EncodeOptions(),
-        template_kwargs: Mapping[str, Any] | None = None,
-    ) -> Encoding:
-        job = self.render(messages, tools, documents, add_generation_prompt, template_name, options, template_kwargs)
+    def encode(self, messages: Conversation, options: EncodeOptions) -> Encoding | list[Encoding]:
+        """One conversation; a list of examples with ``options.split_turns``."""
+        if options.split_turns:
+            return self.encode_turns(messages, options)
+        return self._encode_one(messages, options)
+
+    def _encode_one(self, messages: Conversation, options: EncodeOptions) -> Encoding:
+        job = self.render(messages, options)
         if self.binding.segment_safe:
             # Text between control tokens, tokenized once and cached: a system prompt or tool schemas shared by
             # many conversations are not tokenized again.
@@ -168,34 +123,30 @@ class Encoder:
     def encode_batch(
         self,
         conversations: Sequence[Conversation | Mapping[str, Any]],
+        options: EncodeOptions,
         *,
-        tools: Any = None,
-        add_generation_prompt: bool = False,
-        template_name: str | None = None,
-        options: EncodeOptions = EncodeOptions(),
-        template_kwargs: Mapping[str, Any] | None = None,
         chunk_size: int = 16,
-    ) -> list[Encoding]:
+    ) -> list[Encoding] | list[list[Encoding]]:
         """Encode many conversations: templates render here, tokenization runs in the tokenizer's threads.
 
         Work is pipelined by chunks: while the tokenizer's threads encode one chunk (the GIL is released there), this
         thread renders the next one and finishes the previous one. Text is cut at the template's control tokens and
         each piece is tokenized once and kept in a cache, so system prompts and tool schemas that repeat across a
         dataset are tokenized once. (For tokenizers where cutting could change the result, whole texts are
-        tokenized instead.)
+        tokenized instead.) With ``options.split_turns`` each conversation gives a list, as :meth:`encode` does.
         """
-        items = []
+        items: list[tuple[Any, EncodeOptions]] = []
         for item in conversations:
             if isinstance(item, Mapping):
-                items.append((item.get("messages"), item.get("tools", tools)))
+                tools, documents = item.get("tools", options.tools), item.get("documents", options.documents)
+                items.append((item.get("messages"), replace(options, tools=tools, documents=documents)))
             else:
-                items.append((item, tools))
+                items.append((item, options))
+        if options.split_turns:
+            return [self.encode_turns(m, o) for m, o in items]
 
-        def render(chunk: Sequence[tuple[Any, Any]]) -> list[_Job]:
-            return [
-                self.render(m, t, None, add_generation_prompt, template_name, options, template_kwargs)
-                for m, t in chunk
-            ]
+        def render(chunk: Sequence[tuple[Any, EncodeOptions]]) -> list[_Job]:
+            return [self.render(m, o) for m, o in chunk]
 
         chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
         out: list[Encoding] = []
@@ -235,18 +186,11 @@ class Encoder:
 
     # -- the stages -----------------------------------------------------------------------------------------------
 
-    def render(
-        self,
-        messages: Conversation,
-        tools: Any,
-        documents: Any,
-        add_generation_prompt: bool,
-        template_name: str | None,
-        options: EncodeOptions,
-        template_kwargs: Mapping[str, Any] | None,
-    ) -> _Job:
+    def render(self, messages: Conversation, options: EncodeOptions) -> _Job:
         """Stage 1: check, prepare and render with provenance; find the template's control tokens."""
-        _, source = self.fmt.templates.select(template_name, tools=tools)
+        tools, documents, template_name = options.tools, options.documents, options.template_name
+        add_generation_prompt = options.add_generation_prompt
+        source = self.template.source(template_name, tools=tools)
         chat = normalize_conversation(messages)
         flags = _take_train_flags(chat)
         self._check_roles(chat)
@@ -255,11 +199,11 @@ class Encoder:
                 "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
                 "for data a user or a model wrote",
                 TrustedDataWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         schemas = plain_data(tool_schemas(tools))
         docs = plain_data(list(documents)) if documents is not None else None
-        variables = plain_data(dict(template_kwargs or {}))
+        variables = plain_data(dict(options.template_kwargs))
         prepared = self.marker.prepare(chat, schemas, docs, variables, neutralize=not options.trust_data)
         has_blocks = bool(_GENERATION_TAG.search(source))
         if options.masks == "generation" and not has_blocks:
@@ -270,10 +214,10 @@ class Encoder:
             "tools": prepared.tools,
             "documents": prepared.documents,
             "add_generation_prompt": add_generation_prompt,
-            **self.fmt.special_tokens,
+            **self.template.special_tokens,
             **prepared.variables,
         }
-        rendered = render_prepared(source, context, limits=self.fmt.limits, track_generation=use_blocks)
+        rendered = render_prepared(source, context, limits=self.template.limits, track_generation=use_blocks)
         controls = [(m.start(), m.end(), m.group(0)) for m in self.binding.added_pattern.finditer(rendered.text)]
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
         return _Job(
@@ -331,38 +275,19 @@ class Encoder:
                 raise EmptyMaskError(f"no token would be trained: {reason}")
         return Encoding.from_arrays(ids_array, mask, message_index, is_data, text, dict(counts))
 
-    def encode_turns(
-        self,
-        messages: Conversation,
-        *,
-        tools: Any = None,
-        documents: Any = None,
-        template_name: str | None = None,
-        options: EncodeOptions = EncodeOptions(),
-        template_kwargs: Mapping[str, Any] | None = None,
-    ) -> list[Encoding]:
+    def encode_turns(self, messages: Conversation, options: EncodeOptions) -> list[Encoding]:
         """One example per trained assistant turn: the conversation up to it, training only that turn."""
         chat = normalize_conversation(messages, alias_reasoning=False)
         flags = _take_train_flags(chat)
         selected = sorted(_selected_messages(chat, flags, options))
         if not selected:
             raise EmptyMaskError("no token would be trained: no assistant turn is selected")
+        one_turn = replace(options, turns="none", split_turns=False, add_generation_prompt=False)
         out = []
         for index in selected:
             prefix = [dict(m) for m in chat[: index + 1]]
             prefix[index]["train"] = True
-            out.append(
-                self.encode(
-                    prefix,
-                    tools=tools,
-                    documents=documents,
-                    template_name=template_name,
-                    options=EncodeOptions(
-                        "none", options.train_end_marker, options.masks, options.trust_data, options.attribution
-                    ),
-                    template_kwargs=template_kwargs,
-                )
-            )
+            out.append(self._encode_one(prefix, one_turn))
         return out
 
     # -- tokenizing -----------------------------------------------------------------------------------------------
@@ -487,21 +412,15 @@ class Encoder:
     def _render_plain(
         self, chat: list[dict[str, Any]], generation_prompt: bool, name: str | None, tools: Any, variables: dict
     ) -> str:
-        return render_template(
-            self.fmt.templates.select(name, tools=tools)[1],
-            chat,
-            tools=tools,
-            add_generation_prompt=generation_prompt,
-            variables=self.fmt.special_tokens,
-            limits=self.fmt.limits,
-            **variables,
+        return self.template.render(
+            chat, tools=tools, add_generation_prompt=generation_prompt, template_name=name, template_kwargs=variables
         ).text
 
     def _header(
         self, chat: list[dict[str, Any]], index: int, name: str | None, tools: Any, variables: dict[str, Any]
     ) -> str | None:
         """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
-        key = (self.fmt.templates.select(name, tools=tools)[1], repr((tools is not None, sorted(variables.items()))))
+        key = (self.template.source(name, tools=tools), repr((tools is not None, sorted(variables.items()))))
         if key in self._headers:
             return self._headers[key]
         header = None

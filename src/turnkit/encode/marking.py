@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from turnkit.encode.tokenizer import TokenizerBinding, TokenizerError
-from turnkit.errors import MessageError
+from turnkit.errors import MessageError, TokenizerError
 from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, DataStr
+from turnkit.tokenizer import TokenizerBinding
 
 __all__ = ["DataMarker", "Prepared"]
 

@@ -21,27 +21,28 @@ _ROLE_WORDS = r"(?:^|[^a-z0-9])"
 
 #: The built-in families, most specific first: inference tries them in this order.
 BUILTIN: tuple[Family, ...] = (
+    # ChatML with Qwen's default system prompt and Hermes-style <tool_call> tools (Qwen2.5 instruct)
     Family(
         name="qwen2.5",
-        description="ChatML with Qwen's default system prompt and Hermes-style <tool_call> tools (Qwen2.5 instruct)",
         template_file="qwen2.5.jinja",
         special_tokens={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         stop_tokens=("<|im_end|>", "<|endoftext|>"),
+        reply_format="hermes",
         name_patterns=(r"qwen[-_ ]?2[._]5",),
         template_clues=("<|im_start|>", "You are Qwen, created by Alibaba Cloud", "<tool_call>", "<tool_response>"),
     ),
+    # Llama 3: <|start_header_id|>role<|end_header_id|>, a blank line, content, <|eot_id|>
     Family(
         name="llama3",
-        description="Llama 3: <|start_header_id|>role<|end_header_id|>, a blank line, content, <|eot_id|>",
         template_file="llama3.jinja",
         special_tokens={"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
         stop_tokens=("<|eot_id|>", "<|end_of_text|>"),
         name_patterns=(r"llama[-_ ]?3",),
         template_clues=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
     ),
+    # ChatML: <|im_start|>role\ncontent<|im_end|>\n, generation prompt <|im_start|>assistant\n
     Family(
         name="chatml",
-        description="ChatML: <|im_start|>role\\ncontent<|im_end|>\\n, generation prompt <|im_start|>assistant\\n",
         template_file="chatml.jinja",
         special_tokens={"eos_token": "<|im_end|>"},
         stop_tokens=("<|im_end|>", "<|im_start|>"),
@@ -56,9 +57,9 @@ BUILTIN: tuple[Family, ...] = (
         ),
         template_clues=("<|im_start|>", "<|im_end|>"),
     ),
+    # No markers: 'role: content' lines and 'assistant:' as the generation prompt (base models)
     Family(
         name="plain",
-        description="No markers: 'role: content' lines and 'assistant:' as the generation prompt (base models)",
         template_file="plain.jinja",
         stop_strings=("\nuser:",),
         name_patterns=(r"gpt-?2", r"starcoder", r"^plain$"),

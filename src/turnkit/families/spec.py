@@ -18,22 +18,22 @@ class Family:
 
     Attributes:
         name: The family's name (``chatml``, ``llama3``, ``plain``, ``qwen2.5``).
-        description: One line for humans and ``--help`` listings.
         template_file: The ``.jinja`` file under ``turnkit/families/templates``.
         special_tokens: Template variables such as ``bos_token`` and ``eos_token``.
         stop_tokens: Control tokens that end an assistant reply.
         stop_strings: Text that ends a reply in formats without control tokens.
+        reply_format: How replies write reasoning and tool calls (a name in ``turnkit.parse.REPLY_FORMATS``).
         name_patterns: Regular expressions matched (case-insensitively) against model names.
         template_clues: Strings that all appear in a template of this family; the family with the most matching clues
             wins when a template is inferred.
     """
 
     name: str
-    description: str
     template_file: str
     special_tokens: dict[str, str] = field(default_factory=dict)
     stop_tokens: tuple[str, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    reply_format: str = "plain"
     name_patterns: tuple[str, ...] = ()
     template_clues: tuple[str, ...] = ()
 

@@ -4,6 +4,7 @@
 * :mod:`.detokenize`: token ids to text in constant time per token;
 * :mod:`.scanner`: stop strings and text markers across token boundaries, with hold-back;
 * :mod:`.jsonscan`: tool-call JSON read once, character by character;
+* :mod:`.calls`: the arguments-text rule, and the tool-call formats read once a call is whole (Llama 3, Mistral);
 * :mod:`.parser`: the push parser; :mod:`.reply`: what it produces;
 * :mod:`.transcript`: a ChatML transcript back to messages.
 """

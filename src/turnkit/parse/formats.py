@@ -10,18 +10,19 @@
 ``reasoning``  ``<think>...</think>`` reasoning, no tools (DeepSeek-R1 and its distillations)
 ===========  ===============================================================================================
 
-:func:`for_format` picks the format of a :class:`~turnkit.ChatFormat` from its family or from the markers its
-template writes; it can always be named instead.
+:func:`for_template` picks the format of a chat template from what it declares (a family's reply format) or from the
+markers its templates write; it can always be named instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import UnknownReplyFormatError
+from turnkit.template.chat_template import ChatTemplate
 
-__all__ = ["REPLY_FORMATS", "ReplyFormat", "for_format", "get"]
+__all__ = ["REPLY_FORMATS", "ReplyFormat", "for_template", "get"]
 
 ToolSyntax = Literal["none", "tagged_json", "llama_json", "mistral"]
 
@@ -71,10 +72,6 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
 }
 
 
-class UnknownReplyFormatError(TurnkitError, LookupError):
-    """No reply format by that name."""
-
-
 def get(name: str) -> ReplyFormat:
     try:
         return REPLY_FORMATS[name]
@@ -82,11 +79,11 @@ def get(name: str) -> ReplyFormat:
         raise UnknownReplyFormatError(f"no reply format {name!r}; the formats are {sorted(REPLY_FORMATS)}") from None
 
 
-def for_format(fmt: Any) -> ReplyFormat:
-    """The reply format of a ChatFormat: from its family, else from the markers its templates write."""
-    if fmt.family is not None:
-        return REPLY_FORMATS["hermes" if fmt.family.name == "qwen2.5" else "plain"]
-    text = "\n".join(fmt.templates.templates.values())
+def for_template(template: ChatTemplate) -> ReplyFormat:
+    """The reply format of a chat template: the one it declares, else inferred from the markers its templates write."""
+    if template.reply_format is not None:
+        return get(template.reply_format)
+    text = template.all_text
     thinks = "<think>" in text and "</think>" in text
     if "<tool_call>" in text:
         return REPLY_FORMATS["qwen3" if thinks else "hermes"]

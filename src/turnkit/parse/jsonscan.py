@@ -29,7 +29,6 @@ class ObjectReader:
         self.done = False
         self.failed: str | None = None
         self.rest = ""
-        self.text: list[str] = []
         self._state = "start"  # start, key_or_end, key, colon, value_start, value, after_value
         self._key: list[str] = []
         self._current: str | None = None
@@ -40,8 +39,9 @@ class ObjectReader:
         self._streaming = False
 
     @property
-    def streaming_key(self) -> str | None:
-        return self._current if self._streaming else None
+    def in_string(self) -> bool:
+        """True while the reader is inside a JSON string (a key or a value): a marker written there is text."""
+        return self._state == "key" or (self._state == "value" and self._in_string)
 
     def feed(self, text: str) -> str:
         if self.done or self.failed:
@@ -49,7 +49,6 @@ class ObjectReader:
             return ""
         streamed: list[str] = []
         for n, char in enumerate(text):
-            self.text.append(char)
             state = self._state
             if state == "value":
                 self._value.append(char)
@@ -64,6 +63,14 @@ class ObjectReader:
                         self._in_string = False
                         if self._depth == 0:
                             self._end_value()
+                elif self._depth == 0:  # a scalar (true, 42, null): it ends at ',', '}' or whitespace
+                    if char in ",}" + _WS:
+                        self._value.pop()
+                        self._end_value()
+                        self._after_value(char)
+                        if self.done:
+                            self._finish(text, n)
+                            break
                 elif char == '"':
                     self._in_string = True
                 elif char in "{[":
@@ -72,15 +79,6 @@ class ObjectReader:
                     self._depth -= 1
                     if self._depth == 0:
                         self._end_value()
-                elif self._depth == 0 and char in ",}" + _WS:  # the end of a scalar
-                    self._value.pop()
-                    if self._streaming:  # pragma: no cover - scalars are never streamed
-                        streamed.pop()
-                    self._end_value()
-                    self._after_value(char)
-                    if self.done:
-                        self._finish(text, n)
-                        break
                 continue
             if state == "key":
                 if self._escape:

@@ -6,10 +6,15 @@ A :class:`StreamParser` reads a reply token by token:
 * an id that is a marker of the reply format (``<tool_call>``, ``<think>``, ``[TOOL_CALLS]`` ...) switches state;
   where a marker is a single token of the vocabulary only that token counts: the same characters written as ordinary
   text are content;
-* any other id becomes text (:mod:`.detokenize`), which a :class:`~.scanner.TextScanner` searches for the request's
-  stop strings and for the markers that are not single tokens, holding back text that could still start one;
+* any other id becomes text (:mod:`.detokenize`), which a :class:`~.scanner.TextScanner` searches for stop strings
+  (the request's, and the format's own, such as the ``plain`` family's ``"\nuser:"``) and for the markers that are
+  not single tokens, holding back text that could still start one;
 * text goes to the channel of the current state: content, reasoning, or the tool call being read
-  (:mod:`.jsonscan`).
+  (:mod:`.jsonscan`). A marker that arrives while the call's JSON is inside a string is part of that string: the
+  reader knows, so ``{"s": "</tool_call> inside"}`` is read whole.
+
+A reply that exists only as text (``feed_text``) has no ids to go by, so every marker counts as written, and the
+text that ends a turn (``<|im_end|>``, ``</s>``) is passed in as ``end_texts``.
 
 Every delta is also kept for the final :class:`~.reply.Reply`, so the concatenated deltas always equal it, and
 however the ids are chunked, the result is the same. Nothing is removed from the text after the fact.
@@ -17,16 +22,18 @@ however the ids are chunked, the result is the same. Nothing is removed from the
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from turnkit.parse.detokenize import ByteTable, TextDecoder
+from turnkit.errors import ReplyParseError
+from turnkit.parse.calls import WrittenCall, checked_call, llama_calls, mistral_calls
+from turnkit.parse.detokenize import TextDecoder
 from turnkit.parse.formats import ReplyFormat
 from turnkit.parse.jsonscan import ObjectReader
 from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, Reply, ToolCallDelta
 from turnkit.parse.scanner import MARKER, STOP, TEXT, TextScanner
+from turnkit.tokenizer.bytetable import ByteTable
 
 __all__ = ["StreamParser"]
 
@@ -79,13 +86,15 @@ class _Call:
         self.name: str | None = None
         self.sent_arguments: list[str] = []
         self.pending: list[str] = []
+        self.written: list[str] = []  # the call's own text, kept for a call that fails to parse
 
     def feed(self, text: str) -> list[ToolCallDelta]:
+        self.written.append(text)
         fragment = self.reader.feed(text)
         out: list[ToolCallDelta] = []
         if self.name is None and "name" in self.reader.values:
             try:
-                name = json.loads(self.reader.values["name"])
+                name = self.reader.value("name")
             except ValueError:
                 name = None
             if isinstance(name, str):
@@ -106,6 +115,12 @@ class StreamParser:
 
     ``feed(token_ids)`` returns the deltas the new ids complete; ``feed_text(text)`` does the same for replies that
     exist only as text (markers are then matched as text). ``finish()`` returns the :class:`~.reply.Reply`.
+
+    ``stops`` are the request's stop strings (end reason ``stop_string``); ``end_texts`` is text that ends the reply
+    in the format's own terms, with its reason: a family's stop strings, always, and for text replies the markers
+    that end a turn. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError` for a reply
+    that did not end cleanly (see :attr:`~.reply.Reply.ended_cleanly`); lenient parsing, the default, returns it
+    with its failed calls and end reason.
     """
 
     def __init__(
@@ -115,18 +130,22 @@ class StreamParser:
         added_tokens: Mapping[str, int] | None = None,
         stop_ids: Mapping[int, tuple[EndReason, str]] | None = None,
         stops: Sequence[str] = (),
+        end_texts: Mapping[str, EndReason] | None = None,
         tools: Iterable[str] | None = None,
         byte_table: ByteTable | None = None,
         backend: Any = None,
         in_reasoning: bool = False,
         call_id: Callable[[int], str] | None = None,
+        strict: bool = False,
     ) -> None:
         self.format = reply_format
+        self.strict = strict
         added = added_tokens or {}
         self._marker_ids = {added[m]: m for m in reply_format.markers if m in added}
         text_markers = [m for m in reply_format.markers if m not in added]
         self._stop_ids = dict(stop_ids or {})
-        self._scanner = TextScanner(stops, text_markers)
+        self._end_texts = {**(end_texts or {}), **dict.fromkeys(stops, EndReason.STOP_STRING)}
+        self._scanner = TextScanner(list(self._end_texts), text_markers)
         self._decoder = TextDecoder(byte_table, backend) if (byte_table is not None or backend is not None) else None
         self._tools = frozenset(tools) if tools is not None else None
         prefix = secrets.token_hex(6)
@@ -179,6 +198,8 @@ class StreamParser:
 
     def feed_text(self, text: str) -> list[Delta]:
         """Feed generated text (for replies that only exist as text: every marker is matched as text)."""
+        if self._decoder is not None:  # its single-token markers are ids: they would not be seen in text
+            raise TypeError("this parser reads token ids; parse text with a parser built without a tokenizer")
         out = self._out = []
         if self._end is None:
             self._text_events(self._scanner.feed(text))
@@ -188,6 +209,9 @@ class StreamParser:
         """End the stream (``length=True`` when the token budget ran out) and return the reply.
 
         Any text held back is released first; the deltas returned by that last step are in ``final_deltas``.
+
+        Raises:
+            ReplyParseError: The parser is strict and the reply did not end cleanly.
         """
         out = self._out = []
         if self._end is None and self._decoder is not None:
@@ -199,7 +223,10 @@ class StreamParser:
         self._close()
         self.final_deltas = out
         reasoning = self._reasoning.text() or None  # "<think></think>" is no reasoning
-        return Reply(self._content.text(), reasoning, self._calls, self._end, self._stop)
+        reply = Reply(self._content.text(), reasoning, self._calls, self._end, self._stop)
+        if self.strict and not reply.ended_cleanly:
+            _raise_unclean(reply)
+        return reply
 
     # -- routing --------------------------------------------------------------------------------------------------
 
@@ -213,7 +240,7 @@ class StreamParser:
             elif kind == MARKER:
                 self._marker(value)
             elif kind == STOP:
-                self._end, self._stop = EndReason.STOP_STRING, value
+                self._end, self._stop = self._end_texts[value], value
 
     def _text(self, text: str) -> None:
         state = self._state
@@ -250,7 +277,9 @@ class StreamParser:
 
     def _marker(self, marker: str) -> None:
         fmt, state = self.format, self._state
-        if fmt.reasoning and marker == fmt.reasoning[0] and state == "content":
+        if state == "tool" and self._call is not None and self._call.reader.in_string:
+            self._text(marker)  # inside a JSON string, a marker is the string's text
+        elif fmt.reasoning and marker == fmt.reasoning[0] and state == "content":
             self._state = "reasoning"
             self._reasoning.drop_leading = True
         elif fmt.reasoning and marker == fmt.reasoning[1] and state == "reasoning":
@@ -258,7 +287,7 @@ class StreamParser:
             self._state = "content"
             self._content.drop_leading = not self._content.started
         elif marker == fmt.tool_start and state in ("content", "tool", "buffer"):
-            self._close_call()
+            self._close_call(cut=False)
             self._content.held = ""
             if fmt.tool_syntax == "tagged_json":
                 index = len(self._calls)
@@ -268,7 +297,7 @@ class StreamParser:
                 self._state = "buffer"
                 self._buffer.append(marker)
         elif marker == fmt.tool_end and state == "tool":
-            self._close_call()
+            self._close_call(cut=False)
             self._state = "content"
         elif marker == "[ARGS]" and state == "buffer":
             self._buffer.append(marker)
@@ -277,50 +306,54 @@ class StreamParser:
 
     # -- finishing tool calls -------------------------------------------------------------------------------------
 
-    def _close_call(self) -> None:
+    def _close_call(self, *, cut: bool) -> None:
+        """Finish the call being read: ``cut`` when the reply ended inside it, else the model closed it (with its end
+        marker, or by starting the next call)."""
         call = self._call
         if call is None:
             return
         self._call = None
         reader = call.reader
-        status, error = CallStatus.OK, None
-        if reader.failed:
-            status, error = CallStatus.INVALID_JSON, reader.failed
-        elif not reader.done:
-            status, error = CallStatus.UNTERMINATED, "the tool call ended before its JSON was complete"
         name = call.name
-        arguments = "".join(call.sent_arguments)
-        raw = next((reader.values[k] for k in call.keys if k in reader.values), None)
-        if status == CallStatus.OK:
-            if name is None:
-                status, error = CallStatus.INVALID_JSON, "the tool call has no string 'name'"
-            elif raw is None:
-                arguments = "{}"
-            elif not arguments:  # a string or scalar value: not streamed
-                value = json.loads(raw)
-                arguments = value if isinstance(value, str) else raw
-            if status == CallStatus.OK:
-                try:
-                    json.loads(arguments)
-                except ValueError as exc:
-                    status, error = CallStatus.INVALID_JSON, f"the arguments are not valid JSON ({exc})"
-        if status == CallStatus.OK and self._tools is not None and name not in self._tools:
-            status, error = CallStatus.UNKNOWN_TOOL, f"the model called {name!r}, which is not among the tools"
+        sent = "".join(call.sent_arguments)
+        value = next((reader.values[k] for k in call.keys if k in reader.values), None)
+        written = "".join(call.written)
+        if reader.failed:
+            result = WrittenCall(name or "", sent, CallStatus.INVALID_JSON, reader.failed, written)
+        elif not reader.done and cut:
+            error = "the reply ended before the tool call's JSON was complete"
+            result = WrittenCall(name or "", sent, CallStatus.UNTERMINATED, error, written)
+        elif not reader.done:
+            error = "the tool call's JSON is not complete where the call ends"
+            result = WrittenCall(name or "", sent, CallStatus.INVALID_JSON, error, written)
+        elif name is None:
+            result = WrittenCall("", sent, CallStatus.INVALID_JSON, "the tool call has no string 'name'", written)
+        else:  # an object or array was streamed as it came; a string or scalar is only known now
+            result = checked_call(name, value or "{}", written)
+        arguments = result.arguments
         late: list[ToolCallDelta] = []
         if call.name is None:
             late.append(ToolCallDelta(call.index, call.id, name or ""))
-        sent = "".join(call.sent_arguments)
         if arguments != sent and arguments.startswith(sent):
             late.append(ToolCallDelta(call.index, arguments=arguments[len(sent) :]))
-        elif arguments != sent:
+        elif arguments != sent:  # what was streamed stands: the deltas always add up to the reply
             arguments = sent
         if late:
             self._emit(Delta(tool_calls=late))
-        self._calls.append(ParsedToolCall(call.id, name or "", arguments, status, error))
+        self._add_call(result._replace(arguments=arguments), call.id)
+
+    def _add_call(self, written: WrittenCall, call_id: str | None = None) -> ParsedToolCall:
+        """Keep a finished call (checking its name against the tools offered) under the id it was streamed with."""
+        name, arguments, status, error, raw = written
+        if status == CallStatus.OK and self._tools is not None and name not in self._tools:
+            status, error = CallStatus.UNKNOWN_TOOL, f"the model called {name!r}, which is not among the tools"
+        call = ParsedToolCall(call_id or self._call_id(len(self._calls)), name, arguments, status, error, raw)
+        self._calls.append(call)
+        return call
 
     def _close(self) -> None:
         if self._state == "tool":
-            self._close_call()
+            self._close_call(cut=True)
         elif self._state == "buffer":
             self._close_buffer()
         elif self._probe:
@@ -333,96 +366,33 @@ class StreamParser:
     def _close_buffer(self) -> None:
         text = "".join(self._buffer)
         self._buffer = []
+        calls: list[WrittenCall] | None
         if self.format.tool_syntax == "mistral":
-            calls = _mistral_calls(text, self.format)
+            calls = mistral_calls(text, self.format.tool_start or "[TOOL_CALLS]")
         else:
-            calls = _llama_calls(text, self.format.arguments_keys)
+            calls = llama_calls(text, self.format.arguments_keys)
         if calls is None:  # not a tool call after all: it is content
             if (shown := self._content.add(text)) != "":
                 self._emit(Delta(content=shown))
             return
         deltas = []
-        for name, arguments, status, error in calls:
-            index = len(self._calls)
-            call_id = self._call_id(index)
-            if status == CallStatus.OK and self._tools is not None and name not in self._tools:
-                status, error = CallStatus.UNKNOWN_TOOL, f"the model called {name!r}, which is not among the tools"
-            self._calls.append(ParsedToolCall(call_id, name, arguments, status, error))
-            deltas.append(ToolCallDelta(index, call_id, name, arguments))
+        for written in calls:
+            call = self._add_call(written)
+            deltas.append(ToolCallDelta(len(self._calls) - 1, call.id, call.name, call.arguments))
         if deltas:
             self._emit(Delta(tool_calls=deltas))
 
 
-_Parsed = tuple[str, str, CallStatus, str | None]
+_CUT = {EndReason.LENGTH: "the token budget ran out", EndReason.NONE: "it has no end-of-turn marker, EOS or stop"}
 
 
-def _read_objects(text: str, keys: tuple[str, ...]) -> list[ObjectReader] | None:
-    readers = []
-    rest = text
-    while rest.strip(_WS + ";"):
-        reader = ObjectReader(keys)
-        reader.feed(rest.lstrip(_WS + ";"))
-        readers.append(reader)
-        if not reader.done:
-            break
-        rest = reader.rest
-    return readers
-
-
-def _llama_calls(text: str, keys: tuple[str, ...]) -> list[_Parsed] | None:
-    """``{"name": ..., "parameters": {...}}`` objects (after ``<|python_tag|>``, separated by ``;``)."""
-    tagged = text.startswith("<|python_tag|>")
-    body = text.removeprefix("<|python_tag|>")
-    readers = _read_objects(body, keys)
-    if not readers or ("name" not in readers[0].values and not tagged):
-        return None
-    return [_from_reader(reader, keys) for reader in readers]
-
-
-def _from_reader(reader: ObjectReader, keys: tuple[str, ...]) -> _Parsed:
-    if reader.failed:
-        return ("", "", CallStatus.INVALID_JSON, reader.failed)
-    try:
-        name = reader.value("name")
-    except ValueError:
-        name = None
-    raw = next((reader.values[k] for k in keys if k in reader.values), "{}")
-    if not reader.done:
-        return (name if isinstance(name, str) else "", raw, CallStatus.UNTERMINATED, "the JSON is not complete")
-    if not isinstance(name, str):
-        return ("", raw, CallStatus.INVALID_JSON, "the tool call has no string 'name'")
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        return (name, raw, CallStatus.INVALID_JSON, f"the arguments are not valid JSON ({exc})")
-    return (name, value if isinstance(value, str) else raw, CallStatus.OK, None)
-
-
-def _mistral_calls(text: str, fmt: ReplyFormat) -> list[_Parsed] | None:
-    """``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` or ``[TOOL_CALLS]name[ARGS]{...}`` (repeated)."""
-    out: list[_Parsed] = []
-    for chunk in text.split(fmt.tool_start or "[TOOL_CALLS]"):
-        if not chunk.strip(_WS):
-            continue
-        if "[ARGS]" in chunk:
-            name, _, raw = chunk.partition("[ARGS]")
-            try:
-                json.loads(raw)
-            except ValueError as exc:
-                out.append((name.strip(), raw.strip(), CallStatus.INVALID_JSON, str(exc)))
-                continue
-            out.append((name.strip(), raw.strip(), CallStatus.OK, None))
-            continue
-        try:
-            items = json.loads(chunk)
-        except ValueError as exc:
-            out.append(("", chunk.strip(), CallStatus.INVALID_JSON, f"the tool calls are not valid JSON ({exc})"))
-            continue
-        for item in items if isinstance(items, list) else [items]:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                out.append(("", json.dumps(item), CallStatus.INVALID_JSON, "a tool call has no string 'name'"))
-                continue
-            arguments = item.get("arguments", item.get("parameters", {}))
-            raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-            out.append((item["name"], raw, CallStatus.OK, None))
-    return out
+def _raise_unclean(reply: Reply) -> None:
+    """Strict parsing: say why ``reply`` did not end cleanly, the end first (a cut-off reply explains its calls)."""
+    if reply.end in _CUT:
+        open_call = next((i for i, c in enumerate(reply.tool_calls) if c.status == CallStatus.UNTERMINATED), None)
+        inside = f", inside tool call {open_call}" if open_call is not None else ""
+        raise ReplyParseError(f"the reply did not end: {_CUT[reply.end]}{inside}", reply=reply)
+    for index, call in enumerate(reply.tool_calls):
+        if call.status != CallStatus.OK:
+            what = f"{call.name!r} " if call.name else ""
+            raise ReplyParseError(f"{what}did not parse ({call.status}): {call.error}", reply=reply, call_index=index)

@@ -20,6 +20,9 @@ class EndReason(enum.StrEnum):
     NONE = "none"  # the stream ended without any of these
 
 
+_CLEAN_ENDS = frozenset({EndReason.END_OF_TURN, EndReason.EOS, EndReason.STOP_STRING})
+
+
 class CallStatus(enum.StrEnum):
     """Whether a tool call parsed: a reply can end cleanly and still hold a call that failed to parse."""
 
@@ -31,13 +34,19 @@ class CallStatus(enum.StrEnum):
 
 @dataclass
 class ParsedToolCall:
-    """A tool call, in OpenAI shape: ``arguments`` is the JSON text the model wrote."""
+    """A tool call, in OpenAI shape: ``arguments`` is the JSON text the model wrote.
+
+    A call that failed to parse is kept, never dropped nor turned back into content: ``status`` says how it failed,
+    ``error`` why, and ``raw`` holds the text the model wrote for it (between its markers; for a Mistral list of
+    calls, the whole list), so nothing the model wrote is lost.
+    """
 
     id: str
     name: str
     arguments: str
     status: CallStatus = CallStatus.OK
     error: str | None = None
+    raw: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
@@ -78,6 +87,14 @@ class Reply:
     def ok(self) -> bool:
         """True when every tool call parsed."""
         return all(call.status == CallStatus.OK for call in self.tool_calls)
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """True when the reply ended where the model meant it to (an end-of-turn marker, an EOS id, a stop string)
+        and every tool call parsed: the split a trainer or an agent loop needs between replies to trust and replies
+        that were cut off by the token budget (``length``), ended without any end (``none``), or hold a failed call.
+        ``strict=True`` parsing raises :class:`~turnkit.errors.ReplyParseError` exactly when this is False."""
+        return self.end in _CLEAN_ENDS and self.ok
 
     def message(self) -> dict[str, Any]:
         """The reply as an OpenAI assistant message (content ``None`` when there is only a tool call)."""

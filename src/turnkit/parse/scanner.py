@@ -33,7 +33,7 @@ class TextScanner:
     def feed(self, text: str) -> list[tuple[str, str]]:
         if self.stopped is not None:
             return []
-        if self._pattern is None:
+        if self._pattern is None or self._first is None:
             return [(TEXT, text)] if text else []
         buffer = self.held + text
         if not self.held and not self._first.search(text):  # the common case: nothing that could start a needle

@@ -11,23 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import TranscriptError
 from turnkit.messages import ROLE_PATTERN
 
 __all__ = ["TranscriptError", "parse_transcript"]
 
 START, END = "<|im_start|>", "<|im_end|>"
-
-
-class TranscriptError(TurnkitError, ValueError):
-    """A transcript is not well-formed ChatML; ``line`` and ``column`` (1-based) say where."""
-
-    def __init__(self, reason: str, text: str, offset: int) -> None:
-        self.reason = reason
-        self.offset = offset
-        self.line = text.count("\n", 0, offset) + 1
-        self.column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-        super().__init__(f"line {self.line}, column {self.column}: {reason}")
 
 
 def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict[str, Any]]:

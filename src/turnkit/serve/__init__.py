@@ -3,7 +3,12 @@
 * :mod:`.backend`: the backend interface (and a replay backend for tests);
 * :mod:`.torch_backend`: transformers on torch with dynamic batching;
 * :mod:`.protocol`: request checking and OpenAI error objects;
-* :mod:`.app`: the HTTP API.
+* :mod:`.session`: one request's generation (prompt, backend stream, stream parser, stops, cancellation);
+* :mod:`.responses`: the OpenAI response and chunk shapes (a whole response is its chunks folded together);
+* :mod:`.routes`: the HTTP API (:class:`~.routes.Server`): routes, the API key, errors as OpenAI error objects.
+
+Layering: ``routes`` -> ``responses`` -> ``session`` -> ``protocol`` and ``backend``; nothing imports ``routes``
+but the command line, and ``backend`` imports nothing of the server, so an engine needs only that interface.
 """
 
 from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, ReplayBackend, TokenEvent

@@ -59,7 +59,6 @@ class Generation:
         self._loop = loop
         self._queue: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
         self.cancelled = threading.Event()
-        self.tokens = 0
 
     # called from the backend's thread
     def put(self, event: TokenEvent) -> None:
@@ -78,7 +77,6 @@ class Generation:
                 return
             if isinstance(item, BaseException):
                 raise item
-            self.tokens += 1
             yield item
 
 

@@ -1,21 +1,42 @@
 """The OpenAI request bodies the server accepts, checked field by field, and its error objects.
 
-Every problem becomes an :class:`APIError` with an HTTP status and an OpenAI-shaped body
-(``{"error": {"message", "type", "param", "code"}}``) that names the field, never a 500 or a stack trace. Unknown
-fields are ignored (clients send many); known fields of the wrong type are refused.
+Every endpoint reads its body through a ``parse_*`` function here, so a field means the same thing (and is checked the
+same way) wherever it appears: ``/tokenize`` takes ``messages``, ``tools`` and ``chat_template_kwargs`` through the
+checks chat completions use, and a wrong type can never reach the encoder. Every problem becomes an
+:class:`APIError` with an HTTP status and an OpenAI-shaped body (``{"error": {"message", "type", "param", "code"}}``)
+that names the field, never a 500 or a stack trace. Unknown fields are ignored (clients send many); known fields of
+the wrong type are refused.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
-__all__ = ["APIError", "ChatRequest", "CompletionRequest", "parse_chat", "parse_completion", "read_json"]
+from turnkit.errors import TurnkitError
+
+__all__ = [
+    "APIError",
+    "ChatInput",
+    "ChatRequest",
+    "CompletionRequest",
+    "DetokenizeRequest",
+    "TokenizeRequest",
+    "as_api_error",
+    "parse_chat",
+    "parse_completion",
+    "parse_detokenize",
+    "parse_tokenize",
+    "read_json",
+]
+
+_KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
 
 
 class APIError(Exception):
-    """An error answered to the client."""
+    """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
+    type exists (401, 404, 429); a 5xx is a ``server_error``."""
 
     def __init__(
         self, status: int, message: str, *, param: str | None = None, code: str | None = None, kind: str | None = None
@@ -25,15 +46,15 @@ class APIError(Exception):
         self.message = message
         self.param = param
         self.code = code
-        self.kind = kind or {
-            400: "invalid_request_error",
-            401: "authentication_error",
-            404: "not_found_error",
-            429: "rate_limit_error",
-        }.get(status, "server_error")
+        self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def as_api_error(exc: TurnkitError) -> APIError:
+    """A 400 for what turnkit refused in a request; ``param`` is the error's location (``messages[i].field``)."""
+    return APIError(400, str(exc), param=exc.location)
 
 
 def read_json(raw: bytes) -> dict[str, Any]:
@@ -77,9 +98,30 @@ def _number(body: dict[str, Any], name: str, default: float, low: float, high: f
     return float(value)
 
 
+def _is_token_ids(value: Any) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+@dataclass
+class ChatInput:
+    """What a chat prompt is made of: chat completions and ``/tokenize`` read it with the same checks."""
+
+    messages: list[Any] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None
+    family: str | None = None
+
+    @property
+    def offers_tools(self) -> bool:
+        """Tools are rendered and tool calls parsed unless there are none or ``tool_choice`` is ``none``."""
+        return self.tools is not None and self.tool_choice != "none"
+
+
 @dataclass
 class Sampling:
-    """What both endpoints share."""
+    """What both generating endpoints share."""
 
     model: str
     max_tokens: int | None
@@ -95,18 +137,29 @@ class Sampling:
 
 @dataclass
 class ChatRequest(Sampling):
-    messages: list[Any] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] = "auto"
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    chat_template: str | None = None
-    family: str | None = None
+    chat_input: ChatInput = field(default_factory=ChatInput)
 
 
 @dataclass
 class CompletionRequest(Sampling):
     prompt: str | list[int] = ""
     echo: bool = False
+
+
+@dataclass
+class TokenizeRequest:
+    """``/tokenize``: a raw ``prompt``, or ``chat_input`` rendered as chat completions would render it."""
+
+    model: str | None
+    prompt: str | None = None
+    chat_input: ChatInput | None = None
+    add_generation_prompt: bool = True
+
+
+@dataclass
+class DetokenizeRequest:
+    model: str | None
+    tokens: list[int] = field(default_factory=list)
 
 
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:
@@ -146,17 +199,10 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_chat(body: dict[str, Any]) -> ChatRequest:
-    sampling = _sampling(body)
+def _chat_input(body: dict[str, Any]) -> ChatInput:
     messages = _get(body, "messages", list)
     if not messages:
         raise APIError(400, "messages must be a non-empty list", param="messages")
-    logprobs = _get(body, "logprobs", bool, False)
-    top_logprobs = _get(body, "top_logprobs", int, 0)
-    if not 0 <= top_logprobs <= 20:
-        raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
-    if top_logprobs and not logprobs:
-        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     tools = _get(body, "tools", list)
     if tools is not None:
         for index, tool in enumerate(tools):
@@ -188,10 +234,7 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
         )
     if tool_choice == "required" and not tools:
         raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
-    return ChatRequest(
-        **sampling,
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
+    return ChatInput(
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
@@ -201,13 +244,25 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
     )
 
 
+def parse_chat(body: dict[str, Any]) -> ChatRequest:
+    sampling = _sampling(body)
+    chat_input = _chat_input(body)
+    logprobs = _get(body, "logprobs", bool, False)
+    top_logprobs = _get(body, "top_logprobs", int, 0)
+    if not 0 <= top_logprobs <= 20:
+        raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
+    if top_logprobs and not logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    return ChatRequest(**sampling, logprobs=logprobs, top_logprobs=top_logprobs, chat_input=chat_input)
+
+
 def parse_completion(body: dict[str, Any]) -> CompletionRequest:
     sampling = _sampling(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, list):
-        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        if not prompt or not _is_token_ids(prompt):
             raise APIError(400, "prompt must be a string, or a non-empty list of token ids", param="prompt")
     elif not isinstance(prompt, str):
         raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)", param="prompt")
@@ -221,3 +276,21 @@ def parse_completion(body: dict[str, Any]) -> CompletionRequest:
         prompt=prompt,
         echo=_get(body, "echo", bool, False),
     )
+
+
+def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
+    model = _get(body, "model", str)
+    add_generation_prompt = _get(body, "add_generation_prompt", bool, True)
+    if "messages" in body:
+        return TokenizeRequest(model, chat_input=_chat_input(body), add_generation_prompt=add_generation_prompt)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise APIError(400, "give 'prompt' (a string) or 'messages' (a list of messages)", param="prompt")
+    return TokenizeRequest(model, prompt=prompt)
+
+
+def parse_detokenize(body: dict[str, Any]) -> DetokenizeRequest:
+    tokens = body.get("tokens")
+    if not _is_token_ids(tokens):
+        raise APIError(400, "tokens must be a list of token ids", param="tokens")
+    return DetokenizeRequest(_get(body, "model", str), tokens)

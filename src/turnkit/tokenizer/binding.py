@@ -24,13 +24,10 @@ from typing import Any
 
 import tokenizers
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import TokenizerError
+from turnkit.tokenizer.bytetable import ByteTable
 
-__all__ = ["AddedToken", "TokenizerBinding", "TokenizerError"]
-
-
-class TokenizerError(TurnkitError):
-    """A tokenizer cannot be used (not a fast tokenizer, missing files, unknown token)."""
+__all__ = ["AddedToken", "TokenizerBinding"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +150,8 @@ class TokenizerBinding:
         return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
     @cached_property
-    def byte_table(self) -> Any:
+    def byte_table(self) -> ByteTable | None:
         """The bytes of every token id, for decoding a stream in constant time per token (None if unsupported)."""
-        from turnkit.parse.detokenize import ByteTable
-
         return ByteTable.from_tokenizer(self.backend)
 
     def encode(self, text: str) -> tokenizers.Encoding:

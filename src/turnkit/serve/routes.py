@@ -1,0 +1,262 @@
+"""The HTTP side of the server: routes, the API key, and how every failure becomes an OpenAI error object.
+
+Each route reads its body through :mod:`.protocol` (the same checks wherever a field appears), starts a
+:class:`~.session.Session` for the generating endpoints, and answers with the chunks of :mod:`.responses`: streamed
+as server-sent events, or folded into one response.
+
+Errors: a request problem is an :class:`~.protocol.APIError` (its status and an OpenAI body naming the field); an
+unknown route is a 404 and a wrong method a 405, both OpenAI ``invalid_request_error`` bodies; anything unexpected is
+logged and answered as a 500 OpenAI error object *by the route itself*. Starlette's own last-resort handler re-raises
+after answering, and the server then drops the client's keep-alive connection; answering in the route keeps it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from turnkit.errors import TurnkitError
+from turnkit.format import ChatFormat
+from turnkit.serve.backend import Backend
+from turnkit.serve.protocol import (
+    APIError,
+    ChatInput,
+    Sampling,
+    parse_chat,
+    parse_completion,
+    parse_detokenize,
+    parse_tokenize,
+    read_json,
+)
+from turnkit.serve.responses import (
+    Chunk,
+    chat_chunks,
+    collect,
+    completion_chunks,
+    event_stream,
+    fold_chat,
+    fold_completion,
+)
+from turnkit.serve.session import chat_prompt_ids, start_chat, start_completion
+
+__all__ = ["Server"]
+
+log = logging.getLogger("turnkit.serve")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Server:
+    """Serves one chat format and one backend.
+
+    Args:
+        fmt: The chat format (with its tokenizer) that renders prompts and parses replies.
+        backend: The model.
+        model_id: The name clients use (``GET /v1/models``); ``default`` is accepted too.
+        api_key: When set, every request but ``/health`` needs ``Authorization: Bearer <key>``.
+        allow_template_override: Let requests bring their own ``chat_template`` or ``family``.
+        default_max_tokens: The reply budget when a request sets none.
+    """
+
+    def __init__(
+        self,
+        fmt: ChatFormat,
+        backend: Backend,
+        *,
+        model_id: str,
+        api_key: str | None = None,
+        allow_template_override: bool = False,
+        default_max_tokens: int = 512,
+    ) -> None:
+        self.fmt = fmt
+        self.backend = backend
+        self.model_id = model_id
+        self.api_key = api_key
+        self.allow_template_override = allow_template_override
+        self.default_max_tokens = default_max_tokens
+        self.created = int(time.time())
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", _answering(self.health), methods=["GET"]),
+            Route("/v1/models", _answering(self.models), methods=["GET"]),
+            Route("/v1/chat/completions", _answering(self.chat), methods=["POST"]),
+            Route("/v1/completions", _answering(self.completions), methods=["POST"]),
+            Route("/tokenize", _answering(self.tokenize), methods=["POST"]),
+            Route("/detokenize", _answering(self.detokenize), methods=["POST"]),
+        ]
+        handlers = {HTTPException: _http_error, Exception: _unexpected}
+        middleware = [Middleware(_Authenticate, key=self.api_key)] if self.api_key else []
+        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+
+    # -- simple endpoints ---------------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        body: dict[str, Any] = {"status": "ok", "model": self.model_id}
+        load = getattr(self.backend, "load_now", None)
+        if load is not None:
+            body["generating"], body["waiting"] = load
+        return JSONResponse(body)
+
+    async def models(self, request: Request) -> Response:
+        card = {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "turnkit",
+            "max_model_len": self.backend.context_length,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def tokenize(self, request: Request) -> Response:
+        req = parse_tokenize(read_json(await request.body()))
+        self._check_model(req.model, required=False)
+        if req.chat_input is not None:
+            fmt = self._format_for(req.chat_input)
+            tokens = chat_prompt_ids(fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt)
+        else:
+            tokens = self.fmt.tokenizer.encode(req.prompt or "").ids
+        return JSONResponse({"count": len(tokens), "max_model_len": self.backend.context_length, "tokens": tokens})
+
+    async def detokenize(self, request: Request) -> Response:
+        req = parse_detokenize(read_json(await request.body()))
+        self._check_model(req.model, required=False)
+        self._check_vocabulary(req.tokens, "tokens")
+        return JSONResponse({"prompt": self.fmt.tokenizer.decode(req.tokens)})
+
+    # -- generating endpoints -------------------------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        req = parse_chat(read_json(await request.body()))
+        self._check_model(req.model)
+        fmt = self._format_for(req.chat_input)
+        session = start_chat(fmt, self.backend, req, default_max_tokens=self.default_max_tokens)
+        return await _reply(chat_chunks(session, self.model_id), fold_chat, req)
+
+    async def completions(self, request: Request) -> Response:
+        req = parse_completion(read_json(await request.body()))
+        self._check_model(req.model)
+        if isinstance(req.prompt, str):
+            prompt = self.fmt.tokenizer.encode(req.prompt).ids  # a raw prompt is the caller's own formatting
+        else:
+            self._check_vocabulary(req.prompt, "prompt")
+            prompt = req.prompt
+        echo = self.fmt.tokenizer.decode(prompt) if req.echo else ""
+        session = start_completion(self.fmt, self.backend, req, prompt, default_max_tokens=self.default_max_tokens)
+        return await _reply(completion_chunks(session, self.model_id, echo=echo), fold_completion, req)
+
+    # -- checks ---------------------------------------------------------------------------------------------------
+
+    def _format_for(self, chat_input: ChatInput) -> ChatFormat:
+        """The server's format, or the request's own ``chat_template`` / ``family`` where the server allows it."""
+        if chat_input.chat_template is None and chat_input.family is None:
+            return self.fmt
+        param = "chat_template" if chat_input.chat_template is not None else "family"
+        if not self.allow_template_override:
+            raise APIError(
+                400,
+                "per-request chat_template and family are disabled on this server (start it with "
+                "--allow-template-override)",
+                param=param,
+            )
+        try:
+            if chat_input.chat_template is not None:
+                return ChatFormat.from_template(
+                    chat_input.chat_template, tokenizer=self.fmt.tokenizer, **self.fmt.special_tokens
+                )
+            return ChatFormat.from_family(chat_input.family or "", tokenizer=self.fmt.tokenizer)
+        except TurnkitError as exc:
+            raise APIError(400, str(exc), param=param) from None
+
+    def _check_model(self, model: str | None, *, required: bool = True) -> None:
+        if model is None and not required:
+            return
+        if model not in (self.model_id, "default"):
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist; this server serves {self.model_id!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def _check_vocabulary(self, ids: Sequence[int], param: str) -> None:
+        """Token ids a client sends must name tokens of this vocabulary (the ids are non-negative by protocol)."""
+        size = self.fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+        if any(t >= size for t in ids):
+            raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
+
+
+async def _reply(chunks: AsyncGenerator[Chunk, None], fold: Callable[[list[Chunk]], Chunk], req: Sampling) -> Response:
+    """The chunks as a stream of server-sent events, or folded into one response: the same chunks either way."""
+    if req.stream:
+        return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type="text/event-stream")
+    return JSONResponse(fold(await collect(chunks)))
+
+
+def _error_response(error: APIError, headers: Mapping[str, str] | None = None) -> Response:
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+def _answering(handler: Handler) -> Handler:
+    """The route's answer, or its error as an OpenAI error object (500 for the unexpected, with the cause logged)."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except APIError as error:
+            return _error_response(error)
+        except Exception:  # noqa: BLE001 (logged with its traceback by _failed)
+            return _failed(request)
+
+    return answer
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's own errors: 404 for an unknown path, 405 for a method the path does not take."""
+    assert isinstance(exc, HTTPException)
+    message = str(exc.detail)
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
+    elif exc.status_code == 404:
+        message = f"there is no endpoint {request.url.path}"
+    return _error_response(APIError(exc.status_code, message), headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """Last resort, for failures outside any route (routes answer their own; see ``_answering``)."""
+    return _failed(request)
+
+
+def _failed(request: Request) -> Response:
+    """A 500 for the exception being handled, whose cause goes to the log, not to the client."""
+    log.exception("unexpected error answering %s", request.url.path)
+    return _error_response(APIError(500, "the server failed to answer this request; see its log"))
+
+
+class _Authenticate:
+    """Every request but ``/health`` needs ``Authorization: Bearer <key>`` (a plain ASGI middleware: it leaves
+    streaming responses and client disconnects alone)."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                error = APIError(401, "a valid API key is required (Authorization: Bearer <key>)", code="bad_api_key")
+                await _error_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

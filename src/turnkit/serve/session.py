@@ -1,0 +1,254 @@
+"""One request's generation: its prompt, the backend's token stream, the stream parser, stops and cancellation.
+
+A :class:`Session` is what both shapes of an answer are made from. It yields :class:`Step` objects: the parser's
+deltas for each generated token (with the token's log-probability when the request asked for them), and after the
+last token the deltas the parser released when it finished. :mod:`.responses` turns the steps into OpenAI chunks; a
+streamed reply sends those chunks, a whole reply is the chunks folded together. Nothing here knows the OpenAI shapes,
+and nothing in :mod:`.responses` knows the backend or the parser.
+
+The session owns the backend's generation: the stream ends when the parser says the reply ended (a stop id, a stop
+string) or the backend stops (its budget), and the generation is cancelled on every way out (the reply ended, the
+client went away, an error), so a slot is never left generating for nobody.
+
+Prompts: chat prompts come from ``ChatFormat.encode`` (safe by default: a user who types ``<|im_end|>`` cannot open a
+turn); ``tool_choice`` ``required`` or a named function writes the start of the call for the model
+(:func:`forced_call`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field, fields
+
+from turnkit.encode import EncodeOptions
+from turnkit.errors import TurnkitError
+from turnkit.format import ChatFormat
+from turnkit.parse.parser import StreamParser
+from turnkit.parse.reply import Delta, Reply
+from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
+
+__all__ = ["Session", "Step", "TokenLogprob", "chat_prompt_ids", "forced_call", "start_chat", "start_completion"]
+
+log = logging.getLogger("turnkit.serve")
+
+# ``chat_template_kwargs`` are template variables. A key named like a variable the request itself sets (``messages``,
+# ``tools``, ``add_generation_prompt``) would replace that checked field in the template, and one named like an encode
+# option (``trust_data``, ``turns``) reads as a request for that option, which a client may not make: both are 400s
+# rather than silently doing something else than what was asked.
+_RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"}) | frozenset(
+    option.name for option in fields(EncodeOptions)
+)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's text, bytes and log-probability, with the likeliest alternatives (text, bytes, logprob).
+
+    ``bytes`` are the token's own bytes: a token that holds part of a UTF-8 character has text with a replacement
+    character, and its bytes let a client rebuild the character, as OpenAI's ``bytes`` field intends."""
+
+    token: str
+    bytes: list[int]
+    logprob: float | None
+    top: list[tuple[str, list[int], float]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one generated token (or the prompt's forced prefix, or the parser's finish) added to the reply."""
+
+    deltas: list[Delta]
+    logprob: TokenLogprob | None = None
+
+
+def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
+    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
+    reserved = sorted(_RESERVED.intersection(chat_input.template_kwargs))
+    if reserved:
+        raise APIError(
+            400,
+            f"chat_template_kwargs may not set {reserved[0]!r}: it is set by the request and the server, not a "
+            "template variable",
+            param=f"chat_template_kwargs.{reserved[0]}",
+        )
+    options = EncodeOptions(
+        tools=chat_input.tools if chat_input.offers_tools else None,
+        add_generation_prompt=add_generation_prompt,
+        turns="none",
+        template_kwargs=chat_input.template_kwargs,
+    )
+    try:
+        encoding = fmt.encode(chat_input.messages, options)
+    except TurnkitError as exc:
+        raise as_api_error(exc) from None
+    assert not isinstance(encoding, list)  # one encoding: split_turns is off
+    return encoding.input_ids.tolist()
+
+
+def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
+    """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model.
+
+    Only the tagged-JSON formats (``hermes``, ``qwen3``) have a start marker to write; any other format is a 400
+    rather than a reply that might not call a tool after all.
+    """
+    choice = chat_input.tool_choice
+    if not chat_input.offers_tools or choice == "auto":
+        return []
+    spec = fmt.reply_format
+    if spec.tool_syntax != "tagged_json" or spec.tool_start not in fmt.tokenizer.added:
+        raise APIError(
+            400,
+            f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
+            param="tool_choice",
+        )
+    if isinstance(choice, dict):
+        text = '\n{"name": ' + json.dumps(choice["function"]["name"]) + ', "arguments": '
+    else:
+        text = '\n{"name": "'
+    return [fmt.tokenizer.added[spec.tool_start].id, *fmt.tokenizer.encode_as_text(text).ids]
+
+
+@dataclass
+class Session:
+    """One request being answered. Iterate :meth:`steps` once; afterwards ``reply`` and the token counts are set.
+
+    ``prompt_tokens`` counts the prompt without ``prefix`` (the forced start of a tool call, which the parser reads as
+    the reply's own text); ``completion_tokens`` counts what the backend generated, the stop id included.
+    """
+
+    fmt: ChatFormat
+    parser: StreamParser
+    generation: Generation
+    endpoint: str
+    prompt_tokens: int
+    max_tokens: int
+    prefix: list[int] = field(default_factory=list)
+    logprobs: bool = False
+    request_id: str = field(init=False, default_factory=lambda: uuid.uuid4().hex[:24])
+    created: int = field(init=False, default_factory=lambda: int(time.time()))
+    completion_tokens: int = field(init=False, default=0)
+    reply: Reply | None = field(init=False, default=None)
+    _started: float = field(init=False, default_factory=time.perf_counter)
+    _first_token: float | None = field(init=False, default=None)
+
+    async def steps(self) -> AsyncGenerator[Step, None]:
+        """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out."""
+        try:
+            if self.prefix:
+                yield Step(self.parser.feed(self.prefix))
+            async for event in self.generation:
+                if self._first_token is None:
+                    self._first_token = time.perf_counter()
+                self.completion_tokens += 1
+                deltas = self.parser.feed((event.token_id,))
+                yield Step(deltas, self._logprob(event))
+                if self.parser.ended:
+                    break
+        finally:
+            self.generation.cancel()
+        length = not self.parser.ended and self.completion_tokens >= self.max_tokens
+        self.reply = self.parser.finish(length=length)
+        self._log(self.reply)
+        yield Step(self.parser.final_deltas)
+
+    def _logprob(self, event: TokenEvent) -> TokenLogprob | None:
+        """The token's log-probability entry; none for the stop token, which is not part of the reply's text."""
+        if not self.logprobs or event.token_id in self.fmt.stop_ids:
+            return None
+        text, raw = self._text(event.token_id)
+        top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]
+        return TokenLogprob(text, raw, event.logprob, top)
+
+    def _text(self, token_id: int) -> tuple[str, list[int]]:
+        table = self.fmt.tokenizer.byte_table
+        raw = table.bytes_of(token_id) if table else b""
+        return raw.decode("utf-8", errors="replace"), list(raw)
+
+    def _log(self, reply: Reply) -> None:
+        elapsed = time.perf_counter() - self._started
+        ttft = (self._first_token - self._started) * 1000 if self._first_token else float("nan")
+        log.info(
+            "%s %s prompt=%d completion=%d ttft=%.0fms total=%.0fms finish=%s",
+            self.request_id,
+            self.endpoint,
+            self.prompt_tokens,
+            self.completion_tokens,
+            ttft,
+            elapsed * 1000,
+            reply.finish_reason,
+        )
+
+
+def start_chat(fmt: ChatFormat, backend: Backend, req: ChatRequest, *, default_max_tokens: int) -> Session:
+    """Encode the conversation, set up the parser for its tools and reasoning, and start generating."""
+    chat_input = req.chat_input
+    prompt = chat_prompt_ids(fmt, chat_input)
+    tools = chat_input.tools if chat_input.offers_tools else None
+    reply_format = fmt.reply_format.name
+    if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
+        reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
+    parser = fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
+    prefix = forced_call(fmt, chat_input)
+    endpoint = "chat-stream" if req.stream else "chat"
+    return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens)
+
+
+def start_completion(
+    fmt: ChatFormat, backend: Backend, req: CompletionRequest, prompt: Sequence[int], *, default_max_tokens: int
+) -> Session:
+    """Start generating after a raw prompt: the caller's own formatting, so the reply is parsed as plain text."""
+    parser = fmt.stream_parser(stop=req.stop, reply_format="plain")
+    endpoint = "completion-stream" if req.stream else "completion"
+    return _start(fmt, backend, req, list(prompt), [], parser, endpoint, default_max_tokens)
+
+
+def _start(
+    fmt: ChatFormat,
+    backend: Backend,
+    req: Sampling,
+    prompt: list[int],
+    prefix: list[int],
+    parser: StreamParser,
+    endpoint: str,
+    default_max_tokens: int,
+) -> Session:
+    """Check the prompt and budget against the context, then submit to the backend (429 when it is full)."""
+    context = backend.context_length
+    full = prompt + prefix
+    if len(full) >= context:
+        raise APIError(
+            400,
+            f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    room = context - len(full)
+    if req.max_tokens is not None and req.max_tokens > room:
+        raise APIError(
+            400,
+            f"too many tokens requested: the prompt is {len(full)} tokens and max_tokens is "
+            f"{req.max_tokens}, over the model's context of {context}",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
+    request = GenerationRequest(
+        prompt_ids=full,
+        max_tokens=max_tokens,
+        stop_ids=fmt.stops.ids,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        top_logprobs=req.top_logprobs if req.logprobs else None,
+    )
+    try:
+        generation = backend.submit(request, asyncio.get_running_loop())
+    except BackendBusyError as exc:
+        raise APIError(429, str(exc), code="server_busy") from None
+    return Session(fmt, parser, generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)

@@ -1,0 +1,95 @@
+"""The layering rule of docs/architecture.md, checked on the source: a module imports only from layers below its own.
+
+Imports under ``if TYPE_CHECKING:`` are annotations only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "turnkit"
+
+#: Layer of each top-level module or package of turnkit; lower layers never import higher ones.
+LAYERS: dict[str, int] = {
+    "errors": 0,
+    "cache": 0,
+    "messages": 1,
+    "embedded": 1,
+    "template": 2,
+    "families": 2,
+    "tokenizer": 3,
+    "encode": 4,
+    "parse": 4,
+    "format": 5,
+    "data": 6,
+    "doctor": 6,
+    "serve": 7,
+    "inspect": 7,
+    "chatml": 7,
+    "cli": 8,
+    "__init__": 8,
+}
+
+#: Same-layer imports that are allowed (everything else within a layer is refused: encode and parse are siblings).
+SIDEWAYS: set[tuple[str, str]] = set()
+
+
+def _unit(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return parts[0]
+
+
+def _runtime_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """Imported turnkit modules, skipping ``if TYPE_CHECKING:`` blocks."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "turnkit":
+            if node.module == "turnkit":
+                found.extend((node.lineno, alias.name) for alias in node.names)
+            else:
+                found.append((node.lineno, node.module.split(".")[1]))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name.split(".")[1]) for a in node.names if a.name.startswith("turnkit."))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_only_go_down(path: Path) -> None:
+    unit = _unit(path)
+    assert unit in LAYERS, f"{unit} has no layer: add it to LAYERS here and to docs/architecture.md"
+    for line, target in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if target == unit or target == "__version__":
+            continue
+        assert target in LAYERS, f"{path.name}:{line} imports turnkit.{target}, which has no layer"
+        if (unit, target) in SIDEWAYS:
+            continue
+        assert LAYERS[target] < LAYERS[unit], (
+            f"{path.relative_to(SRC)}:{line} imports turnkit.{target} (layer {LAYERS[target]}) from layer "
+            f"{LAYERS[unit]}: only lower layers may be imported (docs/architecture.md)"
+        )
+
+
+def test_nothing_below_the_format_sees_it() -> None:
+    """encode, parse, tokenizer and template get a typed ChatTemplate, never ChatFormat, not even for annotations."""
+    for package in ("encode", "parse", "tokenizer", "template"):
+        for path in (SRC / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = {alias.name for alias in node.names}
+                    assert node.module != "turnkit.format" and "ChatFormat" not in names, f"{path}:{node.lineno}"
