@@ -12,6 +12,8 @@ allocated.
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,24 @@ __all__ = ["check_adapter_modules", "embedding_module_names"]
 def embedding_module_names(base: Path) -> tuple[str, str | None] | None:
     """``(input embeddings, output head)`` module names of the base's architecture, or None if unknown here."""
     try:
+        text = (base / "config.json").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return _module_names(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _module_names(config_text: str) -> tuple[str, str | None] | None:
+    """Build the model on the ``meta`` device (no memory, no weights) and name its embedding modules; cached by
+    ``config.json``'s text, since building costs seconds."""
+    try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError:
         return None
     try:
-        config = AutoConfig.from_pretrained(base)
+        values = json.loads(config_text)
+        config = AutoConfig.for_model(values.pop("model_type"), **values)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     except Exception:  # noqa: BLE001 - any architecture transformers cannot build here leaves the names unknown

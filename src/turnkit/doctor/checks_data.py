@@ -60,12 +60,10 @@ class DataContext:
     _reencoded: list[Reencoded | None] | None = field(default=None, repr=False)
 
     def end_ids(self) -> dict[int, str]:
-        """Ids that close a reply: the template's end-of-turn marker and the checkpoint's EOS ids."""
+        """Ids that close a reply: the template's end-of-turn marker first, then every id the format stops on."""
         marker, token_id = self.model.end_marker()
-        ids = {token_id: marker}
-        for eos in self.model.tokenizer.eos_ids:
-            ids.setdefault(eos, self.model.token_text(eos))
-        return ids
+        stops = self.model.fmt.stops
+        return {token_id: marker, **{i: t for i, t in {**stops.end_of_turn, **stops.eos}.items() if i != token_id}}
 
     def reencoded(self) -> list[Reencoded | None]:
         """For each example, its re-encoding, or None where it cannot be read back to the same ids (computed once)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
 from turnkit.doctor.probe import ASSISTANT_1, USER_1, probe_conversation
+from turnkit.doctor.target import TemplateSource
 from turnkit.errors import TemplateError, TurnkitError
 from turnkit.format import ChatFormat
 
@@ -24,7 +25,7 @@ __all__ = [
 def template_file(ctx: Context) -> str:
     """The file the effective template comes from (as transformers picks it: ``.jinja`` first)."""
     sources = ctx.target.template_sources
-    return sources[0].label if sources else ctx.target.label(ctx.target.path)
+    return sources[0].file if sources else ctx.target.label(ctx.target.path)
 
 
 def check_template_missing(ctx: Context) -> list[Problem]:
@@ -72,8 +73,16 @@ def _first_difference(a: str, b: str) -> tuple[int, str, str]:
     return number, "\n".join(lines_a[number - 1 :]), "\n".join(lines_b[number - 1 :])
 
 
-def _short(text: str, limit: int = 70) -> str:
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+def _around(left: str, right: str, width: int = 60) -> tuple[str, str]:
+    """Both lines cut to a window around their first differing character, so the difference is always shown."""
+    column = next((i for i, (a, b) in enumerate(zip(left, right, strict=False)) if a != b), min(len(left), len(right)))
+    start = max(0, column - width // 2)
+
+    def cut(text: str) -> str:
+        piece = text[start : start + width]
+        return repr(("..." if start else "") + piece + ("..." if start + width < len(text) else ""))
+
+    return cut(left), cut(right)
 
 
 def _renders(fmt: ChatFormat, source: str, probes: list[list[dict[str, str]]]) -> list[str] | str:
@@ -86,17 +95,19 @@ def _renders(fmt: ChatFormat, source: str, probes: list[list[dict[str, str]]]) -
         return f"fails: {exc}"
 
 
-def _who_uses(label: str) -> str:
-    if label.endswith(".gguf"):
-        return "llama.cpp and Ollama serve the GGUF's"
-    if label.endswith(".jinja"):
-        return "transformers (and vLLM) use chat_template.jinja (.jinja wins)"
-    if "tokenizer_config.json" in label:
-        return (
-            "llama.cpp's convert_hf_to_gguf.py embeds tokenizer_config.json's in the GGUFs it makes (what llama.cpp "
-            "and Ollama then serve)"
-        )
-    return "processors (AutoProcessor) read chat_template.json"
+def _users(source: TemplateSource, sources: list[TemplateSource]) -> str:
+    """Who reads this copy of the template (transformers prefers the ``.jinja``; llama.cpp's converter the JSON)."""
+    files = {s.file.rsplit("/", 1)[-1] for s in sources}
+    name = source.file.rsplit("/", 1)[-1]
+    if name.endswith(".gguf"):
+        return "what llama.cpp and Ollama serve from that file"
+    if name == "chat_template.jinja":
+        used = "what transformers and vLLM use (.jinja wins)"
+        return used if "tokenizer_config.json" in files else used + " and what convert_hf_to_gguf.py embeds in a GGUF"
+    if name == "tokenizer_config.json":
+        converter = "what llama.cpp's convert_hf_to_gguf.py embeds in the GGUFs it makes"
+        return converter if "chat_template.jinja" in files else "what transformers and vLLM use, and " + converter
+    return "what AutoProcessor reads"
 
 
 def check_template_drift(ctx: Context) -> list[Problem]:
@@ -129,14 +140,15 @@ def check_template_drift(ctx: Context) -> list[Problem]:
                 if which < len(probes)
                 else ("the serving prompt (add_generation_prompt=True)")
             )
-            detail = f"{what} differs at line {line}: {_short(left)} vs {_short(right)}"
+            shown = _around(left, right)
+            detail = f"{what} differs at line {line}: {shown[0]} vs {shown[1]}"
         problems.append(
             Problem(
-                f"{reference.label} and {other.label} disagree: {detail}; {_who_uses(reference.label)}, "
-                f"{_who_uses(other.label)}",
+                f"{reference.label} ({_users(reference, sources)}) and {other.label} ({_users(other, sources)}) "
+                f"disagree: {detail}",
                 f"keep one template: copy {reference.label} over the other copy (or delete the stale one); for a "
                 f"GGUF, `gguf-new-metadata IN.gguf OUT.gguf --chat-template-file chat_template.jinja`",
-                other.label,
+                other.file,
             )
         )
     return problems

@@ -41,8 +41,14 @@ class JsonFile:
 class TemplateSource:
     """One place a checkpoint keeps its default chat template, and the text there."""
 
-    label: str
+    file: str
     text: str
+    #: The JSON key holding it, for a template inside a JSON file.
+    key: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}'s {self.key}" if self.key else self.file
 
 
 @dataclass(frozen=True)
@@ -141,10 +147,10 @@ def _template_sources(folder: Path, tokenizer_config: JsonFile | None, label: An
     if jinja.is_file():
         sources.append(TemplateSource(label(jinja), jinja.read_text(encoding="utf-8")))
     if tokenizer_config is not None and (text := _default_of(tokenizer_config.data.get("chat_template"))):
-        sources.append(TemplateSource(f"{tokenizer_config.label} (chat_template)", text))
+        sources.append(TemplateSource(tokenizer_config.label, text, "chat_template"))
     processor = _optional_json(folder, "chat_template.json", label(folder / "chat_template.json"))
     if processor is not None and (text := _default_of(processor.data.get("chat_template"))):
-        sources.append(TemplateSource(processor.label, text))
+        sources.append(TemplateSource(processor.label, text, "chat_template"))
     for gguf in sorted(folder.glob("*.gguf")):
         facts = read_gguf_facts(gguf)
         if "default" in facts.templates:
