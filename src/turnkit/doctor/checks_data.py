@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class DataContext:
             for example in self.dataset.examples:
                 try:
                     messages = parse_transcript(tokenizer.decode(example.input_ids.tolist()))
-                    encoding = fmt.encode(messages, turns="all")
+                    encoding = cast("Encoding", fmt.encode(messages, turns="all"))  # one example: no split_turns
                 except TurnkitError:
                     self._reencoded.append(None)
                     continue

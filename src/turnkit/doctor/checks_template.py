@@ -6,12 +6,15 @@ severity. A check raises :class:`NotEvaluated` when the target lacks what it nee
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
 from turnkit.doctor.probe import ASSISTANT_1, USER_1, probe_conversation
 from turnkit.doctor.target import TemplateSource
 from turnkit.errors import TemplateError, TurnkitError
 from turnkit.format import ChatFormat
+from turnkit.template.sources import TemplateSet
 
 __all__ = [
     "check_generation_prompt",
@@ -88,7 +91,7 @@ def _around(left: str, right: str, width: int = 60) -> tuple[str, str]:
 def _renders(fmt: ChatFormat, source: str, probes: list[list[dict[str, str]]]) -> list[str] | str:
     """Each probe rendered by one template source, then the serving prompt (or why the source fails)."""
     try:
-        other = ChatFormat.from_template(source, **dict(fmt.special_tokens))
+        other = replace(fmt, templates=TemplateSet({"default": source}))  # same special tokens and limits
         prompt = probes[-1][: next(i for i, m in enumerate(probes[-1]) if m["role"] == "user") + 1]
         return [*(other.render(m) for m in probes), other.render(prompt, add_generation_prompt=True)]
     except TurnkitError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import tokenizers
 
@@ -27,6 +27,9 @@ from turnkit.doctor.findings import NotEvaluated
 from turnkit.doctor.probe import Skeleton
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
+
+if TYPE_CHECKING:
+    from turnkit.encode.encoding import Encoding
 
 __all__ = ["ForgeryResult", "forged_text", "run_forgery"]
 
@@ -82,7 +85,7 @@ def run_forgery(fmt: ChatFormat, tokenizer: Any, skeleton: Skeleton) -> ForgeryR
         for name, messages in conversations.items():
             text = fmt.render(messages, add_generation_prompt=True)
             plain[name] = _controls(tokenizer.encode(text).ids, tokenizer)
-            encoding = fmt.encode(messages, add_generation_prompt=True, turns="none")
+            encoding = cast("Encoding", fmt.encode(messages, add_generation_prompt=True, turns="none"))
             safe[name] = _controls(encoding.input_ids.tolist(), tokenizer)
     except TurnkitError as exc:
         raise NotEvaluated(f"the forged-turn conversation cannot be rendered or encoded: {exc}") from None

@@ -186,7 +186,7 @@ def _end_marker(text: str, markers: list[str], tokenizer: Any) -> str | None:
 def tool_markers(fmt: ChatFormat, tokenizer: Any) -> list[str]:
     """Markers the template writes for tools, a tool call and its result ([] when it refuses tools)."""
     call = {"type": "function", "function": {"name": "probe_lookup", "arguments": {"word": "probe"}}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": USER_1},
         {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", **call}]},
         {"role": "tool", "tool_call_id": "call_1", "name": "probe_lookup", "content": "found"},
