@@ -1,13 +1,20 @@
-"""turnkit's cache folder: downloaded models, converted tokenizers, GGUF metadata."""
+"""turnkit's cache folder (downloaded models, converted tokenizers, GGUF metadata) and atomic writes.
+
+Every file or folder turnkit writes for others to read (the cache, prepared shards and their done-files) is written
+under a scratch name and renamed into place, so a reader, or a rerun after a crash, never sees half of one.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["build_folder", "cache_dir", "file_key"]
+__all__ = ["atomic_path", "build_folder", "cache_dir", "file_key", "write_atomically"]
 
 
 def cache_dir() -> Path:
@@ -27,8 +34,6 @@ def build_folder(target: Path, write: Callable[[Path], None]) -> Path:
 
     Readers never see a half-written folder; when two processes build it at once, the first rename wins.
     """
-    import tempfile
-
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -41,3 +46,25 @@ def build_folder(target: Path, write: Callable[[Path], None]) -> Path:
         else:
             os.mkdir(scratch)  # TemporaryDirectory removes its (now empty) name
     return target
+
+
+@contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """A scratch path beside ``target`` to write to; renamed onto ``target`` when the block succeeds, removed if not.
+
+    The scratch name is unique, so two processes writing the same target never write into each other's file.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Not mkstemp: its files are private (0600); this one gets the permissions the umask gives any new file.
+    scratch = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        yield scratch
+        os.replace(scratch, target)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so that readers see the old file or the whole new one, never a part."""
+    with atomic_path(target) as scratch:
+        scratch.write_bytes(data)

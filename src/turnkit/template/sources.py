@@ -154,7 +154,7 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
     The ``gguf`` package parses the whole file (every token and merge) in seconds, so the result is cached as JSON in
     turnkit's cache folder, keyed by the file's path, size and modification time.
     """
-    from turnkit.cache import cache_dir, file_key
+    from turnkit.cache import cache_dir, file_key, write_atomically
 
     path = Path(path)
     try:
@@ -195,10 +195,7 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
         "architecture": _gguf_value(reader, "general.architecture"),
         "name": _gguf_value(reader, "general.name"),
     }
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(".partial")
-    partial.write_text(json.dumps(metadata), encoding="utf-8")
-    partial.replace(cached)
+    write_atomically(cached, json.dumps(metadata).encode("utf-8"))
     return metadata
 
 
