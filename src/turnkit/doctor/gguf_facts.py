@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnkit.cache import cache_dir, file_key
+from turnkit.cache import cache_dir, file_key, write_atomically
 from turnkit.doctor.findings import DoctorInputError
 from turnkit.errors import TurnkitError
 from turnkit.template.sources import read_gguf_metadata
@@ -71,10 +71,7 @@ def read_gguf_facts(path: Path) -> GgufFacts:
         header = json.loads(cached.read_text(encoding="utf-8"))
     else:
         header = _read_header(path)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(".partial")
-        partial.write_text(json.dumps(header), encoding="utf-8")
-        partial.replace(cached)
+        write_atomically(cached, json.dumps(header).encode())
     return GgufFacts(
         templates=dict(metadata["templates"]),
         special_tokens=dict(metadata["special_tokens"]),
