@@ -153,7 +153,7 @@ def test_template_drift_against_a_gguf_beside_the_folder(model, smollm2_gguf):
     _set_template(model, _template(model).replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n\n'"))
     finding = _only(doctor.run(model), "template-drift")
     assert finding.file == "model.gguf"
-    assert "add_generation_prompt=True" in finding.message and "llama.cpp and Ollama" in finding.message
+    assert "add_generation_prompt=True" in finding.message and "what llama.cpp serves" in finding.message
 
 
 def test_no_generation_prompt(model):

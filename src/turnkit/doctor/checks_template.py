@@ -103,7 +103,7 @@ def _users(source: TemplateSource, sources: list[TemplateSource]) -> str:
     files = {s.file.rsplit("/", 1)[-1] for s in sources}
     name = source.file.rsplit("/", 1)[-1]
     if name.endswith(".gguf"):
-        return "what llama.cpp and Ollama serve from that file"
+        return "what llama.cpp serves from that file, and what Ollama derives its template from"
     if name == "chat_template.jinja":
         used = "what transformers and vLLM use (.jinja wins)"
         return used if "tokenizer_config.json" in files else used + " and what convert_hf_to_gguf.py embeds in a GGUF"
