@@ -1,0 +1,123 @@
+"""The LoRA check: an adapter that adds tokens must train their embedding rows and the output head.
+
+LoRA trains low-rank deltas of the modules it targets; the rows that ``resize_token_embeddings`` added for new
+tokens start untrained and stay so unless the input embeddings and the output head are fully trainable
+(``modules_to_save``) or their new rows are (``trainable_token_indices``). Such a chat fine-tune never learns to
+write its end-of-turn marker, so it never stops.
+
+The module names differ by architecture (``embed_tokens``/``lm_head``, ``wte``, ``embed_in``/``embed_out``...). They
+are read from the real model class built on the ``meta`` device from ``config.json``: no weights are read or
+allocated.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from turnkit.doctor.context import Context
+from turnkit.doctor.findings import NotEvaluated, Problem
+
+__all__ = ["check_adapter_modules", "embedding_module_names"]
+
+
+def embedding_module_names(base: Path) -> tuple[str, str | None] | None:
+    """``(input embeddings, output head)`` module names of the base's architecture, or None if unknown here."""
+    try:
+        text = (base / "config.json").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return _module_names(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _module_names(config_text: str) -> tuple[str, str | None] | None:
+    """Build the model on the ``meta`` device (no memory, no weights) and name its embedding modules; cached by
+    ``config.json``'s text, since building costs seconds."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        return None
+    try:
+        values = json.loads(config_text)
+        config = AutoConfig.for_model(values.pop("model_type"), **values)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception:  # noqa: BLE001 - any architecture transformers cannot build here leaves the names unknown
+        return None
+    names = {id(module): name for name, module in model.named_modules()}
+    head = model.get_output_embeddings()
+    return names[id(model.get_input_embeddings())], None if head is None else names.get(id(head))
+
+
+def _covers(entries: list[str], module: str) -> bool:
+    """Whether a ``modules_to_save`` entry names ``module`` (PEFT matches an entry as a suffix of the name)."""
+    return any(module == entry or module.endswith(f".{entry}") or module.endswith(entry) for entry in entries)
+
+
+def _new_tokens(ctx: Context, base_tokenizer: Any, base_rows: int | None) -> dict[int, str]:
+    """Tokens of the adapter's tokenizer (and markers of its template) that the base vocabulary lacks."""
+    new: dict[int, str] = {}
+    for content, token in ctx.tokenizer.added.items():
+        if base_tokenizer.token_to_id(content) is None or (base_rows is not None and token.id >= base_rows):
+            new[token.id] = content
+    try:
+        markers = ctx.skeleton.markers
+    except NotEvaluated:
+        markers = []
+    for marker in markers:
+        token_id = ctx.single_id(marker)
+        if token_id is not None and base_tokenizer.token_to_id(marker) is None:
+            new[token_id] = marker
+    return new
+
+
+def _trainable_ids(indices: Any) -> set[int]:
+    """The token ids ``trainable_token_indices`` makes trainable (a list, or a dict per module)."""
+    if isinstance(indices, list):
+        return {i for i in indices if isinstance(i, int)}
+    if isinstance(indices, dict):
+        return {i for ids in indices.values() if isinstance(ids, list) for i in ids if isinstance(i, int)}
+    return set()
+
+
+def check_adapter_modules(ctx: Context) -> list[Problem]:
+    """``adapter-missing-modules-to-save``: new tokens, but embeddings and head are not trained."""
+    adapter = ctx.target.adapter
+    if adapter is None:
+        raise NotEvaluated("not a PEFT adapter")
+    if adapter.base is None or adapter.base_tokenizer is None:
+        raise NotEvaluated(adapter.base_why or f"the base {adapter.base} has no tokenizer to compare with")
+    base_config = ctx.target.config.data if ctx.target.config else {}
+    rows = base_config.get("vocab_size") if isinstance(base_config.get("vocab_size"), int) else None
+    new = _new_tokens(ctx, adapter.base_tokenizer, rows)
+    if not new:
+        return []
+    config = adapter.config.data
+    if set(new) <= _trainable_ids(config.get("trainable_token_indices")):
+        return []
+    saved = [str(m) for m in config.get("modules_to_save") or []]
+    names = embedding_module_names(adapter.base)
+    shown = ", ".join(f"{token!r} (id {i})" for i, token in sorted(new.items())[:5])
+    if names is None:
+        missing = "the input embeddings and the output head (embed_tokens and lm_head for Llama-like models)"
+        short = ["embed_tokens", "lm_head"]
+    else:
+        embed, head = names[0], names[1] or names[0]
+        if _covers(saved, embed) and _covers(saved, head):
+            return []
+        missing = " and ".join(dict.fromkeys(n for n in (embed, head) if not _covers(saved, n)))
+        short = list(dict.fromkeys(n.rsplit(".", 1)[-1] for n in (embed, head)))
+    return [
+        Problem(
+            f"the adapter's tokenizer has {len(new)} token(s) its base {adapter.base} lacks ({shown}) but "
+            f"adapter_config.json modules_to_save {saved or None} does not cover {missing}: LoRA leaves the new rows "
+            "untrained, so the model never learns to read or write these tokens (a chat fine-tune that never stops)",
+            f"train again with LoraConfig(..., modules_to_save={short}) (or trainable_token_indices with the new "
+            "ids), and save the tokenizer next to the adapter",
+            adapter.config.label,
+        )
+    ]

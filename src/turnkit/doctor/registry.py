@@ -1,0 +1,89 @@
+"""The table of checks, and the runner that turns their results into a report.
+
+Every check is one row: a stable id (what ``--ignore`` and the JSON name), a severity, and a small function. Adding
+a check is adding a row; the runner, the output and the README table follow. Ids never change meaning: scripts and CI
+configurations key on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnkit.doctor import checks_adapter, checks_data, checks_template, checks_tokens
+from turnkit.doctor.findings import DoctorInputError, Finding, NotEvaluated, Problem, Report, Severity, Skipped
+from turnkit.errors import TurnkitError
+
+__all__ = ["CHECKPOINT_CHECKS", "CHECKS", "DATA_CHECKS", "Check", "run_checks", "validate_ignore"]
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - the severities, by initial
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its id, its severity, and the function that runs it on a context."""
+
+    id: str
+    severity: Severity
+    run: Callable[[Any], list[Problem]]
+
+
+CHECKPOINT_CHECKS: tuple[Check, ...] = (
+    Check("template-missing", E, checks_template.check_template_missing),
+    Check("template-invalid", E, checks_template.check_template_invalid),
+    Check("template-drift", W, checks_template.check_template_drift),
+    Check("no-generation-prompt", E, checks_template.check_generation_prompt),
+    Check("marker-not-single-token", E, checks_tokens.check_markers_single),
+    Check("no-end-marker", E, checks_tokens.check_end_marker_exists),
+    Check("eos-not-end-marker", E, checks_tokens.check_eos),
+    Check("generation-config-eos", W, checks_tokens.check_generation_config_eos),
+    Check("double-bos", W, checks_tokens.check_double_bos),
+    Check("vocab-exceeds-model", E, checks_tokens.check_vocab),
+    Check("non-special-marker", W, checks_tokens.check_non_special),
+    Check("pad-is-end-marker", W, checks_tokens.check_pad),
+    Check("adapter-missing-modules-to-save", E, checks_adapter.check_adapter_modules),
+    Check("prefix-unstable", I, checks_template.check_prefix_stable),
+    Check("forgeable-tokenizer", I, checks_tokens.check_forgery),
+)
+
+DATA_CHECKS: tuple[Check, ...] = (
+    Check("data-tokenizer-mismatch", W, checks_data.check_tokenizer_fingerprint),
+    Check("labels-not-input-ids", E, checks_data.check_labels_input_ids),
+    Check("labels-missing-end-marker", E, checks_data.check_labels_end_marker),
+    Check("labels-train-prompt", E, checks_data.check_labels_prompt),
+    Check("data-summary", I, checks_data.check_data_summary),
+)
+
+#: Every check by id.
+CHECKS: dict[str, Check] = {check.id: check for check in (*CHECKPOINT_CHECKS, *DATA_CHECKS)}
+
+
+def validate_ignore(ignore: Iterable[str]) -> set[str]:
+    """The check ids to skip; an unknown id is a usage error (a typo must not silently skip nothing)."""
+    ids = {part.strip() for item in ignore for part in item.split(",") if part.strip()}
+    unknown = sorted(ids - set(CHECKS))
+    if unknown:
+        raise DoctorInputError(f"unknown check id {', '.join(unknown)} for --ignore; the ids are: {', '.join(CHECKS)}")
+    return ids
+
+
+def run_checks(context: Any, checks: Sequence[Check], report: Report, ignore: set[str]) -> Report:
+    """Run ``checks`` in order on ``context``, filling ``report``; a check that cannot run is listed, with why."""
+    for check in checks:
+        if check.id in ignore:
+            report.not_evaluated.append(Skipped(check.id, "ignored (--ignore)"))
+            continue
+        try:
+            problems = check.run(context)
+        except NotEvaluated as exc:
+            report.not_evaluated.append(Skipped(check.id, exc.why))
+            continue
+        except TurnkitError as exc:  # the template failed on a probe: that is the answer for this check
+            report.not_evaluated.append(Skipped(check.id, f"{type(exc).__name__}: {exc}"))
+            continue
+        report.checks_run.append(check.id)
+        report.findings.extend(
+            Finding(check.id, p.severity or check.severity, p.message, p.fix, p.file) for p in problems
+        )
+    return report
