@@ -25,7 +25,8 @@ The hierarchy::
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
-    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    └── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
 __all__ = [
+    "DoctorInputError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
@@ -199,3 +201,13 @@ class PrepareError(TurnkitError):
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
+
+
+class DoctorInputError(TurnkitError):
+    """The path given to doctor is not something it can audit (unreadable, not a model, no tokenizer).
+
+    The message is kept to one line (a library's multi-line error text is joined), as the command line prints it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))

@@ -18,19 +18,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import DoctorInputError
 
 __all__ = ["DoctorInputError", "Finding", "NotEvaluated", "Problem", "Report", "Severity", "Skipped"]
-
-
-class DoctorInputError(TurnkitError):
-    """The path given to doctor is not something it can audit (unreadable, not a model, no tokenizer).
-
-    The message is kept to one line (a library's multi-line error text is joined), as the command line prints it.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
 
 
 class Severity(StrEnum):
