@@ -34,7 +34,7 @@ from turnkit.encode.history import History
 from turnkit.encode.job import Job, Stage, TrustedDataWarning, take_train_flags
 from turnkit.encode.masks import Masks, selected_messages
 from turnkit.encode.options import EncodeOptions
-from turnkit.encode.tokenize import CharToToken, SegmentCache, Tokenized, encode_pieces, segments
+from turnkit.encode.tokenize import CharToToken, SegmentCache, encode_pieces, encode_text, segments
 from turnkit.errors import EmptyMaskError
 from turnkit.messages import Conversation, normalize_conversation
 from turnkit.template.chat_template import ChatTemplate
@@ -69,22 +69,10 @@ class Encoder:
 
     def _encode_one(self, messages: Conversation, options: EncodeOptions, *, depth: int = 0) -> Encoding:
         job = self.render(messages, options, stacklevel=_USER_FRAMES + depth)
-        return self.finish(job, *self._tokenize(job))
-
-    def _tokenize(self, job: Job) -> Tokenized:
-        binding = self.binding
-        if binding.segment_safe:
-            # Text between control tokens, tokenized once and cached: a system prompt or tool schemas shared by
-            # many conversations are not tokenized again.
-            cut = segments(job.text, job.controls)
-            self.segment_cache.fill([piece for _, piece in cut], self.binding.data)
-            assembled = self.segment_cache.assemble(binding, job.text, job.controls, cut)
-            return assembled.ids, assembled.char_to_token
-        if job.prepared.broken:
-            pieces = encode_pieces(binding, job.text, job.controls)
-            return pieces.ids, pieces.char_to_token
-        encoding = self.binding.encode(job.text)
-        return encoding.ids, encoding.char_to_token
+        tokenized = encode_text(
+            self.binding, self.segment_cache, job.text, job.controls, broken=bool(job.prepared.broken)
+        )
+        return self.finish(job, *tokenized)
 
     def encode_batch(
         self,

@@ -22,7 +22,16 @@ from typing import Any
 
 from turnkit.tokenizer import TokenizerBinding
 
-__all__ = ["CharToToken", "Controls", "Pieces", "SegmentCache", "Tokenized", "encode_pieces", "segments"]
+__all__ = [
+    "CharToToken",
+    "Controls",
+    "Pieces",
+    "SegmentCache",
+    "Tokenized",
+    "encode_pieces",
+    "encode_text",
+    "segments",
+]
 
 #: A control token the template wrote: (start, end, token text) in the render.
 Controls = Sequence[tuple[int, int, str]]
@@ -98,6 +107,25 @@ def encode_pieces(binding: TokenizerBinding, text: str, controls: Controls) -> P
     encoded = binding.data.encode_batch([piece for _, piece in cut], add_special_tokens=False)
     by_start = {at: (e.ids, e.char_to_token) for (at, _), e in zip(cut, encoded, strict=True)}
     return Pieces.build(controls, by_start, binding, len(text))
+
+
+def encode_text(
+    binding: TokenizerBinding, cache: SegmentCache, text: str, controls: Controls, *, broken: bool
+) -> Tokenized:
+    """The ids of one render (``broken``: added-token strings in its data were broken), the right way for the
+    tokenizer: segments through the cache, else pieces, else the whole text in one call."""
+    if binding.segment_safe:
+        # Text between control tokens, tokenized once and cached: a system prompt or tool schemas shared by
+        # many conversations are not tokenized again.
+        cut = segments(text, controls)
+        cache.fill([piece for _, piece in cut], binding.data)
+        assembled = cache.assemble(binding, text, controls, cut)
+        return assembled.ids, assembled.char_to_token
+    if broken:
+        pieces = encode_pieces(binding, text, controls)
+        return pieces.ids, pieces.char_to_token
+    encoding = binding.encode(text)
+    return encoding.ids, encoding.char_to_token
 
 
 class SegmentCache:
