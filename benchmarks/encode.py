@@ -135,7 +135,7 @@ def main() -> None:
     def fresh_cache():
         # Every round is one pass over a dataset: no head start from the text cached in earlier rounds, only what
         # repeats within the pass (the shared system prompt) is found in the cache.
-        fmt.encoder._segment_cache = type(fmt.encoder._segment_cache)()
+        fmt.encoder.segment_cache.clear()
 
     def encode():
         fresh_cache()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ from conversations import WEATHER_TOOL
 
 from turnkit import ChatFormat
 from turnkit.cli import main
+from turnkit.errors import TurnkitError
 
 MESSAGES = [{"role": "system", "content": "Be  brief."}, {"role": "user", "content": "Hi\tthere"}]
 
@@ -113,3 +115,119 @@ def test_encode_family_with_tokenizer_and_errors(tmp_path, capsys, smollm2_hf_fo
     assert "no assistant turn" in capsys.readouterr().err
     assert main(["encode", "--family", "chatml", str(conversation)]) == 2
     assert "no tokenizer" in capsys.readouterr().err
+
+
+def _qwen3_template():
+    from corpus import llamacpp_template_dir
+
+    folder = llamacpp_template_dir()
+    if folder is None or not (folder / "Qwen-Qwen3-0.6B.jinja").is_file():
+        pytest.skip("the Qwen3 template is not available (llama-cpp-python sdist not fetched)")
+    return folder / "Qwen-Qwen3-0.6B.jinja"
+
+
+TWO_TURNS = [
+    {"role": "user", "content": "Is 91 prime?"},
+    {"role": "assistant", "content": "No."},
+    {"role": "user", "content": "And 97?"},
+    {"role": "assistant", "content": "Yes."},
+]
+
+
+def test_encode_split_turns_is_the_way_out_the_error_names(tmp_path, capsys, smollm2_hf_folder):
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps(TWO_TURNS))
+    command = ["encode", "--template", str(_qwen3_template()), "--tokenizer", str(smollm2_hf_folder)]
+    command += ["--token", "eos_token=<|im_end|>", str(conversation)]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "--split-turns" in err and "split_turns=True" not in err and "check_prefix_stable" not in err
+    assert err.count("\n") == 1
+    assert main([*command, "--split-turns"]) == 0
+    out = capsys.readouterr().out
+    assert "example 1 of 2: trains message 1\n" in out and "example 2 of 2: trains message 3\n" in out
+    assert main([*command, "--split-turns", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and all("".join(row["tokens"]) == row["text"] for row in rows)
+
+
+def test_errors_name_the_flags_not_python_arguments(tmp_path, capsys):
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps(TWO_TURNS))
+    assert main(["encode", "--family", "chatml", str(conversation)]) == 2
+    err = capsys.readouterr().err
+    assert "--tokenizer" in err and "--template" in err and "--family" in err
+    assert "tokenizer=" not in err and "from_template" not in err and "with_tokenizer" not in err
+    assert main(["render", "--family", "chatml", "--continue", "--generation-prompt", str(conversation)]) == 2
+    assert "--continue and --generation-prompt exclude each other" in capsys.readouterr().err
+
+
+def test_a_missing_marker_is_one_warning_line(tmp_path, capsys, smollm2_hf_folder):
+    from corpus import llamacpp_template_dir
+
+    folder = llamacpp_template_dir()
+    if folder is None or not (folder / "meta-llama-Llama-3.1-8B-Instruct.jinja").is_file():
+        pytest.skip("the Llama 3.1 template is not available (llama-cpp-python sdist not fetched)")
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps(TWO_TURNS))
+    template = folder / "meta-llama-Llama-3.1-8B-Instruct.jinja"
+    command = ["encode", "--template", str(template), "--tokenizer", str(smollm2_hf_folder), str(conversation)]
+    assert main([*command, "--token", "bos_token=<|begin_of_text|>", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "turnkit: warning: the template writes '<|eot_id|>'" in err and "Traceback" not in err
+
+
+def test_token_takes_name_equals_text(tmp_path, conversation, capsys):
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ bos_token }}|{{ eos_token }}")
+    command = ["render", "--template", str(template), str(conversation)]
+    assert main([*command, "--token", "bos_token=1", "--token", 'eos_token="</s>"']) == 0
+    assert capsys.readouterr().out == "1|</s>"  # text, never a JSON number; a JSON string literal is unquoted
+    with pytest.raises(SystemExit):
+        main([*command, "--token", "bos_token"])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert "--token: expected NAME=TEXT" in error and "KEY=VALUE" not in error
+
+
+def _library_errors(smollm2_hf_folder):
+    """Each library message the command line rewrites, produced by the library itself."""
+    from turnkit.template.sources import TemplateSet
+
+    def no_tokenizer():
+        ChatFormat.from_family("chatml").encode(TWO_TURNS)
+
+    def not_prefix_stable():
+        from corpus import llamacpp_template_dir
+
+        template = (llamacpp_template_dir() / "Qwen-Qwen3-0.6B.jinja").read_text()
+        ChatFormat.from_template(template, tokenizer=smollm2_hf_folder, eos_token="<|im_end|>").encode(TWO_TURNS)
+
+    def several_templates():
+        TemplateSet({"a": "x", "b": "y"}, single=False).select()
+
+    def continue_and_prompt():
+        ChatFormat.from_family("chatml").render(TWO_TURNS, continue_final_message=True, add_generation_prompt=True)
+
+    def continue_without_content():
+        ChatFormat.from_family("chatml").render([*TWO_TURNS, {"role": "assistant"}], continue_final_message=True)
+
+    return [no_tokenizer, not_prefix_stable, several_templates, continue_and_prompt, continue_without_content]
+
+
+def test_every_rewritten_phrase_is_still_the_librarys(smollm2_hf_folder):
+    """FLAG_ADVICE matches library messages by their text: a reworded message must fail here, not slip through."""
+    from turnkit.cli import FLAG_ADVICE, command_line_message
+    from turnkit.tokenizer import TokenizerBinding
+
+    smollm2 = TokenizerBinding.from_folder(smollm2_hf_folder)
+    messages = []
+    for produce in _library_errors(smollm2):
+        with pytest.raises((TurnkitError, ValueError)) as caught:
+            produce()
+        messages.append(str(caught.value))
+    for library, _ in FLAG_ADVICE:
+        assert any(library in message for message in messages), f"no library message says {library!r} any more"
+    for message in messages:
+        rewritten = command_line_message(message)
+        assert not re.search(r"\b[a-z]+(_[a-z]+)+=|\(\)", rewritten), rewritten
+    assert command_line_message("turns='last' and") == "--turns last and"

@@ -8,7 +8,7 @@ The public API:
 * :mod:`turnkit.families`: the built-in families and ``infer``.
 * :func:`parse_transcript`: a ChatML transcript back to messages; ``fmt.parse`` / ``fmt.stream_parser`` for replies.
 * :class:`Encoding` (from :mod:`turnkit.encode`, imported on first use: numpy and tokenizers are not loaded by a
-  plain render).
+  plain render), and the warnings an encode may emit: :class:`TrustedDataWarning`, :class:`MissingControlTokenWarning`.
 * The errors, all derived from :class:`TurnkitError` and all defined in :mod:`turnkit.errors`.
 """
 
@@ -44,7 +44,7 @@ from turnkit.template import RenderLimits, function_schema
 
 __version__ = "0.1.0"
 
-_LAZY = {"Encoding"}
+_LAZY = {"Encoding", "MissingControlTokenWarning", "TrustedDataWarning"}
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +67,7 @@ __all__ = [
     "InputError",
     "Message",
     "MessageError",
+    "MissingControlTokenWarning",
     "PrepareError",
     "RecordError",
     "RenderLimits",
@@ -81,6 +82,7 @@ __all__ = [
     "ToolCall",
     "ToolSchemaError",
     "TranscriptError",
+    "TrustedDataWarning",
     "TurnkitError",
     "UnknownReplyFormatError",
     "__version__",

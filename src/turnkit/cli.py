@@ -4,13 +4,14 @@
 prints the exact text a conversation renders to. ``--show`` makes whitespace and special tokens visible.
 
 ``turnkit encode ...`` shows its tokens: the boundaries, which tokens are trained and which came from data (colours
-on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability.
+on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability and
+``--split-turns`` encodes one example per trained turn (for templates that are not prefix-stable).
 
 ``turnkit inspect CONV.json --model PATH [-o PAGE.html]`` writes one self-contained HTML page of its tokens;
 ``--data SHARDS`` does the same for rows sampled from ``turnkit prepare``'s shards.
 
 Errors are printed as one clear line (``turnkit: error: message 2, field 'role': ...``) with exit status 2, never as a
-stack trace.
+stack trace; advice in the library's messages that names Python arguments is given as the flags instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,34 @@ _MARKER = re.compile(r"<\|[^\s|<>]{1,48}\|>|<｜[^｜\s]{1,48}｜>|\[/?[A-Z][A-Z
 
 class UsageError(Exception):
     """A problem with the command line or its input files (reported without a stack trace)."""
+
+
+#: The library's advice names Python arguments and methods; a command-line user needs the flags instead. Each left
+#: side is a phrase of a library message (tests/test_cli.py checks that every one still occurs in the library, so a
+#: reworded message cannot slip past this table); the library keeps its own wording for library users.
+FLAG_ADVICE: tuple[tuple[str, str], ...] = (
+    (
+        "this ChatFormat has no tokenizer: build it with from_pretrained, or pass tokenizer= to from_template / "
+        "from_family, or call with_tokenizer()",
+        "--template and --family give no tokenizer: add --tokenizer PATH (a model folder or a .gguf file), or "
+        "use --model PATH",
+    ),
+    ("encode with split_turns=True (see check_prefix_stable)", "rerun with --split-turns (--check-prefix shows where)"),
+    ("pass template_name= one of", "pass --template-name with one of"),
+    (
+        "continue_final_message and add_generation_prompt exclude each other",
+        "--continue and --generation-prompt exclude each other",
+    ),
+    ("continue_final_message is set", "--continue is set"),
+)
+_TURNS_ADVICE = re.compile(r"\bturns='(all|last|none)'")
+
+
+def command_line_message(message: str) -> str:
+    """A library error message with its Python advice replaced by the command-line flags that do the same."""
+    for library, flags in FLAG_ADVICE:
+        message = message.replace(library, flags)
+    return _TURNS_ADVICE.sub(r"--turns \1", message)
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -169,31 +199,44 @@ def _cmd_encode(args: argparse.Namespace) -> int:
             if not diff.agrees:
                 sys.stdout.write(str(diff) + "\n")
         return 0 if report else 1
-    encoding = fmt.encode(
-        messages,
-        tools=tools,
-        add_generation_prompt=args.generation_prompt,
-        turns=args.turns,
-        train_end_marker=not args.no_end_marker,
-        template_name=args.template_name,
-        **variables,
-    )
-    pieces = [fmt.tokenizer.decode([int(i)]) for i in encoding.input_ids]
-    if args.json:
-        payload = {
-            **encoding.to_dict(),
-            "message_index": encoding.message_index.tolist(),
-            "is_data": encoding.is_data.tolist(),
-            "tokens": pieces,
-            "text": encoding.text,
-            "control_counts": encoding.control_counts,
-        }
-        json.dump(payload, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
-    elif sys.stdout.isatty():
-        sys.stdout.write(_token_colours(encoding, pieces))
-    else:
-        sys.stdout.write(_token_table(encoding, pieces))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        encoded = fmt.encode(
+            messages,
+            tools=tools,
+            add_generation_prompt=args.generation_prompt,
+            turns=args.turns,
+            train_end_marker=not args.no_end_marker,
+            template_name=args.template_name,
+            split_turns=args.split_turns,
+            **variables,
+        )
+    for warning in caught:  # one line each, like errors (a marker the tokenizer lacks, trusted data)
+        print(f"turnkit: warning: {warning.message}", file=sys.stderr)
+    examples = encoded if isinstance(encoded, list) else [encoded]
+    for number, encoding in enumerate(examples, start=1):
+        pieces = [fmt.tokenizer.decode([int(i)]) for i in encoding.input_ids]
+        if args.json:
+            payload = {
+                **encoding.to_dict(),
+                "message_index": encoding.message_index.tolist(),
+                "is_data": encoding.is_data.tolist(),
+                "tokens": pieces,
+                "text": encoding.text,
+                "control_counts": encoding.control_counts,
+            }
+            json.dump(payload, sys.stdout, ensure_ascii=False)
+            sys.stdout.write("\n")
+            continue
+        if args.split_turns:
+            trained = sorted({int(i) for i in encoding.message_index[encoding.assistant_mask.astype(bool)]})
+            if number > 1:
+                sys.stdout.write("\n")
+            sys.stdout.write(f"example {number} of {len(examples)}: trains message {', '.join(map(str, trained))}\n")
+        if sys.stdout.isatty():
+            sys.stdout.write(_token_colours(encoding, pieces))
+        else:
+            sys.stdout.write(_token_table(encoding, pieces))
     return 0
 
 
@@ -329,6 +372,21 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _name_text(text: str) -> tuple[str, str]:
+    """``NAME=TEXT`` for ``--token``: a special token is text (a JSON string literal is accepted and unquoted)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=TEXT (e.g. bos_token='<s>'), got {text!r}")
+    if value.startswith('"'):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, str):
+            return name, decoded
+    return name, value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turnkit", description="Chat formatting that is correct by construction.")
     parser.add_argument("--version", action="version", version=f"turnkit {__version__}")
@@ -352,7 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--tokenizer", metavar="PATH", help="tokenizer for --template/--family (folder or .gguf)")
     encode.add_argument("--turns", choices=["all", "last", "none"], default="all", help="assistant turns to train")
     encode.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
-    encode.add_argument("--json", action="store_true", help="machine-readable output")
+    encode.add_argument(
+        "--split-turns",
+        action="store_true",
+        help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
+    )
+    encode.add_argument("--json", action="store_true", help="machine-readable output (one JSON object per example)")
     encode.add_argument(
         "--check-prefix",
         action="store_true",
@@ -460,7 +523,7 @@ def _add_format_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--token",
         metavar="NAME=TEXT",
-        type=_key_value,
+        type=_name_text,
         action="append",
         help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
     )
@@ -479,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (TurnkitError, UsageError, ValueError) as exc:
-        print(f"turnkit: error: {exc}", file=sys.stderr)
+        print(f"turnkit: error: {command_line_message(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnkit.doctor.findings import NotEvaluated
+from turnkit.encode.controls import MARKER_SHAPES
 from turnkit.errors import TemplateError
 from turnkit.format import ChatFormat
 
@@ -32,13 +33,8 @@ SYSTEM, USER_1, ASSISTANT_1 = "Probe system text.", "First probe question?", "Fi
 USER_2, ASSISTANT_2 = "Second probe question?", "Second probe answer."
 
 #: Marker shapes a tokenizer may fail to hold as one token (an added token is found by the tokenizer's own list).
-#: These are markers wherever they appear.
-STRONG_SHAPES = re.compile(
-    r"<\|[^\s|<>]{1,48}\|>"  # <|im_start|>, <|eot_id|>, <|START_OF_TURN_TOKEN|>
-    r"|<｜[^｜\s]{1,48}｜>"  # DeepSeek's full-width bars
-    r"|<\|[A-Za-z_]{1,30}>|<[A-Za-z_]{1,30}\|>"  # Gemma 4's <|turn> and <turn|>
-    r"|</?s>"  # Llama 2 / Mistral BOS and EOS
-)
+#: These are markers wherever they appear; encode warns about the same shapes (one table, in encode/controls.py).
+STRONG_SHAPES = MARKER_SHAPES
 #: Shapes that are also written as plain text (XML-like tags in a default system prompt): markers only where the
 #: template writes them between turns.
 WEAK_SHAPES = re.compile(

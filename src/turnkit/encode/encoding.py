@@ -88,7 +88,7 @@ class Encoding:
     @classmethod
     def from_arrays(
         cls,
-        input_ids: Sequence[int],
+        input_ids: Sequence[int] | np.ndarray,
         mask: np.ndarray,
         message_index: np.ndarray,
         is_data: np.ndarray,

@@ -5,6 +5,9 @@ the whole conversation in one example assumes that this prompt is a prefix of ``
 rewrite history break that: Qwen3 drops the reasoning of earlier turns, DeepSeek-R1 pre-writes ``<think>\\n`` in the
 generation prompt but not in history, Mistral moves the system message to the last user turn. Then each turn must be
 trained as its own example (``encode(..., split_turns=True)``).
+
+The encoder checks the same two things for each turn it trains (:mod:`turnkit.encode.history`), with the helpers
+here, so that ``encode`` refuses exactly what :func:`check_prefix_stable` reports.
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PrefixReport", "PromptDiff", "TurnCheck", "check_prefix_stable", "diff_prompts"]
+__all__ = [
+    "PrefixReport",
+    "PromptDiff",
+    "TurnCheck",
+    "as_generated",
+    "check_prefix_stable",
+    "compare_turn",
+    "diff_prompts",
+    "serving_prompt",
+]
 
 _CONTEXT = 40
 
@@ -80,26 +92,42 @@ def _first_difference(a: str, b: str) -> int:
     return size
 
 
+def serving_prompt(render: Callable[..., str], chat: Sequence[dict[str, Any]], index: int, **kwargs: Any) -> str:
+    """What the model sees before it writes turn ``index``: the messages before it, with the generation prompt."""
+    return render(chat[:index], add_generation_prompt=True, **kwargs) if index else ""
+
+
+def as_generated(render: Callable[..., str], chat: Sequence[dict[str, Any]], index: int, **kwargs: Any) -> str:
+    """Turn ``index`` as the model generated it: rendered as the last message."""
+    return render(chat[: index + 1], add_generation_prompt=False, **kwargs)
+
+
+def compare_turn(index: int, full: str, *, prompt: str | None = None, generated: str | None = None) -> TurnCheck:
+    """Check turn ``index``'s serving prompt and the turn as generated (each when given) against the full render."""
+    prompt_stable = prompt is None or full.startswith(prompt)
+    turn_stable = generated is None or full.startswith(generated)
+    if prompt_stable and turn_stable:
+        return TurnCheck(index, True, True)
+    expected = prompt if not prompt_stable else generated
+    assert expected is not None
+    at = _first_difference(expected, full)
+    lo = max(0, at - _CONTEXT)
+    return TurnCheck(index, prompt_stable, turn_stable, at, expected[lo : at + _CONTEXT], full[lo : at + _CONTEXT])
+
+
 def check_prefix_stable(render: Callable[..., str], chat: Sequence[dict[str, Any]], **kwargs: Any) -> PrefixReport:
     """Check every assistant turn: its serving prompt, and the turn itself, against the full training render."""
     full = render(chat, add_generation_prompt=False, **kwargs)
-    turns = []
-    for index, message in enumerate(chat):
-        if message["role"] != "assistant":
-            continue
-        prompt = render(chat[:index], add_generation_prompt=True, **kwargs) if index else ""
-        generated = render(chat[: index + 1], add_generation_prompt=False, **kwargs)
-        prompt_stable = full.startswith(prompt)
-        turn_stable = full.startswith(generated)
-        if prompt_stable and turn_stable:
-            turns.append(TurnCheck(index, True, True))
-            continue
-        expected = prompt if not prompt_stable else generated
-        at = _first_difference(expected, full)
-        lo = max(0, at - _CONTEXT)
-        turns.append(
-            TurnCheck(index, prompt_stable, turn_stable, at, expected[lo : at + _CONTEXT], full[lo : at + _CONTEXT])
+    turns = [
+        compare_turn(
+            index,
+            full,
+            prompt=serving_prompt(render, chat, index, **kwargs),
+            generated=as_generated(render, chat, index, **kwargs),
         )
+        for index, message in enumerate(chat)
+        if message["role"] == "assistant"
+    ]
     return PrefixReport(turns)
 
 

@@ -1,0 +1,131 @@
+"""What the template writes around a turn when it is rendered on its own: headers, serving prompts, rewritten history.
+
+Masks without ``{% generation %}`` blocks locate a trained turn from renders of the conversation cut short: the
+generation-prompt header (``<|im_start|>assistant\\n``) is the difference between the messages before the turn rendered
+with and without the generation prompt; where the header cannot be found, the serving prompt itself marks the start.
+
+The same renders tell when one example cannot train a turn in the context the model sees at inference, the two checks
+of :func:`turnkit.encode.prefix.check_prefix_stable` (whose helpers are used here, so that ``encode`` refuses exactly
+what the prefix check reports):
+
+* the serving prompt (the messages before the turn, with the generation prompt) must be a prefix of the full render;
+* the turn rendered as the last message (as the model generated it) must be a prefix too. Templates that rewrite
+  history fail this: Qwen3 drops the reasoning of a turn once a later user turn follows, and without reasoning it
+  writes an empty ``<think>\\n\\n</think>\\n\\n`` before the *last* assistant turn only. Training such turns in the
+  full conversation teaches two shapes of reply at once; ``split_turns=True`` trains each in its own context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from turnkit.encode.prefix import TurnCheck, as_generated, compare_turn, serving_prompt
+from turnkit.errors import EncodeError, TemplateError
+from turnkit.template.chat_template import ChatTemplate
+
+if TYPE_CHECKING:
+    from turnkit.encode.job import Job
+
+__all__ = ["History"]
+
+
+class History:
+    """Renders of a conversation cut short, for one template; the generation-prompt header is cached per set-up."""
+
+    def __init__(self, template: ChatTemplate) -> None:
+        self.template = template
+        self._headers: dict[tuple[str, str], str | None] = {}
+
+    def render(self, job: Job, chat: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
+        """A plain render (no provenance) of ``chat`` with the job's tools, template and variables."""
+        return self.template.render(
+            chat,
+            tools=job.tools,
+            add_generation_prompt=add_generation_prompt,
+            template_name=job.template_name,
+            template_kwargs=job.variables,
+        ).text
+
+    def header(self, job: Job, index: int) -> str | None:
+        """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
+        tools, variables = job.tools, job.variables
+        key = (
+            self.template.source(job.template_name, tools=tools),
+            repr((tools is not None, sorted(variables.items()))),
+        )
+        if key in self._headers:
+            return self._headers[key]
+        header = None
+        prefix = job.chat[:index]
+        if prefix:
+            try:
+                with_prompt = self.render(job, prefix, add_generation_prompt=True)
+                without = self.render(job, prefix)
+            except TemplateError:
+                return None  # this prefix is not renderable alone; try again with another turn
+            if with_prompt.startswith(without) and len(with_prompt) > len(without):
+                header = with_prompt[len(without) :]
+        self._headers[key] = header
+        return header
+
+    def prompt_start(self, job: Job, index: int) -> int:
+        """Where turn ``index`` starts: the end of its serving prompt, which must be a prefix of the full render."""
+        prompt = serving_prompt(self._renderer(job), job.chat, index)
+        check = compare_turn(index, job.text, prompt=prompt)
+        if not check.prompt_stable:
+            raise EncodeError(
+                f"the template is not prefix-stable at message {index}: the prompt the model sees for this turn is "
+                "not a prefix of the full render, so one example cannot train it in its inference context; encode "
+                f"with split_turns=True (see check_prefix_stable); {_where(check)}"
+            )
+        return len(prompt)
+
+    def ending(self, job: Job, index: int) -> str:
+        """The render of the conversation up to turn ``index``: where the template ends the turn when it is last."""
+        return self._generated(job, index)
+
+    def check_as_generated(self, job: Job, selected: Iterable[int]) -> None:
+        """Each trained turn followed by later messages must render as the model generated it (as the last message).
+
+        Every such turn costs one render of the conversation up to it; the last message is its own generated form.
+        """
+        chat = job.chat
+        for index in sorted(selected):
+            if index >= len(chat) - 1:
+                continue
+            check = compare_turn(index, job.text, generated=self._generated(job, index))
+            if not check.turn_stable:
+                message = chat[index]
+                why = (
+                    "its reasoning is dropped"
+                    if "reasoning_content" in message or "<think>" in str(message.get("content", ""))
+                    else "the template writes the last assistant turn differently"
+                )
+                raise EncodeError(
+                    f"the template is not prefix-stable at message {index}: it renders this turn differently once "
+                    f"later messages follow ({why}), so training it in the full conversation teaches the wrong reply; "
+                    f"encode with split_turns=True (see check_prefix_stable); {_where(check)}"
+                )
+
+    def _generated(self, job: Job, index: int) -> str:
+        """Turn ``index`` rendered as the last message, once per job (mask location and the check both need it)."""
+        found = job.generated.get(index)
+        if found is None:
+            found = job.generated[index] = as_generated(self._renderer(job), job.chat, index)
+        return found
+
+    def _renderer(self, job: Job) -> Any:
+        def render(chat: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
+            return self.render(job, chat, add_generation_prompt=add_generation_prompt)
+
+        return render
+
+
+def _where(check: TurnCheck) -> str:
+    """Where a turn breaks, on one line (a command line prints an error as one line)."""
+    what = "the serving prompt" if not check.prompt_stable else "the turn as generated"
+    return (
+        f"at character {check.offset}, {what} reads {check.expected_excerpt!r} and the full render "
+        f"{check.render_excerpt!r}"
+    )

@@ -1,0 +1,125 @@
+"""Stage 1 of an encode: a conversation checked, prepared and rendered with provenance, waiting for its token ids.
+
+Rendering is cheap (tens of microseconds) and tokenizing is most of the cost, so the stages are separate objects:
+``encode_batch`` renders one chunk of conversations while the tokenizer's threads encode the previous one. A
+:class:`Job` is everything the later stages (tokenize, check, attribute, mask) need from the first.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
+from turnkit.encode.marking import DataMarker, Prepared
+from turnkit.encode.options import EncodeOptions, Tools
+from turnkit.errors import EncodeError, MessageError
+from turnkit.messages import Conversation, normalize_conversation, plain_data
+from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.render import Rendered, render_prepared
+from turnkit.template.tools import tool_schemas
+from turnkit.tokenizer import TokenizerBinding
+
+__all__ = ["Job", "Stage", "TrustedDataWarning", "take_train_flags"]
+
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+class TrustedDataWarning(UserWarning):
+    """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
+
+
+@dataclass
+class Job:
+    """A conversation after stage 1 (rendered), waiting for its token ids."""
+
+    chat: list[dict[str, Any]]
+    flags: dict[int, bool]
+    prepared: Prepared
+    rendered: Rendered
+    text: str
+    controls: list[tuple[int, int, str]]
+    use_blocks: bool
+    add_generation_prompt: bool
+    template_name: str | None
+    tools: Tools | None
+    variables: dict[str, Any]
+    options: EncodeOptions
+    #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
+    generated: dict[int, str] = field(default_factory=dict)
+
+
+def take_train_flags(chat: list[dict[str, Any]]) -> dict[int, bool]:
+    """Remove turnkit's per-message ``train`` flags (templates never see them) and return them by message index."""
+    flags = {}
+    for index, message in enumerate(chat):
+        if "train" in message:
+            value = message.pop("train")
+            if not isinstance(value, bool):
+                raise MessageError("train must be true or false", index=index, field="train")
+            if value and message["role"] != "assistant":
+                raise MessageError("only assistant turns can be trained", index=index, field="train")
+            flags[index] = value
+    return flags
+
+
+class Stage:
+    """Stage 1 for one template and tokenizer: normalise, check, prepare the data, render, find the control tokens."""
+
+    def __init__(self, template: ChatTemplate, binding: TokenizerBinding) -> None:
+        self.template = template
+        self.binding = binding
+        self.marker = DataMarker(binding)
+        bos_eos = (template.special_tokens.get("bos_token"), template.eos_token)
+        self.missing = MissingMarkers(binding, [*template.end_markers, *(t for t in bos_eos if isinstance(t, str))])
+
+    def __call__(self, messages: Conversation, options: EncodeOptions, *, stacklevel: int = 1) -> Job:
+        tools, documents, template_name = options.tools, options.documents, options.template_name
+        add_generation_prompt = options.add_generation_prompt
+        source = self.template.source(template_name, tools=tools)
+        chat = normalize_conversation(messages)
+        flags = take_train_flags(chat)
+        check_roles(self.binding, chat)
+        if options.trust_data:
+            warnings.warn(
+                "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
+                "for data a user or a model wrote",
+                TrustedDataWarning,
+                stacklevel=stacklevel + 1,
+            )
+        schemas = plain_data(tool_schemas(tools))
+        docs = plain_data(list(documents)) if documents is not None else None
+        variables = plain_data(dict(options.template_kwargs))
+        prepared = self.marker.prepare(chat, schemas, docs, variables, neutralize=not options.trust_data)
+        has_blocks = bool(_GENERATION_TAG.search(source))
+        if options.masks == "generation" and not has_blocks:
+            raise EncodeError("masks='generation' but the template has no {% generation %} blocks")
+        use_blocks = has_blocks and options.masks != "turns"
+        context = {
+            "messages": prepared.chat,
+            "tools": prepared.tools,
+            "documents": prepared.documents,
+            "add_generation_prompt": add_generation_prompt,
+            **self.template.special_tokens,
+            **prepared.variables,
+        }
+        rendered = render_prepared(source, context, limits=self.template.limits, track_generation=use_blocks)
+        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
+        controls = find_controls(self.binding, rendered.text)
+        text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
+        return Job(
+            chat,
+            flags,
+            prepared,
+            rendered,
+            text,
+            controls,
+            use_blocks,
+            add_generation_prompt,
+            template_name,
+            tools,
+            variables,
+            options,
+        )
