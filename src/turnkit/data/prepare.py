@@ -190,8 +190,12 @@ class _ShardWorker:
         self.config = config
 
     def run(self, index: int, records: list[RawRecord]) -> tuple[int, Any, dict[str, Any]]:
+        import ray
+
         result = process_records(records, self.config)
-        return index, _table(result.rows), _summary(index, self.config, result)
+        summary = _summary(index, self.config, result)
+        summary["ray_node"] = ray.get_runtime_context().get_node_id()  # where it ran (not in the manifest's totals)
+        return index, _table(result.rows), summary
 
 
 def _ray(
