@@ -159,6 +159,9 @@ def _done(folder: Path, index: int, fingerprint: str) -> dict[str, Any] | None:
 def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: int, size: int, progress: _Progress):
     fingerprint = _fingerprint(config)
     pending: set[Future[dict[str, Any]]] = set()
+    if workers > 1:
+        # load the format and its tokenizer paths once, before the workers fork: they start with them loaded
+        _format(config.model).tokenizer.data  # noqa: B018 - a cached property, built here
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
     try:
         for index, records in enumerate(_shards(inputs, size)):
