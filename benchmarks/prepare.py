@@ -169,8 +169,8 @@ def _memory(work: Path, model: Path, count: int, workers: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--conversations", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, each on fresh data")
+    parser.add_argument("--conversations", type=int, default=3_000)
+    parser.add_argument("--repeats", type=int, default=6, help="runs of each variant, each on fresh data")
     parser.add_argument("--memory", type=int, metavar="N", help="instead: peak RSS of prepare on N records")
     parser.add_argument("--memory-workers", type=int, default=2)
     args = parser.parse_args()
@@ -196,23 +196,28 @@ def main() -> None:
             # fresh conversations every repetition: no cache carries over from an earlier one
             data = work / f"data-{repeat}.jsonl"
             records = _write(data, n, seed=repeat)
-            base_seconds, tokens = _baseline(tokenizer, records)
-            seconds = {}
-            for workers in (1, 2):
-                out = work / f"out-{repeat}-{workers}"
+            seconds: dict[str, float] = {}
+            variants = ["baseline", "1", "2"]
+            for variant in variants[repeat % 3 :] + variants[: repeat % 3]:  # the order rotates: load drifts
+                if variant == "baseline":
+                    seconds[variant], tokens = _baseline(tokenizer, records)
+                    continue
+                out = work / f"out-{repeat}-{variant}"
+                config = PrepareConfig(model=str(model))
                 start = time.perf_counter()
-                manifest = prepare([str(data)], out, PrepareConfig(model=str(model)), workers=workers, progress=False)
-                seconds[workers] = time.perf_counter() - start
+                manifest = prepare([str(data)], out, config, workers=int(variant), progress=False)
+                seconds[variant] = time.perf_counter() - start
                 assert manifest["counts"]["written"] == n, manifest["counts"]
-                assert manifest["tokens"] == tokens, (manifest["tokens"], tokens)
                 shutil.rmtree(out)
-            rates["baseline"].append(n / base_seconds)
-            rates["1"].append(n / seconds[1])
-            rates["2"].append(n / seconds[2])
-            ratios["1/base"].append(base_seconds / seconds[1])
-            ratios["2/1"].append(seconds[1] / seconds[2])
-            print(f"run {repeat + 1}: baseline {n / base_seconds:,.0f}/s, 1 worker {n / seconds[1]:,.0f}/s, "
-                  f"2 workers {n / seconds[2]:,.0f}/s", flush=True)  # fmt: skip
+            assert manifest["tokens"] == tokens, (manifest["tokens"], tokens)
+            base, one, two = seconds["baseline"], seconds["1"], seconds["2"]
+            rates["baseline"].append(n / base)
+            rates["1"].append(n / one)
+            rates["2"].append(n / two)
+            ratios["1/base"].append(base / one)
+            ratios["2/1"].append(one / two)
+            print(f"run {repeat + 1}: baseline {n / base:,.0f}/s, 1 worker {n / one:,.0f}/s, 2 workers {n / two:,.0f}/s"
+                  f" (1 worker / baseline {base / one:.2f}, 2 / 1 {one / two:.2f})", flush=True)  # fmt: skip
         med = statistics.median
         print(f"\n{n:,} conversations per run, {tokens / n:.0f} tokens each, medians of {args.repeats} runs")
         print(f"tokenizer path: {manifest['tokenizer_path']}\n")

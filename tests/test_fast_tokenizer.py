@@ -323,5 +323,5 @@ def test_without_tiktoken_it_says_so(smollm2: TokenizerBinding, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "tiktoken", None)
-    fast, why = build_fast_tokenizer(smollm2.backend, smollm2.data_tokenizer)
+    fast, why = build_fast_tokenizer(smollm2.data_tokenizer)
     assert fast is None and "tiktoken is not installed" in why

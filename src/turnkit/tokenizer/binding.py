@@ -154,7 +154,7 @@ class TokenizerBinding:
 
     @cached_property
     def _fast(self) -> tuple[FastTokenizer | None, str]:
-        return build_fast_tokenizer(self.backend, self.data_tokenizer)
+        return build_fast_tokenizer(self.data_tokenizer)
 
     @property
     def data(self) -> FastTokenizer | tokenizers.Tokenizer:

@@ -103,9 +103,9 @@ def _normalizer_is_nfc(spec: Any) -> bool:
     raise ValueError(f"normalizer {kinds} is not supported (only none or NFC)")
 
 
-def fast_plan(backend: tokenizers.Tokenizer) -> FastPlan:
+def fast_plan(tokenizer: tokenizers.Tokenizer) -> FastPlan:
     """Decide from the tokenizer's definition whether tiktoken gives the same ids; ValueError says why not."""
-    spec = json.loads(backend.to_str())
+    spec = json.loads(tokenizer.to_str())
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
         raise ValueError(f"model {model.get('type')} is not BPE")
@@ -266,27 +266,34 @@ class FastTokenizer:
         return sum(lengths[i] for i in ids) == len(text.encode("utf-8"))
 
 
-_PLANS: dict[str, FastPlan | str] = {}
+_BUILT: dict[str, tuple[FastTokenizer | None, str]] = {}
 
 
-def build_fast_tokenizer(backend: tokenizers.Tokenizer, twin: tokenizers.Tokenizer) -> tuple[FastTokenizer | None, str]:
-    """The fast tokenizer for ``twin`` (``backend`` without added tokens), or None; and a line saying which path."""
+def build_fast_tokenizer(twin: tokenizers.Tokenizer) -> tuple[FastTokenizer | None, str]:
+    """The fast tokenizer for ``twin`` (a tokenizer without added tokens), or None; and a line saying which path.
+
+    Deciding costs about a second for a 150k vocabulary, so it is done once per process for each distinct twin
+    (copies of a tokenizer that differ only in added tokens share it).
+    """
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None, f"tokenizers ({ENV_SWITCH}=0)"
     try:
         import tiktoken  # noqa: F401
     except ImportError:
         return None, "tokenizers (tiktoken is not installed: pip install 'turnkit[fast]')"
-    definition = backend.to_str()
-    key = hashlib.sha256(definition.encode()).hexdigest()
-    if key not in _PLANS:  # deciding costs about a second for a 150k vocabulary: once per tokenizer and process
-        try:
-            _PLANS[key] = fast_plan(backend)
-        except ValueError as exc:
-            _PLANS[key] = str(exc)
-    plan = _PLANS[key]
-    if isinstance(plan, str):
-        return None, f"tokenizers (not provably equal to tiktoken: {plan})"
+    key = hashlib.sha256(twin.to_str().encode()).hexdigest()
+    if key not in _BUILT:
+        if len(_BUILT) >= 8:
+            del _BUILT[next(iter(_BUILT))]
+        _BUILT[key] = _build(twin)
+    return _BUILT[key]
+
+
+def _build(twin: tokenizers.Tokenizer) -> tuple[FastTokenizer | None, str]:
+    try:
+        plan = fast_plan(twin)
+    except ValueError as exc:
+        return None, f"tokenizers (not provably equal to tiktoken: {exc})"
     try:
         fast = FastTokenizer(plan, twin)
     except Exception as exc:  # noqa: BLE001 - tiktoken refuses a pattern or ranks in several ways
