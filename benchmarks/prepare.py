@@ -189,6 +189,9 @@ def main() -> None:
 
         tokenizer = AutoTokenizer.from_pretrained(model)
         n = args.conversations
+        # warm up, as the baseline's tokenizer is loaded before it is timed: turnkit's format, loaded once a process
+        _write(work / "warm.jsonl", 20, seed=-1)
+        prepare([str(work / "warm.jsonl")], work / "warm", PrepareConfig(model=str(model)), progress=False)
         rates: dict[str, list[float]] = {"baseline": [], "1": [], "2": []}
         ratios: dict[str, list[float]] = {"1/base": [], "2/1": []}
         tokens = 0
