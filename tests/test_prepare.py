@@ -91,6 +91,57 @@ def test_broken_records_are_rejected_with_line_and_field(tmp_path, model):
     assert sum(manifest["counts"]["rejected_by_reason"].values()) == 9
 
 
+def test_records_keep_their_ids_and_rejects_are_counted_by_whole_reasons(tmp_path, model):
+    sharegpt = {"id": "conv-9", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    alien = {"id": "conv-10", "conversations": [{"from": "alien", "value": "x"}]}
+    lines = [
+        json.dumps({"id": "conv-7", **GOOD}),
+        json.dumps({"id": 12, **GOOD}),
+        json.dumps(GOOD),
+        json.dumps(sharegpt),
+        json.dumps(alien),
+    ]
+    data = _jsonl(tmp_path / "d.jsonl", lines)
+    manifest, rejects, rows = _run(tmp_path / "auto", [data], model)
+    assert [(r["record_id"], r["source"]) for r in rows] == [
+        ("conv-7", "d.jsonl:1"),
+        ("12", "d.jsonl:2"),
+        ("d.jsonl:3", "d.jsonl:3"),
+        ("conv-9", "d.jsonl:4"),
+    ]
+    assert rejects == [
+        {
+            "record_id": "conv-10",
+            "source": "d.jsonl:5",
+            "reason": "unknown speaker 'alien' (known: ['assistant', 'function_call', 'function_response', 'gpt', "
+            "'human', 'observation', 'system', 'tool', 'user'])",
+            "field": "conversations[0].from",
+        }
+    ]
+    assert manifest["counts"]["rejected_by_reason"] == {"unknown speaker …": 1}
+    assert manifest["tokenizer_path"].startswith(("tiktoken", "tokenizers"))
+    assert manifest["id_field"].startswith("id (where present")
+
+    # ShareGPT data read as OpenAI: the field is missing, and the reject says so
+    manifest, rejects, _ = _run(tmp_path / "openai", [data], model, input_format="openai")
+    reasons = {r["record_id"]: r["reason"] for r in rejects}
+    assert reasons["conv-9"] == "the record has no messages field for --format openai (it has: conversations, id)"
+    assert manifest["counts"]["rejected_by_reason"] == {"the record has no messages field for --format openai": 2}
+
+    # a named id field: records without it are rejected, and say why
+    data = _jsonl(tmp_path / "u.jsonl", [json.dumps({"uid": "a1", **GOOD}), json.dumps(GOOD)])
+    manifest, rejects, rows = _run(tmp_path / "uid", [data], model, id_field="uid")
+    assert [r["record_id"] for r in rows] == ["a1"] and manifest["id_field"] == "uid"
+    assert rejects == [
+        {
+            "record_id": "u.jsonl:2",
+            "source": "u.jsonl:2",
+            "reason": "the record has no uid field (--id-field)",
+            "field": "uid",
+        }
+    ]
+
+
 def test_every_input_kind(tmp_path, model):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -331,9 +331,16 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         train_end_marker=not args.no_end_marker,
         split_turns=args.split_turns,
         markers=args.markers,
+        id_field=args.id_field,
     )
     manifest = prepare(
-        args.inputs, args.out, config, workers=args.workers, engine=args.engine, shard_records=args.shard_records
+        args.inputs,
+        args.out,
+        config,
+        workers=args.workers,
+        engine=args.engine,
+        shard_records=args.shard_records,
+        ray_address=args.ray_address,
     )
     print(report(manifest))
     print(f"\nwrote {args.out}/manifest.json, {args.out}/rejects.jsonl and {len(manifest['files'])} Parquet files")
@@ -468,8 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="keep",
         help="control-marker strings found in data: keep as text (safe), reject, or strip",
     )
+    prep.add_argument(
+        "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
+    )
     prep.add_argument("--workers", type=int, default=1, metavar="N")
     prep.add_argument("--engine", choices=["local", "ray"], default="local")
+    prep.add_argument(
+        "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
+    )
     prep.add_argument("--shard-records", type=int, default=1024, metavar="N", help="records per output shard")
     prep.set_defaults(handler=_cmd_prepare)
 

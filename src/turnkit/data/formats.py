@@ -55,9 +55,17 @@ def _tools(record: dict[str, Any], fields: FieldMap) -> list[Any] | None:
     return tools
 
 
+def _field(record: dict[str, Any], key: str, kind: str) -> Any:
+    """The record's conversation field; a record without it says so (and what it has), not that it is malformed."""
+    if key not in record:
+        has = ", ".join(sorted(map(str, record))[:8]) or "no fields"
+        raise RecordError(f"the record has no {key} field for --format {kind} (it has: {has})", key)
+    return record[key]
+
+
 def _openai(record: dict[str, Any], fields: FieldMap) -> tuple[list[Any], list[Any] | None]:
     key = fields.messages or "messages"
-    messages = record.get(key)
+    messages = _field(record, key, "openai")
     if not isinstance(messages, list):
         raise RecordError(f"{key} must be a list of messages", key)
     return messages, _tools(record, fields)
@@ -65,7 +73,7 @@ def _openai(record: dict[str, Any], fields: FieldMap) -> tuple[list[Any], list[A
 
 def _sharegpt(record: dict[str, Any], fields: FieldMap) -> tuple[list[Any], list[Any] | None]:
     key = fields.messages or "conversations"
-    turns = record.get(key)
+    turns = _field(record, key, "sharegpt")
     if not isinstance(turns, list):
         raise RecordError(f"{key} must be a list of turns", key)
     messages: list[dict[str, Any]] = []

@@ -3,7 +3,8 @@
 For each record: convert it to a conversation (:mod:`.formats`), scan its data for the target template's control
 markers (keep them as text, reject the record, or strip them), encode it with ``ChatFormat.encode`` (safe, with masks),
 apply ``--max-length`` (drop the record, or drop whole earliest turns: an assistant turn's end marker is never cut),
-and emit rows. Anything that goes wrong becomes a reject with the record id, the reason and the field.
+and emit rows. Anything that goes wrong becomes a reject with the record's id and source, the reason and the field
+(:mod:`.accounting`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
+from turnkit.data.accounting import reason_key, record_id, reject
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
 from turnkit.errors import TurnkitError
@@ -36,6 +38,7 @@ class PrepareConfig:
     train_end_marker: bool = True
     split_turns: bool = False
     markers: Literal["keep", "reject", "strip"] = "keep"
+    id_field: str | None = None  # the record's own id; None: "id" where present, else file:line
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,18 +63,13 @@ class ShardResult:
             "written": self.read - len(self.rejects),
             "rows": len(self.rows),
             "rejected": len(self.rejects),
-            "rejected_by_reason": dict(Counter(_reason_kind(r["reason"]) for r in self.rejects)),
+            "rejected_by_reason": dict(Counter(reason_key(r["reason"]) for r in self.rejects)),
             "tokens": self.tokens,
             "trained_tokens": self.trained_tokens,
             "truncated": self.truncated,
             "markers": dict(self.markers),
             "records_with_markers": self.records_with_markers,
         }
-
-
-def _reason_kind(reason: str) -> str:
-    """A short key for a reject reason, for the report's counts."""
-    return re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "…", reason.split(":")[0])[:80]
 
 
 @lru_cache(maxsize=4)
@@ -97,9 +95,16 @@ def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool)
     the same in JSON; else a walk over every string."""
     if plain_json:
         try:
-            return Counter(pattern.findall(json.dumps([messages, tools], ensure_ascii=False)))
+            text = json.dumps([messages, tools], ensure_ascii=False)
         except (TypeError, ValueError):
             pass
+        else:
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # the tokenizer would refuse it with a TypeError
+                    raise RecordError("the text holds a lone surrogate: it is not valid Unicode", "messages") from None
+            return Counter(pattern.findall(text))
     return Counter(m for s in _strings([messages, tools]) for m in pattern.findall(s))
 
 
@@ -144,19 +149,29 @@ def _fit(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> tu
     raise RecordError(f"too long: even the last turn alone is over max_length {limit} tokens (truncation=turns)")
 
 
+_BATCH = 128  # conversations per encode_batch call: big enough to pipeline, small enough to redo one by one
+
+
 def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> ShardResult:
-    """Rows and rejects for a run of records. Deterministic: the same records give the same result."""
+    """Rows and rejects for a run of records. Deterministic: the same records give the same result.
+
+    Records are converted and scanned one by one, then encoded through ``encode_batch`` in runs of ``_BATCH`` (the
+    template renders while the tokenizer works, and repeated system prompts and tool schemas are tokenized once); a
+    run in which some record fails is encoded again one by one, so each failure is the reject of its own record.
+    """
     fmt = _format(config.model)
-    markers = sorted(fmt.tokenizer.added, key=len, reverse=True)
-    marker_pattern = re.compile("|".join(map(re.escape, markers))) if markers else None
-    plain_json = all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers)
+    marker_pattern, plain_json = _markers(config.model)
     result = ShardResult()
+    outcomes: list[Any] = []  # per record, in read order: a reject, or [record id, source, messages, tools]
     for record in records:
         result.read += 1
+        source = record.record_id
         if record.error is not None:
-            result.rejects.append({"record_id": record.record_id, "reason": record.error, "field": record.field})
+            outcomes.append(reject(source, source, record.error, record.field))
             continue
+        rid = source
         try:
+            rid = record_id(record.data, source, config.id_field)
             messages, tools = to_conversation(record.data, config.input_format, config.fields)
             if marker_pattern is not None:
                 found = _scan(messages, tools, marker_pattern, plain_json)
@@ -168,16 +183,27 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
                         raise RecordError(f"control marker {first!r} in the data (markers=reject)", "messages")
                     if config.markers == "strip":
                         messages, tools = _strip(messages, marker_pattern), _strip(tools, marker_pattern)
-            encodings, truncated = _fit(fmt, messages, tools, config)
         except (TurnkitError, ValueError) as exc:
-            reason = exc.reason if isinstance(exc, RecordError) else str(exc)
-            where = exc.location if isinstance(exc, TurnkitError) else None
-            result.rejects.append({"record_id": record.record_id, "reason": reason, "field": where})
+            outcomes.append(_rejected(rid, source, exc))
             continue
+        outcomes.append([rid, source, messages, tools])
+    todo = [o for o in outcomes if isinstance(o, list)]
+    for start in range(0, len(todo), _BATCH):
+        _encode_run(fmt, todo[start : start + _BATCH], config)
+    for outcome in outcomes:
+        if isinstance(outcome, dict):
+            result.rejects.append(outcome)
+            continue
+        rid, source, _, _, encoded = outcome
+        if isinstance(encoded, dict):
+            result.rejects.append(encoded)
+            continue
+        encodings, truncated = encoded
         result.truncated += truncated
         for turn, encoding in enumerate(encodings):
             row = {  # arrays: the shard writer builds Arrow columns from them directly
-                "record_id": record.record_id,
+                "record_id": rid,
+                "source": source,
                 "turn": turn if config.split_turns else None,
                 "input_ids": encoding.input_ids,
                 "labels": encoding.labels,
@@ -187,3 +213,43 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
             result.tokens += len(encoding)
             result.trained_tokens += encoding.num_trained
     return result
+
+
+def _rejected(rid: str, source: str, exc: Exception) -> dict[str, Any]:
+    reason = exc.reason if isinstance(exc, RecordError) else str(exc)
+    where = exc.location if isinstance(exc, TurnkitError) else None
+    return reject(rid, source, reason, where)
+
+
+def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig) -> None:
+    """Encode a run of converted records; appends ``(encodings, truncated)`` or a reject to each."""
+    try:
+        batch = fmt.encode_batch(
+            [{"messages": messages, "tools": tools} for _, _, messages, tools in run],
+            turns=config.turns,
+            train_end_marker=config.train_end_marker,
+            split_turns=config.split_turns,
+            attribution=False,  # rows hold ids, labels and masks only
+        )
+    except (TurnkitError, ValueError):
+        batch = None  # some record of the run fails: encode them one by one to know which
+    limit = config.max_length
+    for at, item in enumerate(run):
+        rid, source, messages, tools = item
+        if batch is not None:
+            encodings = batch[at] if isinstance(batch[at], list) else [batch[at]]
+            if limit is None or all(len(e) <= limit for e in encodings):
+                item.append((encodings, False))
+                continue
+        try:
+            item.append(_fit(fmt, messages, tools, config))
+        except (TurnkitError, ValueError) as exc:
+            item.append(_rejected(rid, source, exc))
+
+
+@lru_cache(maxsize=4)
+def _markers(model: str) -> tuple[re.Pattern[str] | None, bool]:
+    """The pattern of the tokenizer's added-token strings, and whether each is written the same inside JSON text."""
+    markers = sorted(_format(model).tokenizer.added, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, markers))) if markers else None
+    return pattern, all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers)

@@ -7,8 +7,10 @@ crash skips the shards that are done and redoes the rest, so the final output eq
 end ``manifest.json`` (counts, token totals, fingerprints, options, version) and ``rejects.jsonl`` are assembled from
 the shard files. Written plus rejected always equals read.
 
-The local engine runs shards in worker processes; the Ray engine runs the same function with Ray Data
-(``from_items``, ``map_batches``, ``write_parquet``), so a cluster scales it out.
+The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
+size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
+private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
+shards and counts are the local engine's.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from turnkit.cache import atomic_path, write_atomically
+from turnkit.data.accounting import ID_FIELD_DEFAULT
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
 from turnkit.data.sources import RawRecord, read_records
 from turnkit.errors import PrepareError
@@ -60,6 +63,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
         _SCHEMA = pa.schema(
             [
                 ("record_id", pa.string()),
+                ("source", pa.string()),
                 ("turn", pa.int32()),
                 ("input_ids", pa.list_(pa.int32())),
                 ("labels", pa.list_(pa.int32())),
@@ -78,6 +82,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     masks = lists("assistant_masks", np.int8)
     columns = [
         pa.array([r["record_id"] for r in rows], pa.string()),
+        pa.array([r["source"] for r in rows], pa.string()),
         pa.array([r["turn"] for r in rows], pa.int32()),
         lists("input_ids", np.int32),
         lists("labels", np.int32),
@@ -88,23 +93,25 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     return pa.Table.from_arrays(columns, schema=_SCHEMA)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+def _summary(index: int, config: PrepareConfig, result: Any) -> dict[str, Any]:
+    return {"shard": index, "config": _fingerprint(config), **result.summary(), "rejects": result.rejects}
+
+
+def _write_shard(folder: Path, index: int, table: Any, summary: dict[str, Any]) -> None:
+    """The shard's Parquet file, then its done-file: both atomic, the done-file last."""
+    import pyarrow.parquet as pq
+
+    shard = folder / f"shard-{index:05d}"
+    with atomic_path(shard.with_suffix(".parquet")) as scratch:
+        pq.write_table(table, scratch)
+    write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
 
 
 def run_shard(index: int, records: list[RawRecord], config: PrepareConfig, folder: str) -> dict[str, Any]:
     """Process one shard and write it (Parquet, then its done-file). Returns the shard's summary."""
-    import pyarrow.parquet as pq
-
     result = process_records(records, config)
-    shard = Path(folder) / f"shard-{index:05d}"
-    partial = shard.with_name(shard.name + ".parquet.partial")
-    pq.write_table(_table(result.rows), partial)
-    os.replace(partial, shard.with_suffix(".parquet"))
-    summary = {"shard": index, "config": _fingerprint(config), **result.summary(), "rejects": result.rejects}
-    _write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
+    summary = _summary(index, config, result)
+    _write_shard(Path(folder), index, _table(result.rows), summary)
     return summary
 
 
@@ -113,47 +120,60 @@ def _worker_init() -> None:
 
 
 class _Progress:
+    """A tqdm bar on a terminal (records, records/s, tokens); nothing elsewhere or without tqdm."""
+
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
         self.start = time.perf_counter()
-        self.records = self.tokens = 0
+        self.tokens = 0
+        self.bar: Any = None
+        if enabled and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(desc="turnkit prepare", unit=" records", unit_scale=True, dynamic_ncols=True)
 
     def update(self, summary: dict[str, Any]) -> None:
-        self.records += summary["read"]
         self.tokens += summary["tokens"]
-        if self.enabled:
+        if self.bar is not None:
             elapsed = max(time.perf_counter() - self.start, 1e-9)
-            sys.stderr.write(
-                f"\rturnkit prepare: {self.records:,} records ({self.records / elapsed:,.0f}/s), "
-                f"{self.tokens:,} tokens ({self.tokens / elapsed:,.0f}/s)"
-            )
-            sys.stderr.flush()
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens ({self.tokens / elapsed:,.0f}/s)", refresh=False)
+            self.bar.update(summary["read"])
 
     def done(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _done(folder: Path, index: int, fingerprint: str) -> dict[str, Any] | None:
+    """The summary of a shard a previous run finished, or None."""
+    done_file = folder / f"shard-{index:05d}.json"
+    if not done_file.is_file():
+        return None
+    summary = json.loads(done_file.read_text())
+    if summary.get("config") != fingerprint:
+        raise PrepareError(f"{folder} holds shards made with other options; use another --out, or delete it")
+    return summary
 
 
 def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: int, size: int, progress: _Progress):
     fingerprint = _fingerprint(config)
     pending: set[Future[dict[str, Any]]] = set()
+    if workers > 1:
+        # load the format and its tokenizer paths once, before the workers fork: they start with them loaded
+        _format(config.model).tokenizer.data  # noqa: B018 - a cached property, built here
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
     try:
         for index, records in enumerate(_shards(inputs, size)):
-            done_file = folder / f"shard-{index:05d}.json"
-            if done_file.is_file():
-                summary = json.loads(done_file.read_text())
-                if summary.get("config") != fingerprint:
-                    raise PrepareError(
-                        f"{folder} holds shards made with other options; use another --out, or delete it"
-                    )
+            summary = _done(folder, index, fingerprint)
+            if summary is not None:
                 progress.update(summary)
                 continue
             if pool is None:
                 progress.update(run_shard(index, records, config, str(folder)))
                 continue
             pending.add(pool.submit(run_shard, index, records, config, str(folder)))
-            while len(pending) >= 2 * workers:
+            while len(pending) >= 2 * workers:  # bounded: the input streams, memory stays flat
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
                     progress.update(future.result())
@@ -164,69 +184,78 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
             pool.shutdown(cancel_futures=True)
 
 
-class _RayShards:
-    """The Ray Data stage: one batch is one shard; it returns the shard's rows and, in a side column, its summary."""
+class _ShardWorker:
+    """A Ray actor: processes shards and returns each as an Arrow table with its summary; the driver writes them, so
+    the output folder need only exist where the driver runs, whatever node did the work."""
 
     def __init__(self, config: PrepareConfig) -> None:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        _worker_init()
         self.config = config
 
-    def __call__(self, batch: dict[str, Any]) -> Any:
-        import pyarrow as pa
+    def run(self, index: int, records: list[RawRecord]) -> tuple[int, Any, dict[str, Any]]:
+        import ray
 
-        tables = []
-        for index, payload in zip(batch["shard"], batch["records"], strict=True):
-            records = [RawRecord(**item) for item in json.loads(payload)]
-            result = process_records(records, self.config)
-            summary = {
-                "shard": int(index),
-                "config": _fingerprint(self.config),
-                **result.summary(),
-                "rejects": result.rejects,
-            }
-            table = _table(result.rows)
-            # the summary rides along on every row, and on one empty row when the shard has none
-            if table.num_rows == 0:
-                empty = {"record_id": None, "turn": None, "input_ids": [], "labels": [], "assistant_masks": []}
-                table = _table([empty])
-            column = pa.array([json.dumps(summary)] + [None] * (table.num_rows - 1), pa.string())
-            tables.append(table.append_column("shard_summary", column))
-        return pa.concat_tables(tables)
+        result = process_records(records, self.config)
+        summary = _summary(index, self.config, result)
+        summary["ray_node"] = ray.get_runtime_context().get_node_id()  # where it ran (not in the manifest's totals)
+        return index, _table(result.rows), summary
 
 
-def _ray(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: int, size: int, progress: _Progress):
+def _ray(
+    inputs: Sequence[str],
+    folder: Path,
+    config: PrepareConfig,
+    workers: int,
+    size: int,
+    progress: _Progress,
+    address: str | None = None,
+):
     import ray
+    from ray.util import ActorPool
 
+    joined = False
     if not ray.is_initialized():
-        # "local" starts a private instance: without it ray.init joins any cluster left on this machine (or named by
-        # RAY_ADDRESS), where num_cpus is refused and the run would share someone else's workers.
-        ray.init(
-            address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
-    items = [
-        {"shard": index, "records": json.dumps([asdict(r) for r in records])}
-        for index, records in enumerate(_shards(inputs, size))
-    ]
-    if not items:
-        return
-    dataset = ray.data.from_items(items, override_num_blocks=len(items))
-    processed = dataset.map_batches(
-        _RayShards,
-        fn_constructor_kwargs={"config": config},
-        batch_size=1,
-        concurrency=workers,
-        batch_format="numpy",
-    ).materialize()
-    column = processed.select_columns(["shard_summary"]).to_arrow_refs()
-    import pyarrow as pa
+        if address:  # an existing cluster: its own resources; turnkit must be importable on its nodes
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            joined = True
+        else:
+            # "local" starts a private instance: without it ray.init joins any cluster left on this machine (or named
+            # by RAY_ADDRESS), where num_cpus is refused and the run would share someone else's workers.
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+    actors = [ray.remote(num_cpus=1)(_ShardWorker).remote(config) for _ in range(workers)]
+    pool = ActorPool(actors)
+    fingerprint = _fingerprint(config)
+    in_flight = 0
 
-    values = pa.concat_tables(ray.get(column)).column("shard_summary").to_pylist()
-    summaries = [json.loads(s) for s in values if s]
-    rows = processed.filter(lambda row: row["record_id"] is not None).drop_columns(["shard_summary"])
-    rows.write_parquet(str(folder / "ray"))
-    for summary in sorted(summaries, key=lambda s: s["shard"]):
-        _write_atomically(folder / f"shard-{summary['shard']:05d}.json", json.dumps(summary).encode())
+    def collect() -> None:
+        index, table, summary = pool.get_next_unordered()
+        _write_shard(folder, index, table, summary)
         progress.update(summary)
+
+    try:
+        for index, records in enumerate(_shards(inputs, size)):
+            summary = _done(folder, index, fingerprint)
+            if summary is not None:
+                progress.update(summary)
+                continue
+            pool.submit(lambda actor, job: actor.run.remote(*job), (index, records))
+            in_flight += 1
+            while in_flight >= 2 * workers:  # bounded, as the local engine
+                collect()
+                in_flight -= 1
+        while pool.has_next():
+            collect()
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        if joined:
+            ray.shutdown()
 
 
 def prepare(
@@ -238,8 +267,13 @@ def prepare(
     engine: str = "local",
     shard_records: int = 1024,
     progress: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Prepare ``inputs`` into ``out``; returns the manifest (also written to ``out/manifest.json``)."""
+    """Prepare ``inputs`` into ``out``; returns the manifest (also written to ``out/manifest.json``).
+
+    ``ray_address`` (engine ``ray``) runs on an existing Ray cluster (``ray start --head`` ...); without it, a private
+    Ray instance with ``workers`` CPUs is started on this machine.
+    """
     out = Path(out)
     folder = out / "shards"
     folder.mkdir(parents=True, exist_ok=True)
@@ -248,10 +282,12 @@ def prepare(
         if not source.startswith("hub:") and not Path(source).exists():
             raise PrepareError(f"{source} does not exist")
     meter = _Progress(progress)
+    if ray_address and engine != "ray":
+        raise PrepareError("--ray-address goes with --engine ray")
     if engine == "local":
         _local(sources, folder, config, workers, shard_records, meter)
     elif engine == "ray":
-        _ray(sources, folder, config, workers, shard_records, meter)
+        _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     else:
         raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
     meter.done()
@@ -302,16 +338,16 @@ def _finish(
         "records_with_markers": totals["records_with_markers"],
         "template_sha256": hashlib.sha256(template_text.encode()).hexdigest(),
         "tokenizer_sha256": hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
+        "tokenizer_path": fmt.tokenizer.tokenizer_path,
+        "id_field": config.id_field or f"{ID_FIELD_DEFAULT} (where present, else the source file:line)",
         "options": config.to_dict(),
         "engine": engine,
         "workers": workers,
         "seconds": round(seconds, 2),
         "files": files,
     }
-    _write_atomically(
-        out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects).encode()
-    )
-    _write_atomically(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False).encode())
+    write_atomically(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects).encode())
+    write_atomically(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False).encode())
     return manifest
 
 

@@ -64,21 +64,20 @@ def slice_data(value: DataStr, start: int, end: int) -> str:
 
 def join(parts: Iterable[Any], separator: str = "") -> str:
     """``separator.join(str(p) for p in parts)``, keeping the spans of the parts (and of the separator)."""
-    texts: list[str] = []
+    texts = [p if isinstance(p, str) else str(p) for p in parts]
     spans: list[Span] = []
     sep_spans = spans_of(separator)
+    step = len(separator)
     pos = 0
-    for n, part in enumerate(parts):
-        if n and separator:
-            spans.extend((a + pos, b + pos, s) for a, b, s in sep_spans)
-            texts.append(separator)
-            pos += len(separator)
-        if type(part) is DataStr:
-            spans.extend((a + pos, b + pos, s) for a, b, s in part._spans)
-        text = part if isinstance(part, str) else str(part)
-        texts.append(text)
+    for n, text in enumerate(texts):  # the hot path of every render: only data parts cost more than a length
+        if n and step:
+            if sep_spans:
+                spans.extend([(a + pos, b + pos, s) for a, b, s in sep_spans])
+            pos += step
+        if type(text) is DataStr:
+            spans.extend([(a + pos, b + pos, s) for a, b, s in text._spans] if pos else text._spans)
         pos += len(text)
-    return tainted("".join(texts), spans)
+    return tainted(str.join(str(separator), texts), spans)
 
 
 def concat2(left: str, right: str) -> str:

@@ -7,7 +7,9 @@ Two tokenizers are kept:
   written by the template;
 * a twin with *no* added tokens at all (``data``), special or not (Qwen's ``<tool_call>`` is an added token that is not
   flagged special). Text that holds added-token strings from data is encoded with it, so ``<|im_end|>`` typed by a
-  user becomes the plain text pieces ``<``, ``|``, ``im`` ... and never the control token.
+  user becomes the plain text pieces ``<``, ``|``, ``im`` ... and never the control token. For byte-level BPE the twin
+  is tiktoken's encoder built from the same vocab, merges and regex when that is provably exact (:mod:`.fast`);
+  ``tokenizer_path`` says which path is used.
 
 Token ids of a model family are never hard-coded: every id is resolved from the tokenizer.
 """
@@ -26,6 +28,7 @@ import tokenizers
 
 from turnkit.errors import TokenizerError
 from turnkit.tokenizer.bytetable import ByteTable
+from turnkit.tokenizer.fast import FastTokenizer, build_fast_tokenizer
 
 __all__ = ["AddedToken", "TokenizerBinding"]
 
@@ -142,12 +145,32 @@ class TokenizerBinding:
     # -- the two tokenizers ---------------------------------------------------------------------------------------
 
     @cached_property
-    def data(self) -> tokenizers.Tokenizer:
-        """The twin with no added tokens: encodes any text as plain text."""
+    def data_tokenizer(self) -> tokenizers.Tokenizer:
+        """The twin with no added tokens, as a ``tokenizers.Tokenizer``: encodes any text as plain text."""
         spec = json.loads(self.backend.to_str())
         spec["added_tokens"] = []
         spec["post_processor"] = None
         return tokenizers.Tokenizer.from_str(json.dumps(spec))
+
+    @cached_property
+    def _fast(self) -> tuple[FastTokenizer | None, str]:
+        return build_fast_tokenizer(self.data_tokenizer)
+
+    @property
+    def data(self) -> FastTokenizer | tokenizers.Tokenizer:
+        """What encodes data text (every added token disabled): the exact fast path when the tokenizer has one,
+        else the ``tokenizers`` twin. Both have ``encode``/``encode_batch(texts, add_special_tokens=False)``."""
+        return self._fast[0] or self.data_tokenizer
+
+    @property
+    def fast_path(self) -> FastTokenizer | None:
+        """The tiktoken path for data text, or None when it is not provably exact for this tokenizer."""
+        return self._fast[0]
+
+    @property
+    def tokenizer_path(self) -> str:
+        """Which path encodes data text, and why: ``tiktoken (...)`` or ``tokenizers (reason)``."""
+        return self._fast[1]
 
     @cached_property
     def byte_table(self) -> ByteTable | None:
@@ -158,8 +181,9 @@ class TokenizerBinding:
         """Encode text in which every added-token string is meant as that token (template text)."""
         return self.backend.encode(text, add_special_tokens=False)
 
-    def encode_as_text(self, text: str) -> tokenizers.Encoding:
-        """Encode text with every added token disabled: nothing in it can become a control token."""
+    def encode_as_text(self, text: str) -> Any:
+        """Encode text with every added token disabled: nothing in it can become a control token (an object with
+        ``ids`` and ``char_to_token``, from the fast path or ``tokenizers``)."""
         return self.data.encode(text, add_special_tokens=False)
 
     def decode(self, ids: Iterable[int]) -> str:
