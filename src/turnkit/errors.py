@@ -25,7 +25,8 @@ The hierarchy::
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
-    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    └── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
 __all__ = [
+    "ChatMLError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
@@ -199,3 +201,8 @@ class PrepareError(TurnkitError):
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
+
+
+class ChatMLError(TurnkitError):
+    """``add-chatml`` cannot give this base model ChatML: no weights or tokenizer, a GGUF file, another chat template
+    (without ``force``), an output folder that is not empty, or a result that ``turnkit doctor`` finds errors in."""
