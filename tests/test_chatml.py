@@ -136,6 +136,8 @@ def test_doctor_is_clean_and_lora_names_are_real(converted):
     lora = json.loads((out / "turnkit-lora.json").read_text())
     assert lora["modules_to_save"] == ["embed_tokens", "lm_head"]
     assert (lora["embeddings"], lora["head"]) == ("model.embed_tokens", "lm_head")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert lora["new_token_ids"] == [tokenizer.convert_tokens_to_ids(IM_START), tokenizer.convert_tokens_to_ids(IM_END)]
     model = AutoModelForCausalLM.from_pretrained(out)
     names = dict(model.named_modules())
     assert names[lora["embeddings"]] is model.get_input_embeddings()
@@ -263,3 +265,21 @@ def test_an_empty_out_folder_is_used(tmp_path):
     result = add_chatml_to_folder(base, tmp_path / "empty", system_prompt="Hi.")
     assert result.report.errors == [] and (tmp_path / "empty" / "model.safetensors").is_file()
     assert "Hi." in (tmp_path / "empty" / "chat_template.jinja").read_text()
+
+
+def test_doctor_flags_a_lora_adapter_on_it_without_modules_to_save(converted, tmp_path):
+    """The base already holds the markers, so the adapter adds no token; turnkit-lora.json says their rows are new."""
+    peft = pytest.importorskip("peft")
+    _, out, tied = converted
+    if tied:
+        pytest.skip("one architecture is enough here")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    lora = json.loads((out / "turnkit-lora.json").read_text())
+    found = {}
+    for name, extra in (("without", {}), ("with", {"modules_to_save": lora["modules_to_save"]})):
+        config = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], **extra)
+        adapter = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(out), config)
+        adapter.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        found[name] = [f.check for f in doctor.run(tmp_path / name).errors]
+    assert found == {"without": ["adapter-missing-modules-to-save"], "with": []}

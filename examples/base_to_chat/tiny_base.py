@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The text the tokenizer learns from: the project's seed documents (../shared/seeds beside the repository).
-SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parent.parent.parent.parent / "shared" / "seeds"
 END_OF_TEXT = "<|endoftext|>"
 
 

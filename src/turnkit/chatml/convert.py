@@ -39,6 +39,12 @@ class ChatMLChanges:
         return list(self.tokens.eos_ids)
 
     @property
+    def new_token_ids(self) -> list[int]:
+        """The ids of the markers and pad whose rows were added here (untrained until fine-tuned)."""
+        t = self.tokens
+        return sorted({i for i in (t.im_start_id, t.im_end_id, t.pad_id) if i >= self.weights.old_rows})
+
+    @property
     def lora(self) -> dict[str, Any]:
         """What a LoRA fine-tune must train in full: the embeddings and the head, by their real module names.
 
@@ -51,7 +57,7 @@ class ChatMLChanges:
             "embeddings": self.weights.embeddings,
             "head": self.weights.head,
             "tied": self.weights.tied,
-            "new_token_ids": sorted({self.tokens.im_start_id, self.tokens.im_end_id, self.tokens.pad_id}),
+            "new_token_ids": self.new_token_ids,
             "why": "the rows of the added tokens start untrained: LoRA alone never trains them, so a chat fine-tune "
             "without these modules never learns to write <|im_end|> (it never stops)",
         }
