@@ -27,7 +27,7 @@ def test_base_to_chat_learns_to_stop_and_lora_needs_modules_to_save(tmp_path):
         [sys.executable, str(SCRIPT), "--work", str(tmp_path), "--threads", "1"],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=480,
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

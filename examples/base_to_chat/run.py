@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,22 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def turnkit(*args: str) -> str:
-    """Run the turnkit command line (the same Python), fail loudly, return what it printed."""
-    done = subprocess.run([sys.executable, "-m", "turnkit.cli", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"turnkit {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    return done.stdout
+    """Run a turnkit command (the command line's own ``main``, in this process), fail loudly, return its output."""
+    import contextlib
+    import io
+
+    from turnkit.cli import main as command_line
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = command_line(list(args))
+    if code != 0:
+        raise SystemExit(f"turnkit {' '.join(args)} failed:\n{out.getvalue()}{err.getvalue()}")
+    return out.getvalue()
 
 
-def words(count: int, rng: random.Random, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def words(count: int, rng: random.Random, exclude: Collection[str] = ()) -> list[str]:
+    """``count`` distinct random lowercase words of 3 to 6 letters, none of them in ``exclude``."""
     found: list[str] = []
     while len(found) < count:
         word = "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 6)))
@@ -115,47 +124,56 @@ def fine_tune(chat: Path, shards: Any, out: Path, *, lora: dict[str, Any] | None
     return out
 
 
-def stop_rate(model: Path, prompts: list[str], *, threads: int) -> dict[str, Any]:
-    """Serve ``model`` with ``turnkit serve`` and ask each held-out word, greedy: how many replies stop."""
-    import httpx
-    import openai
+class Served:
+    """``turnkit serve MODEL`` in its own process, started at once (it loads while the next model trains)."""
 
-    sys.path.insert(0, str(HERE.parents[1] / "tests"))
-    port = _free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", str(model), "--port", str(port)]
-    command += ["--threads", str(threads), "--no-ui", "--model-id", model.name]
-    log = model / "serve.log"
-    with log.open("w") as sink:
-        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
+    def __init__(self, model: Path, *, threads: int) -> None:
+        self.model = model
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", str(model), "--port", str(port)]
+        command += ["--threads", str(threads), "--no-ui", "--model-id", model.name]
+        self.log = model / "serve.log"
+        with self.log.open("w") as sink:
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+
+    def stop_rate(self, prompts: list[str]) -> dict[str, Any]:
+        """Ask each held-out word with the official openai client, greedy: how many replies end the turn."""
+        import httpx
+        import openai
+
+        deadline = time.monotonic() + 180
         while True:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"turnkit serve did not start:\n{log.read_text()}")
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"turnkit serve did not start:\n{self.log.read_text()}")
             try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
-        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        client = openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60)
         stopped = correct = 0
         samples = []
         for word in prompts:
             reply = client.chat.completions.create(
-                model=model.name,
-                messages=conversation(word),
+                model=self.model.name,
+                messages=conversation(word),  # type: ignore[arg-type]
                 max_tokens=16,
-                temperature=0,  # type: ignore[arg-type]
+                temperature=0,
             )
             choice = reply.choices[0]
             stopped += choice.finish_reason == "stop"
             correct += choice.finish_reason == "stop" and choice.message.content == word[::-1]
             samples.append([word, choice.message.content, choice.finish_reason])
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    return {"stop_rate": stopped / len(prompts), "exact": correct / len(prompts), "samples": samples[:5]}
+        return {"stop_rate": stopped / len(prompts), "exact": correct / len(prompts), "samples": samples[:5]}
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def _free_port() -> int:
@@ -172,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for training and serving")
     parser.add_argument("--train", type=int, default=400, help="training conversations")
     parser.add_argument("--heldout", type=int, default=20, help="held-out prompts asked of each model")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -206,12 +224,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "LoRA without modules_to_save": {},
     }
     results: dict[str, Any] = {}
-    for n, (name, lora) in enumerate(variants.items()):
-        tick = time.monotonic()
-        model = fine_tune(chat, shards, work / f"model-{n}", lora=lora, epochs=args.epochs, threads=args.threads)
-        trained = time.monotonic() - tick
-        results[name] = {**stop_rate(model, heldout, threads=args.threads), "train_s": round(trained, 1)}
-        print(f"{name}: {results[name]}")
+    servers: dict[str, Served] = {}
+    try:
+        for n, (name, lora) in enumerate(variants.items()):
+            tick = time.monotonic()
+            model = fine_tune(chat, shards, work / f"model-{n}", lora=lora, epochs=args.epochs, threads=args.threads)
+            results[name] = {"train_s": round(time.monotonic() - tick, 1)}
+            servers[name] = Served(model, threads=args.threads)
+        for name, server in servers.items():
+            results[name].update(server.stop_rate(heldout))
+            print(f"{name}: {results[name]}")
+    finally:
+        for server in servers.values():
+            server.close()
 
     print(f"\n{'variant':<32} {'stop rate':>9} {'exact':>6}   (held-out prompts: {len(heldout)})")
     for name, result in results.items():
