@@ -190,6 +190,23 @@ def test_markers_already_in_the_vocabulary_are_reused(tmp_path):
     assert changes.weights.old_rows == 302 and changes.weights.new_rows == 303
 
 
+def test_spare_rows_are_used_and_set_to_the_mean_of_the_known_tokens(tmp_path):
+    """A base whose matrix has more rows than tokens (padded for speed): new tokens take spare rows, set to the mean
+    of the real tokens' rows; no row is appended and the other spare rows are left alone."""
+    base = make_base(tmp_path / "base", vocab_size=300)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    model.resize_token_embeddings(320, mean_resizing=False)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    before = model.get_output_embeddings().weight.detach().clone()
+    changes = turnkit.add_chatml(model, tokenizer)
+    head = model.get_output_embeddings().weight.detach()
+    assert (changes.weights.old_rows, changes.weights.new_rows, head.shape[0]) == (320, 320, 320)
+    assert changes.new_token_ids == [300, 301] == list(changes.weights.initialised)
+    for row in (300, 301):
+        torch.testing.assert_close(head[row], before[:300].mean(dim=0))
+    assert torch.equal(head[:300], before[:300]) and torch.equal(head[302:], before[302:])
+
+
 def test_the_pad_is_never_the_end_marker(tmp_path):
     base = make_base(tmp_path / "base", vocab_size=300)
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -271,12 +288,12 @@ def test_doctor_flags_a_lora_adapter_on_it_without_modules_to_save(converted, tm
     """The base already holds the markers, so the adapter adds no token; turnkit-lora.json says their rows are new."""
     peft = pytest.importorskip("peft")
     _, out, tied = converted
-    if tied:
-        pytest.skip("one architecture is enough here")
     tokenizer = AutoTokenizer.from_pretrained(out)
     lora = json.loads((out / "turnkit-lora.json").read_text())
+    assert lora["tied"] is lora["ensure_weight_tying"] is tied
+    advised = {"modules_to_save": lora["modules_to_save"], "ensure_weight_tying": lora["ensure_weight_tying"]}
     found = {}
-    for name, extra in (("without", {}), ("with", {"modules_to_save": lora["modules_to_save"]})):
+    for name, extra in (("without", {}), ("with", advised)):
         config = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], **extra)
         adapter = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(out), config)
         adapter.save_pretrained(tmp_path / name)

@@ -42,7 +42,7 @@ class ChatMLChanges:
     def new_token_ids(self) -> list[int]:
         """The ids of the markers and pad whose rows were added here (untrained until fine-tuned)."""
         t = self.tokens
-        return sorted({i for i in (t.im_start_id, t.im_end_id, t.pad_id) if i >= self.weights.old_rows})
+        return sorted({i for i in (t.im_start_id, t.im_end_id, t.pad_id) if i in self.weights.initialised})
 
     @property
     def lora(self) -> dict[str, Any]:
@@ -57,6 +57,8 @@ class ChatMLChanges:
             "embeddings": self.weights.embeddings,
             "head": self.weights.head,
             "tied": self.weights.tied,
+            # PEFT keeps a tied model's one matrix shared only when asked (LoraConfig(ensure_weight_tying=True))
+            "ensure_weight_tying": self.weights.tied,
             "new_token_ids": self.new_token_ids,
             "why": "the rows of the added tokens start untrained: LoRA alone never trains them, so a chat fine-tune "
             "without these modules never learns to write <|im_end|> (it never stops)",
@@ -76,8 +78,9 @@ class ChatMLChanges:
             f"eos_token_id: {self.eos_ids} ({IM_END}"
             + (f", then the old EOS {t.old_eos}" if len(self.eos_ids) > 1 else "")
             + ") in the tokenizer, config.json and generation_config.json",
-            f"LoRA: train the embeddings and the head in full: modules_to_save={self.lora['modules_to_save']} "
-            "(without it the new rows never learn and the model never stops)",
+            f"LoRA: train the embeddings and the head in full: modules_to_save={self.lora['modules_to_save']}"
+            + (", ensure_weight_tying=True (tied: one matrix)" if w.tied else "")
+            + " (without it the new rows never learn and the model never stops)",
         ]
         return "\n".join(lines)
 
@@ -135,7 +138,14 @@ def add_chatml(
     if init not in ("mean", "random"):
         raise ChatMLError(f"init must be 'mean' or 'random', not {init!r}")
     tokens = add_tokens(tokenizer, template)
-    weights = resize(model, len(tokenizer), pad_to_multiple_of=pad_to_multiple_of, init=init)
+    weights = resize(
+        model,
+        len(tokenizer),
+        new_ids=tokens.added_ids,
+        known_tokens=tokens.old_size,
+        pad_to_multiple_of=pad_to_multiple_of,
+        init=init,
+    )
     eos_ids = list(tokens.eos_ids)
     _set_eos(model.config, eos_ids, tokens.pad_id)
     generation = getattr(model, "generation_config", None)

@@ -35,7 +35,7 @@ class TokenChanges:
         im_start_id: The id of ``<|im_start|>``.
         im_end_id: The id of ``<|im_end|>`` (the new EOS).
         pad_token: The pad token (never ``<|im_end|>``), and ``pad_id`` its id.
-        added: The token strings that were new to the vocabulary (reused ones are not listed).
+        added: The token strings that were new to the vocabulary (reused ones are not listed), ``added_ids`` theirs.
         old_eos: The base's EOS token and id (None when it had none); kept as a stop id.
         eos_ids: The stop ids in order: ``<|im_end|>`` first, then the old EOS when it differs.
         old_size: ``len(tokenizer)`` before, and ``new_size`` after.
@@ -46,6 +46,7 @@ class TokenChanges:
     pad_token: str
     pad_id: int
     added: tuple[str, ...]
+    added_ids: tuple[int, ...]
     old_eos: str | None
     old_eos_id: int | None
     eos_ids: tuple[int, ...]
@@ -106,6 +107,7 @@ def add_tokens(tokenizer: Any, template: str) -> TokenChanges:
         pad_token=pad,
         pad_id=pad_id,
         added=added,
+        added_ids=tuple(int(tokenizer.convert_tokens_to_ids(token)) for token in added),
         old_eos=old_eos,
         old_eos_id=old_eos_id,
         eos_ids=tuple(int(i) for i in eos_ids if i is not None),

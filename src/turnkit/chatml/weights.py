@@ -12,6 +12,7 @@ its own, bias included when it has one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,8 @@ class WeightChanges:
     init: str
     embeddings: str
     head: str | None
+    #: The rows set per ``init`` (appended rows, and spare rows that new tokens took).
+    initialised: tuple[int, ...] = ()
 
 
 def module_names(model: Any) -> tuple[str, str | None]:
@@ -42,22 +45,41 @@ def module_names(model: Any) -> tuple[str, str | None]:
     return names[id(model.get_input_embeddings())], None if head is None else names.get(id(head))
 
 
-def _fill(rows: Any, old: Any, init: Init, generator: Any) -> None:
+def _fill(matrix: Any, rows: list[int], known: int, init: Init, generator: Any) -> None:
+    """Set ``matrix[rows]`` from the rows of the tokens the base knew (``matrix[:known]``): their mean, or noise with
+    their spread. A bias (1-D) gets the mean, or 0."""
     import torch
 
-    reference = old.float()
+    if not rows:
+        return
+    reference = matrix[:known].float()
+    index = torch.tensor(rows, dtype=torch.long)
     if init == "mean":
-        value = reference.mean(dim=0, keepdim=True)
-        rows.copy_(value.expand_as(rows).to(rows.dtype))
+        value = reference.mean(dim=0, keepdim=True).expand(len(rows), *matrix.shape[1:])
+    elif matrix.dim() == 1:
+        value = torch.zeros(len(rows))
     else:
         spread = float(reference.std()) if reference.numel() > 1 else 0.02
-        noise = torch.randn(rows.shape, generator=generator, dtype=torch.float32) * spread
-        rows.copy_(noise.to(rows.dtype))
+        value = torch.randn((len(rows), *matrix.shape[1:]), generator=generator) * spread
+    matrix[index] = value.to(matrix.dtype)
 
 
-def resize(model: Any, vocab_size: int, *, pad_to_multiple_of: int | None = None, init: Init = "mean") -> WeightChanges:
+def resize(
+    model: Any,
+    vocab_size: int,
+    *,
+    new_ids: Iterable[int] = (),
+    known_tokens: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    init: Init = "mean",
+) -> WeightChanges:
     """Grow ``model``'s embeddings and head to hold ``vocab_size`` tokens (rounded up to ``pad_to_multiple_of``),
-    never shrinking them, and set the new rows per ``init``. The model is changed in place."""
+    never shrinking them, and set the new rows per ``init``. The model is changed in place.
+
+    The new rows are the appended ones and the rows of ``new_ids`` (tokens new to the vocabulary) that a base whose
+    matrix has spare rows (more rows than tokens) already had: those belonged to no token and were never trained.
+    The mean is taken over the rows of the ``known_tokens`` tokens the base had (default: every old row).
+    """
     import torch
 
     if init not in ("mean", "random"):
@@ -69,25 +91,23 @@ def resize(model: Any, vocab_size: int, *, pad_to_multiple_of: int | None = None
     old_head = model.get_output_embeddings()
     tied = old_head is not None and old_head.weight is old_embedding
     old_rows = int(old_embedding.shape[0])
-    head_rows = old_rows if old_head is None else int(old_head.weight.shape[0])
+    known = old_rows if known_tokens is None else max(1, min(known_tokens, old_rows))
     target = max(old_rows, vocab_size)
     if pad_to_multiple_of:
         target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
     if target != old_rows:
         model.resize_token_embeddings(target, mean_resizing=False)
+    rows = sorted({i for i in new_ids if known <= i < old_rows} | set(range(old_rows, target)))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        weight = model.get_input_embeddings().weight
-        if target > old_rows:
-            _fill(weight[old_rows:], weight[:old_rows], init, generator)
+        _fill(model.get_input_embeddings().weight, rows, known, init, generator)
         head = model.get_output_embeddings()
-        if head is not None and not tied and head.weight.shape[0] > head_rows:
-            _fill(head.weight[head_rows:], head.weight[:head_rows], init, generator)
-            bias = getattr(head, "bias", None)
-            if bias is not None:
-                bias[head_rows:] = bias[:head_rows].float().mean().to(bias.dtype) if init == "mean" else 0
+        if head is not None and not tied:
+            _fill(head.weight, rows, known, init, generator)
+            if getattr(head, "bias", None) is not None:
+                _fill(head.bias, rows, known, init, generator)
     head = model.get_output_embeddings()
     if tied and (head is None or head.weight is not model.get_input_embeddings().weight):
         raise ChatMLError("resizing untied the embeddings and the head of a tied model")
     model.config.vocab_size = target
-    return WeightChanges(old_rows, target, tied, init, embeddings, head_name)
+    return WeightChanges(old_rows, target, tied, init, embeddings, head_name, tuple(rows))

@@ -91,6 +91,14 @@ def _untrained_in_base(base: Path, base_tokenizer: Any) -> dict[int, str]:
     return {i: base_tokenizer.id_to_token(i) or f"id {i}" for i in ids if isinstance(i, int)}
 
 
+def _tied(base: Path) -> bool:
+    """Whether the base's ``config.json`` says its head and embeddings are one matrix."""
+    try:
+        return json.loads((base / "config.json").read_text(encoding="utf-8")).get("tie_word_embeddings") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _trainable_ids(indices: Any) -> set[int]:
     """The token ids ``trainable_token_indices`` makes trainable (a list, or a dict per module)."""
     if isinstance(indices, list):
@@ -131,6 +139,8 @@ def check_adapter_modules(ctx: Context) -> list[Problem]:
         short = ["embed_tokens", "lm_head"]
     else:
         embed, head = names[0], names[1] or names[0]
+        if _tied(adapter.base) and config.get("ensure_weight_tying") is True:
+            head = embed  # PEFT trains the one matrix through the embeddings' copy (it drops the head's name)
         if _covers(saved, embed) and _covers(saved, head):
             return []
         missing = " and ".join(dict.fromkeys(n for n in (embed, head) if not _covers(saved, n)))
