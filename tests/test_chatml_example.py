@@ -37,4 +37,6 @@ def test_base_to_chat_learns_to_stop_and_lora_needs_modules_to_save(tmp_path):
     assert results["full fine-tune"]["stop_rate"] >= 0.9
     assert results["LoRA + modules_to_save"]["stop_rate"] >= 0.9
     assert results["LoRA without modules_to_save"]["stop_rate"] <= 0.1  # the failure seed 000 warns about
+    assert results["LoRA without modules_to_save"]["doctor_errors"] == ["adapter-missing-modules-to-save"]
+    assert results["LoRA + modules_to_save"]["doctor_errors"] == []
     assert "0 errors, 0 warnings" in done.stdout  # add-chatml's doctor summary

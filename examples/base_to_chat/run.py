@@ -8,6 +8,7 @@
 4. Fine-tune with TRL's ``SFTTrainer`` on the shards three ways: full fine-tuning; LoRA with the
    ``modules_to_save`` add-chatml advised (from CHAT/turnkit-lora.json); LoRA without it, the mistake seed 000 warns
    about ("a common reason for a LoRA chat fine-tune that never learns to stop").
+   ``turnkit doctor`` reads each LoRA adapter: the one without ``modules_to_save`` is an error.
 5. ``turnkit serve`` each result and ask held-out words with the official ``openai`` client, greedy. The stop rate is
    the share of replies that end with ``<|im_end|>`` (finish_reason "stop", not "length").
 
@@ -213,6 +214,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(turnkit("prepare", str(data), "--model", str(chat), "--out", str(work / "shards")))
     import datasets
 
+    from turnkit import doctor
+    from turnkit.doctor.output import format_human
+
     manifest = json.loads((work / "shards" / "manifest.json").read_text())
     shards = datasets.load_dataset(
         "parquet", data_files=[str(work / "shards" / f) for f in manifest["files"]], split="train"
@@ -220,7 +224,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     variants: dict[str, dict[str, Any] | None] = {
         "full fine-tune": None,
-        "LoRA + modules_to_save": {"modules_to_save": advice["modules_to_save"]},
+        "LoRA + modules_to_save": {
+            "modules_to_save": advice["modules_to_save"],
+            **({"ensure_weight_tying": True} if advice["ensure_weight_tying"] else {}),
+        },
         "LoRA without modules_to_save": {},
     }
     results: dict[str, Any] = {}
@@ -230,6 +237,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             tick = time.monotonic()
             model = fine_tune(chat, shards, work / f"model-{n}", lora=lora, epochs=args.epochs, threads=args.threads)
             results[name] = {"train_s": round(time.monotonic() - tick, 1)}
+            if lora is not None:  # what turnkit doctor says of the adapter, before anyone serves it
+                report = doctor.run(model.with_name(model.name + "-adapter"))
+                results[name]["doctor_errors"] = [finding.check for finding in report.errors]
+                print(f"$ turnkit doctor {model.name}-adapter\n{format_human(report)}")
             servers[name] = Served(model, threads=args.threads)
         for name, server in servers.items():
             results[name].update(server.stop_rate(heldout))
