@@ -276,6 +276,22 @@ def test_another_template_is_refused_unless_forced(tmp_path, capsys):
         turnkit.add_chatml(AutoModelForCausalLM.from_pretrained(base), tokenizer)
 
 
+def test_converting_twice_changes_nothing_more(converted, tmp_path):
+    """add-chatml on its own output: markers reused, no rows added, the same stop ids (the base's EOS still kept)."""
+    _, out, _ = converted
+    result = add_chatml_to_folder(out, tmp_path / "again")
+    assert result.changes.tokens.added == () and result.changes.weights.initialised == ()
+    assert result.changes.weights.new_rows == result.changes.weights.old_rows
+    for name in ("config.json", "generation_config.json"):
+        assert (
+            json.loads((tmp_path / "again" / name).read_text())["eos_token_id"]
+            == json.loads((out / name).read_text())["eos_token_id"]
+        )
+    assert result.report.errors == []
+    lora = json.loads((tmp_path / "again" / "turnkit-lora.json").read_text())
+    assert lora["new_token_ids"] == json.loads((out / "turnkit-lora.json").read_text())["new_token_ids"] != []
+
+
 def test_an_empty_out_folder_is_used(tmp_path):
     base = make_base(tmp_path / "base", vocab_size=300)
     (tmp_path / "empty").mkdir()

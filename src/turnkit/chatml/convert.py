@@ -32,11 +32,8 @@ class ChatMLChanges:
     tokens: TokenChanges
     weights: WeightChanges
     template: str
-
-    @property
-    def eos_ids(self) -> list[int]:
-        """The stop ids written to the configs: ``<|im_end|>`` first, then the base's old EOS."""
-        return list(self.tokens.eos_ids)
+    #: The stop ids written to the configs: ``<|im_end|>`` first, then the base's (tokenizer EOS, config lists).
+    eos_ids: list[int]
 
     @property
     def new_token_ids(self) -> list[int]:
@@ -76,7 +73,7 @@ class ChatMLChanges:
             f"vocabulary: {t.old_size} -> {t.new_size} tokens; embedding rows {w.old_rows} -> {w.new_rows} "
             f"({'tied' if w.tied else 'untied'} head, new rows: {w.init})",
             f"eos_token_id: {self.eos_ids} ({IM_END}"
-            + (f", then the old EOS {t.old_eos}" if len(self.eos_ids) > 1 else "")
+            + (f", then the base's EOS ids (tokenizer: {t.old_eos})" if len(self.eos_ids) > 1 else "")
             + ") in the tokenizer, config.json and generation_config.json",
             f"LoRA: train the embeddings and the head in full: modules_to_save={self.lora['modules_to_save']}"
             + (", ensure_weight_tying=True (tied: one matrix)" if w.tied else "")
@@ -105,6 +102,13 @@ def check_template(current: Any, wanted: str, *, force: bool, where: str = "the 
             f"{where} already has a chat template ({describe_template(current)}); add-chatml replaces it only with "
             "--force (force=True), since a model fine-tuned on one format should not be served with another"
         )
+
+
+def _ids(value: Any) -> list[int]:
+    """An ``eos_token_id`` setting (an id, a list of ids, or None) as a list."""
+    if isinstance(value, int):
+        return [value]
+    return [i for i in value if isinstance(i, int)] if isinstance(value, (list, tuple)) else []
 
 
 def _set_eos(config: Any, eos_ids: list[int], pad_id: int) -> None:
@@ -146,10 +150,11 @@ def add_chatml(
         pad_to_multiple_of=pad_to_multiple_of,
         init=init,
     )
-    eos_ids = list(tokens.eos_ids)
-    _set_eos(model.config, eos_ids, tokens.pad_id)
     generation = getattr(model, "generation_config", None)
+    before = [*tokens.eos_ids, *_ids(model.config.eos_token_id), *_ids(getattr(generation, "eos_token_id", None))]
+    eos_ids = list(dict.fromkeys(before))  # <|im_end|> first, every stop id the base had kept, in order
+    _set_eos(model.config, eos_ids, tokens.pad_id)
     if generation is not None:
         _set_eos(generation, eos_ids, tokens.pad_id)
         generation.eos_token_id = eos_ids  # a list here always: generate() stops on any of them
-    return ChatMLChanges(tokens, weights, template)
+    return ChatMLChanges(tokens, weights, template, eos_ids)

@@ -72,6 +72,15 @@ def check_out(out: str | Path, base: Path) -> Path:
     return path
 
 
+def _untrained_before(base: Path) -> list[int]:
+    """Rows a base made by add-chatml (and not fine-tuned since) says are still untrained: they stay listed."""
+    try:
+        ids = json.loads((base / LORA_FILE).read_text(encoding="utf-8")).get("new_token_ids") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [i for i in ids if isinstance(i, int)]
+
+
 def add_chatml_to_folder(
     base: str | Path,
     out: str | Path,
@@ -105,7 +114,9 @@ def add_chatml_to_folder(
     out_path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_path)
     tokenizer.save_pretrained(out_path)
-    (out_path / LORA_FILE).write_text(json.dumps(changes.lora, indent=2) + "\n", encoding="utf-8")
+    lora = changes.lora
+    lora["new_token_ids"] = sorted({*lora["new_token_ids"], *_untrained_before(base_path)})
+    (out_path / LORA_FILE).write_text(json.dumps(lora, indent=2) + "\n", encoding="utf-8")
     report = doctor.run(out_path)
     if report.errors:
         found = "; ".join(f"{f.check}: {f.message}" for f in report.errors)
