@@ -151,7 +151,10 @@ def test_cli_prints_what_changed(tmp_path, capsys):
     assert code == 0, out
     assert "<|im_start|> = 300, <|im_end|> = 301" in out
     assert "vocabulary: 300 -> 302 tokens; embedding rows 300 -> 320" in out
-    assert "eos_token_id: [301, 0]" in out and "modules_to_save=['embed_tokens', 'lm_head']" in out
+    assert (
+        "eos_token_id [301, 0] in config.json and generation_config.json" in out
+        and "modules_to_save=['embed_tokens', 'lm_head']" in out
+    )
     assert "0 errors, 0 warnings" in out
     embedding, head = _embedding_and_head(tmp_path / "chat")
     assert embedding.shape[0] == head.shape[0] == 320

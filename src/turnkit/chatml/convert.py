@@ -72,9 +72,8 @@ class ChatMLChanges:
             + (f"; reused: {', '.join(dict.fromkeys(reused))}" if reused else ""),
             f"vocabulary: {t.old_size} -> {t.new_size} tokens; embedding rows {w.old_rows} -> {w.new_rows} "
             f"({'tied' if w.tied else 'untied'} head, new rows: {w.init})",
-            f"eos_token_id: {self.eos_ids} ({IM_END}"
-            + (f", then the base's EOS ids (tokenizer: {t.old_eos})" if len(self.eos_ids) > 1 else "")
-            + ") in the tokenizer, config.json and generation_config.json",
+            f"EOS: {IM_END} in the tokenizer; eos_token_id {self.eos_ids} in config.json and generation_config.json"
+            + (f" ({IM_END} first, then the base's stop ids)" if len(self.eos_ids) > 1 else ""),
             f"LoRA: train the embeddings and the head in full: modules_to_save={self.lora['modules_to_save']}"
             + (", ensure_weight_tying=True (tied: one matrix)" if w.tied else "")
             + " (without it the new rows never learn and the model never stops)",
