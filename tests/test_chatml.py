@@ -260,6 +260,7 @@ def test_bad_inputs_are_refused_with_the_reason(tmp_path, capsys):
     assert "is not empty" in _refused(["add-chatml", str(base), "--out", str(busy)], capsys)
     assert (busy / "notes.txt").read_text() == "mine" and len(list(busy.iterdir())) == 1
     assert "is the base folder" in _refused(["add-chatml", str(base), "--out", str(base)], capsys)
+    assert "positive number" in _refused(["add-chatml", str(base), "--out", out, "--pad-to-multiple-of", "0"], capsys)
     assert not Path(out).exists()
 
 

@@ -140,7 +140,9 @@ def add_chatml(
     check_template(tokenizer.chat_template, template, force=force)
     if init not in ("mean", "random"):
         raise ChatMLError(f"init must be 'mean' or 'random', not {init!r}")
-    tokens = add_tokens(tokenizer, template)
+    if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+        raise ChatMLError(f"pad_to_multiple_of must be a positive number of rows, not {pad_to_multiple_of}")
+    tokens = add_tokens(tokenizer, template)  # nothing is changed before every option is checked
     weights = resize(
         model,
         len(tokenizer),
