@@ -3,7 +3,7 @@ with the advised modules_to_save, LoRA without), ``turnkit serve`` and the offic
 
 The stop rate is the share of replies that end with ``<|im_end|>`` (finish_reason "stop"). Measured on the 2-core
 machine: full fine-tune 100%, LoRA + modules_to_save 100%, LoRA without 0% (the new head row stays at the mean of
-the others, so its logit is never the largest). One torch thread: about 45-55 s of CPU (2.5 to 3.5 minutes of wall
+the others, so its logit is never the largest). One torch thread: about 45-55 s of CPU (2.5 to 4.5 minutes of wall
 time on the shared 2-core machine at a load average of 15-17); the timeout leaves room for that.
 """
 
