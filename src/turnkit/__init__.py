@@ -9,6 +9,8 @@ The public API:
 * :func:`parse_transcript`: a ChatML transcript back to messages; ``fmt.parse`` / ``fmt.stream_parser`` for replies.
 * :class:`Encoding` (from :mod:`turnkit.encode`, imported on first use: numpy and tokenizers are not loaded by a
   plain render), and the warnings an encode may emit: :class:`TrustedDataWarning`, :class:`MissingControlTokenWarning`.
+* :func:`add_chatml`: give a base model and its tokenizer the ChatML format (from :mod:`turnkit.chatml`, imported on
+  first use).
 * The errors, all derived from :class:`TurnkitError` and all defined in :mod:`turnkit.errors`.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from turnkit import families
 from turnkit.errors import (
+    ChatMLError,
     DoctorInputError,
     EmbeddedModelError,
     EmptyMaskError,
@@ -52,11 +55,16 @@ def __getattr__(name: str) -> Any:
         import turnkit.encode
 
         return getattr(turnkit.encode, name)
+    if name == "add_chatml":
+        from turnkit.chatml import add_chatml
+
+        return add_chatml
     raise AttributeError(f"module 'turnkit' has no attribute {name!r}")
 
 
 __all__ = [
     "ChatFormat",
+    "ChatMLError",
     "DoctorInputError",
     "EmbeddedModelError",
     "EmptyMaskError",
@@ -86,6 +94,7 @@ __all__ = [
     "TurnkitError",
     "UnknownReplyFormatError",
     "__version__",
+    "add_chatml",
     "families",
     "function_schema",
     "normalize_conversation",

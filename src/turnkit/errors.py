@@ -26,7 +26,8 @@ The hierarchy::
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
     ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
-    └── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
+    ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
+    └── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
 __all__ = [
+    "ChatMLError",
     "DoctorInputError",
     "EmbeddedModelError",
     "EmptyMaskError",
@@ -211,3 +213,8 @@ class DoctorInputError(TurnkitError):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class ChatMLError(TurnkitError):
+    """``add-chatml`` cannot give this base model ChatML: no weights or tokenizer, a GGUF file, another chat template
+    (without ``force``), an output folder that is not empty, or a result that ``turnkit doctor`` finds errors in."""

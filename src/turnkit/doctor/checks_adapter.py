@@ -5,6 +5,9 @@ tokens start untrained and stay so unless the input embeddings and the output he
 (``modules_to_save``) or their new rows are (``trainable_token_indices``). Such a chat fine-tune never learns to
 write its end-of-turn marker, so it never stops.
 
+A base made by ``turnkit add-chatml`` already holds the markers, so the adapter adds no tokens; its rows are still
+untrained (mean-initialised). add-chatml lists their ids in the base's ``turnkit-lora.json``; they count as new here.
+
 The module names differ by architecture (``embed_tokens``/``lm_head``, ``wte``, ``embed_in``/``embed_out``...). They
 are read from the real model class built on the ``meta`` device from ``config.json``: no weights are read or
 allocated.
@@ -75,6 +78,27 @@ def _new_tokens(ctx: Context, base_tokenizer: Any, base_rows: int | None) -> dic
     return new
 
 
+#: Written by ``turnkit add-chatml`` beside the base's weights: ``new_token_ids`` are rows that start untrained.
+ADD_CHATML_FILE = "turnkit-lora.json"
+
+
+def _untrained_in_base(base: Path, base_tokenizer: Any) -> dict[int, str]:
+    """Tokens add-chatml gave the base (``turnkit-lora.json``): in its vocabulary, but with untrained rows."""
+    try:
+        ids = json.loads((base / ADD_CHATML_FILE).read_text(encoding="utf-8")).get("new_token_ids") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {i: base_tokenizer.id_to_token(i) or f"id {i}" for i in ids if isinstance(i, int)}
+
+
+def _tied(base: Path) -> bool:
+    """Whether the base's ``config.json`` says its head and embeddings are one matrix."""
+    try:
+        return json.loads((base / "config.json").read_text(encoding="utf-8")).get("tie_word_embeddings") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _trainable_ids(indices: Any) -> set[int]:
     """The token ids ``trainable_token_indices`` makes trainable (a list, or a dict per module)."""
     if isinstance(indices, list):
@@ -94,6 +118,8 @@ def check_adapter_modules(ctx: Context) -> list[Problem]:
     base_config = ctx.target.config.data if ctx.target.config else {}
     rows = base_config.get("vocab_size") if isinstance(base_config.get("vocab_size"), int) else None
     new = _new_tokens(ctx, adapter.base_tokenizer, rows)
+    fresh = _untrained_in_base(adapter.base, adapter.base_tokenizer)
+    new.update(fresh)
     if not new:
         return []
     config = adapter.config.data
@@ -102,20 +128,28 @@ def check_adapter_modules(ctx: Context) -> list[Problem]:
     saved = [str(m) for m in config.get("modules_to_save") or []]
     names = embedding_module_names(adapter.base)
     shown = ", ".join(f"{token!r} (id {i})" for i, token in sorted(new.items())[:5])
+    what = (
+        f"its base {adapter.base} was given {len(new)} token(s) by turnkit add-chatml ({shown}; {ADD_CHATML_FILE}), "
+        "whose rows start untrained,"
+        if set(new) <= set(fresh)
+        else f"the adapter's tokenizer has {len(new)} token(s) its base {adapter.base} lacks ({shown})"
+    )
     if names is None:
         missing = "the input embeddings and the output head (embed_tokens and lm_head for Llama-like models)"
         short = ["embed_tokens", "lm_head"]
     else:
         embed, head = names[0], names[1] or names[0]
+        if _tied(adapter.base) and config.get("ensure_weight_tying") is True:
+            head = embed  # PEFT trains the one matrix through the embeddings' copy (it drops the head's name)
         if _covers(saved, embed) and _covers(saved, head):
             return []
         missing = " and ".join(dict.fromkeys(n for n in (embed, head) if not _covers(saved, n)))
         short = list(dict.fromkeys(n.rsplit(".", 1)[-1] for n in (embed, head)))
     return [
         Problem(
-            f"the adapter's tokenizer has {len(new)} token(s) its base {adapter.base} lacks ({shown}) but "
-            f"adapter_config.json modules_to_save {saved or None} does not cover {missing}: LoRA leaves the new rows "
-            "untrained, so the model never learns to read or write these tokens (a chat fine-tune that never stops)",
+            f"{what} but adapter_config.json modules_to_save {saved or None} does not cover {missing}: LoRA leaves "
+            "the new rows untrained, so the model never learns to read or write these tokens (a chat fine-tune that "
+            "never stops)",
             f"train again with LoraConfig(..., modules_to_save={short}) (or trainable_token_indices with the new "
             "ids), and save the tokenizer next to the adapter",
             adapter.config.label,
