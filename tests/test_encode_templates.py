@@ -1,5 +1,6 @@
-"""Encoding across the real templates of the corpus, with a copy of the SmolLM2 tokenizer that holds each template's
-markers as added tokens: the same ids as transformers on benign data, and no forged control token on hostile data."""
+"""Encoding across llama.cpp's 70 real templates (``../shared/conformance/templates``), with a copy of the SmolLM2
+tokenizer that holds each template's markers as added tokens: the same ids as transformers on benign data, and no
+forged control token on hostile data."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from collections import Counter
 
 import pytest
 from conversations import conversations
-from corpus import CorpusTemplate, all_templates, template_markers, tokenizer_with_markers
+from corpus import CorpusTemplate, llamacpp_templates, template_markers, tokenizer_with_markers
 
 from turnkit import ChatFormat, TurnkitError
 
-TEMPLATES = all_templates()
+TEMPLATES = llamacpp_templates()
 
 
 def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation_prompt):
