@@ -4,10 +4,23 @@ import os
 from pathlib import Path
 
 import pytest
+from corpus import in_ci
 
 from turnkit.embedded import EmbeddedModelError, default_model_path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ``CI=true`` a skip is a failure, whatever skipped (missing data, a missing package, an empty parameter
+    list): CI must never pass by checking nothing. ``corpus.require`` fails first, with the path it needs."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci() and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, which allows no skip: {reason}"
 
 
 @pytest.fixture(scope="session")
