@@ -92,10 +92,16 @@ class Case:
 class CorpusTemplate:
     name: str  # "<corpus>/<name>", unique
     source: str
-    bos_token: str
-    eos_token: str
+    bos_token: str | None  # None: the model has none (the manifest's null), so the template sees it undefined
+    eos_token: str | None
     #: The corpus's own render inputs for this template (llama.cpp's test inputs, ggufdoctor's fixtures).
     own_cases: tuple[Case, ...] = ()
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        """bos/eos as template variables (the ones that exist)."""
+        tokens = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        return {key: value for key, value in tokens.items() if value is not None}
 
     @property
     def corpus(self) -> str:

