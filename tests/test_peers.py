@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import warnings
-from functools import cache
 from typing import Any
 
-from corpus import peer_file
+from corpus import bare_tokenizer, peer_file
 
 from turnkit import ChatFormat, TurnkitError
 
@@ -48,14 +47,6 @@ HFJS_DIFFERENCES = {
 }
 
 
-@cache
-def _bare_tokenizer():
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
-
-
 def _render_both(template: str, context: dict[str, Any]) -> tuple[str | Exception, str | Exception]:
     """(transformers, turnkit) for ``context``: all template variables, messages/tools/documents included."""
     variables = dict(context)
@@ -68,7 +59,7 @@ def _render_both(template: str, context: dict[str, Any]) -> tuple[str | Exceptio
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            theirs = _bare_tokenizer().apply_chat_template(
+            theirs = bare_tokenizer().apply_chat_template(
                 messages,
                 tools=tools,
                 documents=documents,
