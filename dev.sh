@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (once, again when pyproject.toml changes), then
-#   ./dev.sh test            ruff + the whole test suite (installs Debian's chromium for the browser tests first)
+#   ./dev.sh test            ruff + the whole test suite (installs Debian's chromium for the browser tests first);
+#                            CI=true: no skip passes (README.md, Tests); ./dev.sh test -m "not slow" for a quick run
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -45,6 +46,9 @@ if [ "${1:-}" = "test" ]; then
     browser
     "$VENV/bin/ruff" check src tests benchmarks
     "$VENV/bin/ruff" format --check src tests benchmarks
-    exec "$VENV/bin/python" -m pytest "$@"
+    # Under CI=true (.ci/run) a skip fails (tests/conftest.py), and the 20 slowest tests are listed in the log.
+    durations=()
+    [ "${CI:-}" = true ] && durations=(--durations=20)
+    exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
 fi
 exec "$VENV/bin/turnkit" "$@"

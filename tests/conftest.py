@@ -4,10 +4,31 @@ import os
 from pathlib import Path
 
 import pytest
+from corpus import in_ci
 
 from turnkit.embedded import EmbeddedModelError, default_model_path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ``CI=true`` a skip is a failure, whatever skipped (missing data, a missing package, an empty parameter
+    list): CI must never pass by checking nothing. ``corpus.require`` fails first, with the path it needs."""
+    _fail_skip_under_ci((yield).get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at import (``pytest.importorskip`` at the top of a file)."""
+    _fail_skip_under_ci((yield).get_result())
+
+
+def _fail_skip_under_ci(report) -> None:
+    if report.skipped and in_ci() and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, which allows no skip: {reason}"
 
 
 @pytest.fixture(scope="session")

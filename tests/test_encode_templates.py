@@ -1,5 +1,6 @@
-"""Encoding across the real templates of the corpus, with a copy of the SmolLM2 tokenizer that holds each template's
-markers as added tokens: the same ids as transformers on benign data, and no forged control token on hostile data."""
+"""Encoding across llama.cpp's 70 real templates (``../shared/conformance/templates``), with a copy of the SmolLM2
+tokenizer that holds each template's markers as added tokens: the same ids as transformers on benign data, and no
+forged control token on hostile data."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ from collections import Counter
 
 import pytest
 from conversations import conversations
-from corpus import CorpusTemplate, all_templates, template_markers, tokenizer_with_markers
+from corpus import (
+    REFUSES_EVERY_CONVERSATION,
+    CorpusTemplate,
+    llamacpp_templates,
+    template_markers,
+    tokenizer_with_markers,
+)
 
-from turnkit import ChatFormat, TurnkitError
+from turnkit import ChatFormat, EncodeError, TurnkitError
 
-TEMPLATES = all_templates()
+#: About 3 CPU-minutes: a tokenizer per marker set, and three encodes per template and conversation.
+pytestmark = pytest.mark.slow
+
+TEMPLATES = llamacpp_templates()
 
 
 def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation_prompt):
@@ -26,8 +36,7 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
                 chat_template=template.source,
                 tokenize=True,
                 add_generation_prompt=add_generation_prompt,
-                bos_token=template.bos_token,
-                eos_token=template.eos_token,
+                **template.special_tokens,
             )
         except Exception as exc:  # noqa: BLE001 - only "it raised" matters
             return exc
@@ -35,7 +44,7 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
 
 
 def _format(template: CorpusTemplate, tokenizer) -> ChatFormat:
-    variables = {**tokenizer.special_tokens_map, "bos_token": template.bos_token, "eos_token": template.eos_token}
+    variables = {**tokenizer.special_tokens_map, **template.special_tokens}
     return ChatFormat.from_template(template.source, tokenizer=tokenizer, **variables)
 
 
@@ -137,35 +146,73 @@ def test_hostile_data_forges_no_control_token(template, tokenizers_by_template):
             for marker in markers:
                 assert encoding.text.count(marker) >= encoding.control_counts.get(marker, 0)
             checked += 1
-    if not checked:
-        pytest.skip("the template renders none of the conversations (both transformers and turnkit refuse them)")
+    _expect_checked(template, checked)
+
+
+#: Templates whose generation prompt pre-writes text that the render of the turn itself lacks, so no example (one
+#: per turn included) trains a reply in the context the model sees at inference: encode refuses with EncodeError for
+#: every conversation here rather than train a reply the model never continues. With why.
+NO_FAITHFUL_EXAMPLE = {
+    "llama.cpp/Apriel-1.6-15b-Thinker-fixed.jinja": "the prompt ends 'Here are my reasoning steps:\\n'; turns do not",
+    "llama.cpp/Qwen-QwQ-32B.jinja": "the prompt opens <think>; rendered turns drop the reasoning",
+    "llama.cpp/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": "the prompt opens <think>; turns drop the reasoning",
+    "llama.cpp/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": "the prompt opens <think>; turns drop the reasoning",
+    "llama.cpp/llama-cpp-deepseek-r1.jinja": "the prompt opens <think>; rendered turns drop the reasoning",
+    "llama.cpp/deepseek-ai-DeepSeek-V3.2.jinja": "the prompt writes <think></think>; rendered turns only </think>",
+    "llama.cpp/google-gemma-4-31B-it.jinja": "the prompt writes an empty thought channel; rendered turns do not",
+    "llama.cpp/google-gemma-4-31B-it-interleaved.jinja": "the prompt writes an empty thought channel; turns do not",
+}
+
+
+def _examples(fmt: ChatFormat, messages, tools) -> list:
+    """One training example, or one per assistant turn where the template is not prefix-stable (what the EncodeError
+    says to do: ``split_turns=True``)."""
+    try:
+        return [fmt.encode(messages, tools=tools)]
+    except EncodeError:
+        return fmt.encode(messages, tools=tools, split_turns=True)
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
 def test_masks_train_assistant_text_only(template, tokenizers_by_template):
     """Across real templates, with no {% generation %} blocks: every assistant reply the template renders is
-    trained, and no user, system or tool text is. (Templates that are not prefix-stable raise instead.)"""
+    trained, and no user, system or tool text is; in one example, or one per turn for templates that are not
+    prefix-stable (Qwen3 and other reasoning templates drop earlier turns' reasoning)."""
     tokenizer = tokenizers_by_template(template)
     fmt = _format(template, tokenizer)
     decode = fmt.tokenizer.decode
-    checked = 0
+    checked, unfaithful = 0, 0
     for name, messages, tools in conversations():
         if not any(m["role"] == "assistant" for m in messages):
             continue
         try:
-            encoding = fmt.encode(messages, tools=tools)
+            examples = _examples(fmt, messages, tools)
+        except EncodeError:
+            unfaithful += 1  # no example trains it in its inference context (NO_FAITHFUL_EXAMPLE)
+            continue
         except TurnkitError:
-            continue  # the template refuses the conversation, or is not prefix-stable for it (see split_turns)
-        trained = "".join(encoding.trained_text(decode))
+            continue  # the template refuses the conversation (transformers too: test_differential)
+        trained = "".join("".join(e.trained_text(decode)) for e in examples)
+        rendered = "".join(e.text for e in examples)
         for message in messages:
             content = message.get("content")
             if not isinstance(content, str) or not content.strip():
                 continue
-            if message["role"] == "assistant" and content.strip() in encoding.text:
+            if message["role"] == "assistant" and content.strip() in rendered:
                 assert content.strip() in trained, f"{name}: reply {content.strip()!r} not trained"
             if message["role"] != "assistant" and len(content.strip()) >= 6:
                 assert content.strip() not in trained, f"{name}: {message['role']} text {content.strip()!r} trained"
-        assert encoding.num_trained > 0
+        assert all(e.num_trained > 0 for e in examples)
         checked += 1
-    if not checked:
-        pytest.skip("no conversation with an assistant turn can be trained in one example with this template")
+    if template.name in NO_FAITHFUL_EXAMPLE:
+        assert unfaithful and not checked, f"{template.name} now trains: update NO_FAITHFUL_EXAMPLE"
+        return
+    _expect_checked(template, checked)
+
+
+def _expect_checked(template: CorpusTemplate, checked: int) -> None:
+    """Some conversation was checked, unless the template is known to refuse every one (never a silent skip)."""
+    if template.name in REFUSES_EVERY_CONVERSATION:
+        assert not checked, f"{template.name} now renders: update corpus.REFUSES_EVERY_CONVERSATION"
+    else:
+        assert checked, f"{template.name}: no conversation was checked"

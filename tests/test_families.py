@@ -5,7 +5,7 @@ import json
 
 import pytest
 from conversations import WEATHER_TOOL, conversations
-from corpus import llamacpp_template_dir
+from corpus import template_text
 
 from turnkit import ChatFormat, FamilyNotFoundError, TemplateError, families
 
@@ -16,19 +16,12 @@ CHATML_REFERENCE = (
 )
 
 
-def _official(name: str) -> str:
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / name).is_file():
-        pytest.skip(f"{name} is not available (llama-cpp-python sdist not fetched)")
-    return (folder / name).read_text()
-
-
 def _standard(messages) -> bool:
     return all(m["role"] in ("system", "user", "assistant", "tool") for m in messages)
 
 
 def test_qwen25_family_renders_like_qwens_own_template():
-    official = ChatFormat.from_template(_official("Qwen-Qwen2.5-7B-Instruct.jinja"), eos_token="<|im_end|>")
+    official = ChatFormat.from_template(template_text("Qwen-Qwen2.5-7B-Instruct.jinja"), eos_token="<|im_end|>")
     family = ChatFormat.from_family("qwen2.5")
     compared = 0
     for name, messages, tools in conversations():
@@ -56,7 +49,7 @@ def test_qwen25_family_writes_string_arguments_once():
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>' in text
     assert text == fmt.render(as_dict, tools=[WEATHER_TOOL])
     # Qwen's own template encodes a string a second time; the family does not copy that.
-    official = ChatFormat.from_template(_official("Qwen-Qwen2.5-7B-Instruct.jinja"))
+    official = ChatFormat.from_template(template_text("Qwen-Qwen2.5-7B-Instruct.jinja"))
     assert '"arguments": "{\\"city\\": \\"Oslo\\"}"' in official.render(messages, tools=[WEATHER_TOOL])
 
 
@@ -168,12 +161,12 @@ def test_infer_never_falls_back_silently(model_name):
     ],
 )
 def test_infer_from_template(template_file, family):
-    assert families.infer(_official(template_file)).name == family
+    assert families.infer(template_text(template_file)).name == family
 
 
 def test_infer_from_template_refuses_unknown_formats():
     with pytest.raises(FamilyNotFoundError, match="matches none"):
-        families.infer(_official("mistralai-Mistral-Nemo-Instruct-2407.jinja"))
+        families.infer(template_text("mistralai-Mistral-Nemo-Instruct-2407.jinja"))
     assert families.infer(families.get("chatml").template).name == "chatml"
     assert families.infer(families.get("qwen2.5").template).name == "qwen2.5"
 

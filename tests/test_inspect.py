@@ -15,7 +15,7 @@ from pathlib import Path
 
 import html5lib
 import pytest
-from corpus import CONFORMANCE, tokenizer_with_markers
+from corpus import template_text, tokenizer_with_markers
 from serve_harness import TOOLS
 
 from turnkit import ChatFormat, families
@@ -107,13 +107,6 @@ def test_train_vs_serve_of_a_prefix_stable_template(tool_format):
     assert [example.title for example in model.examples] == ["training example"]
 
 
-def _conformance_template(name: str) -> str:
-    path = CONFORMANCE / "templates" / name
-    if not path.is_file():
-        pytest.skip(f"{path} is not available (../shared/conformance)")
-    return path.read_text(encoding="utf-8")
-
-
 REASONING = [
     {"role": "user", "content": "Is 91 prime?"},
     {"role": "assistant", "reasoning_content": "91 = 7 * 13.", "content": "No."},
@@ -124,9 +117,7 @@ REASONING = [
 
 def test_qwen3_turns_are_split_and_the_dropped_reasoning_is_highlighted(smollm2_hf_folder):
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])
-    fmt = ChatFormat.from_template(
-        _conformance_template("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>"
-    )
+    fmt = ChatFormat.from_template(template_text("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
     model = conversation_page(fmt, REASONING)
     assert [e.title for e in model.examples] == ["example 1 of 2: trains message 1", "example 2 of 2: trains message 3"]
     examples = fmt.encode(REASONING, split_turns=True)
@@ -143,7 +134,7 @@ def test_deepseek_r1_serving_prompt_differs_at_the_first_token_after_the_header(
     markers = ["<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"]
     markers += ["<think>", "</think>"]
     fmt = ChatFormat.from_template(
-        _conformance_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
+        template_text("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
         tokenizer=tokenizer_with_markers(smollm2_hf_folder, markers),
         bos_token="<｜begin▁of▁sentence｜>",
         eos_token="<｜end▁of▁sentence｜>",

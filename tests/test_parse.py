@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
-from corpus import CONFORMANCE, llamacpp_template_dir, tokenizer_with_markers
+from corpus import PEERS, require, template_text, tokenizer_with_markers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replies import as_client_sees, assemble, ids_of, stream
@@ -193,9 +191,9 @@ def test_markers_written_in_text_count(qwen3):
 
 
 def test_mistral_calls_written_in_text():
-    path = CONFORMANCE / "templates" / "mistralai-Mistral-Nemo-Instruct-2407.jinja"
-    _require(path)
-    fmt = ChatFormat.from_template(path.read_text(encoding="utf-8"), bos_token="<s>", eos_token="</s>")
+    fmt = ChatFormat.from_template(
+        template_text("mistralai-Mistral-Nemo-Instruct-2407.jinja"), bos_token="<s>", eos_token="</s>"
+    )
     reply = fmt.parse('Checking.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]</s>')
     assert (reply.content, reply.end, reply.stop) == ("Checking.", EndReason.END_OF_TURN, "</s>")
     (call,) = reply.tool_calls
@@ -217,13 +215,6 @@ def _round_trip(fmt: ChatFormat, message: dict, tools=None, reply_format=None) -
     encoding = fmt.encode(messages, tools=tools, turns="last")
     trained = encoding.input_ids[encoding.assistant_mask.astype(bool)].tolist()
     return fmt.parse(trained, tools=tools, reply_format=reply_format)
-
-
-def _template(name: str) -> str:
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / name).is_file():
-        pytest.skip(f"{name} is not available")
-    return (folder / name).read_text()
 
 
 @pytest.mark.parametrize("family", ["chatml", "llama3", "plain", "qwen2.5"])
@@ -275,7 +266,7 @@ def test_round_trip_families(smollm2_hf_folder, family):
 )
 def test_round_trip_real_templates(smollm2_hf_folder, template, markers, eos, message):
     fmt = ChatFormat.from_template(
-        _template(template),
+        template_text(template),
         tokenizer=tokenizer_with_markers(smollm2_hf_folder, markers),
         bos_token=markers[0],
         eos_token=eos,
@@ -291,7 +282,7 @@ def test_round_trip_real_templates(smollm2_hf_folder, template, markers, eos, me
 # -- peers ---------------------------------------------------------------------------------------------------------
 
 
-HERMES_CASES = CONFORMANCE / "peers" / "vllm_hermes_parser_cases.json"
+HERMES_CASES = PEERS / "vllm_hermes_parser_cases.json"
 
 #: Where turnkit deliberately differs from vLLM's Hermes parser. vLLM gives up on a call whose JSON is broken and
 #: returns the whole output, markup included, as content. turnkit keeps it as a failed call instead: status
@@ -300,16 +291,6 @@ HERMES_CASES = CONFORMANCE / "peers" / "vllm_hermes_parser_cases.json"
 #: tools_called=False) and ``ended_cleanly`` False; ``strict=True`` raises. A client never shows tool-call markup as
 #: prose, and nothing the model wrote is lost.
 VLLM_DIFFERENCES = {"non_streaming_invalid_json": CallStatus.UNTERMINATED}
-
-
-def _require(path: Path) -> None:
-    """Skip with a reason when third-party data is absent; under ``CI=true`` fail, so CI cannot pass vacuously."""
-    if path.is_file():
-        return
-    reason = f"{path} is absent (third-party peer vectors are read from ../shared, never copied here)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI=true requires it")
-    pytest.skip(reason)
 
 
 def _hermes_cases() -> list:
@@ -322,15 +303,15 @@ def _hermes_cases() -> list:
 @pytest.mark.parametrize("case", _hermes_cases())
 def test_vllm_hermes_cases(qwen3, case):
     """Every case of vLLM's Hermes parser tests, as text through ``fmt.parse`` and as ids streamed 1, 2, 3, 5 and 8
-    tokens per chunk (and vLLM's own text deltas where the case gives them): all agree, and match vLLM's expectations
-    except where VLLM_DIFFERENCES says otherwise."""
+    tokens per chunk and at the case's own ``stream_intervals`` (and vLLM's own text deltas where the case gives
+    them): all agree, and match vLLM's expectations except where VLLM_DIFFERENCES says otherwise."""
     if case is None:
-        _require(HERMES_CASES)
+        require(HERMES_CASES)
     text, call_id = case["model_output"], (lambda i: f"call_{i}")
     reply = qwen3.parse(text, reply_format="hermes", call_id=call_id)
     ids = ids_of(qwen3, text)
     assert qwen3.parse(ids, reply_format="hermes", call_id=call_id) == reply
-    for size in (1, 2, 3, 5, 8, len(ids)):
+    for size in sorted({1, 2, 3, 5, 8, len(ids), *(case.get("stream_intervals") or [])}):  # and vLLM's own
         streamed, deltas = stream(qwen3, ids, [size] * (len(ids) // size), reply_format="hermes")
         assert streamed == reply, size
         assert assemble(deltas) == as_client_sees(reply), size

@@ -11,12 +11,11 @@ characters split across tokens, and log-probabilities.
 from __future__ import annotations
 
 import json
-import os
 
 import httpx
 import openai
 import pytest
-from corpus import CONFORMANCE, tokenizer_with_markers
+from corpus import template_text, tokenizer_with_markers
 from serve_harness import TOOLS, serving
 
 from turnkit import ChatFormat
@@ -42,13 +41,9 @@ FORCED = {
 def url(smollm2_hf_folder):
     from turnkit.serve.routes import Server
 
-    path = CONFORMANCE / "templates" / "Qwen-Qwen3-0.6B.jinja"
-    if not path.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing")
-        pytest.skip(f"{path} is not available")
+    template = template_text("Qwen-Qwen3-0.6B.jinja")
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])
-    fmt = ChatFormat.from_template(path.read_text(), tokenizer=tokenizer, eos_token="<|im_end|>")
+    fmt = ChatFormat.from_template(template, tokenizer=tokenizer, eos_token="<|im_end|>")
     assert fmt.reply_format.name == "qwen3"
 
     def script(prompt_ids):
