@@ -9,7 +9,10 @@ time on the shared 2-core machine at a load average of 15-17); the timeout leave
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,14 +27,22 @@ SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "base_to_chat" / 
 
 
 def test_base_to_chat_learns_to_stop_and_lora_needs_modules_to_save(tmp_path):
-    done = subprocess.run(
+    # its own process group: on a timeout the script and the servers it started are all ended, none left behind
+    process = subprocess.Popen(
         [sys.executable, str(SCRIPT), "--work", str(tmp_path), "--threads", "1"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=480,
-        env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    try:
+        stdout, stderr = process.communicate(timeout=480)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever of the group is left (nothing after a clean run)
+        process.communicate()
+    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     print({name: result["stop_rate"] for name, result in results.items()})
     assert results["full fine-tune"]["stop_rate"] >= 0.9
@@ -39,4 +50,4 @@ def test_base_to_chat_learns_to_stop_and_lora_needs_modules_to_save(tmp_path):
     assert results["LoRA without modules_to_save"]["stop_rate"] <= 0.1  # the failure seed 000 warns about
     assert results["LoRA without modules_to_save"]["doctor_errors"] == ["adapter-missing-modules-to-save"]
     assert results["LoRA + modules_to_save"]["doctor_errors"] == []
-    assert "0 errors, 0 warnings" in done.stdout  # add-chatml's doctor summary
+    assert "0 errors, 0 warnings" in stdout  # add-chatml's doctor summary
