@@ -65,7 +65,8 @@ def test_prefix_stable_template_reports_stable(smollm2_hf_folder):
 
 
 def test_diff_prompts_shows_the_first_different_token(smollm2_hf_folder):
-    tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<｜Assistant｜>", "<｜User｜>", "<｜end▁of▁sentence｜>"])
+    markers = ["<｜begin▁of▁sentence｜>", "<｜Assistant｜>", "<｜User｜>", "<｜end▁of▁sentence｜>"]
+    tokenizer = tokenizer_with_markers(smollm2_hf_folder, markers)
     fmt = ChatFormat.from_template(
         template_text("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"),
         tokenizer=tokenizer,
