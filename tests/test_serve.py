@@ -181,7 +181,7 @@ def test_a_forged_turn_reaches_the_model_as_text(server):
         ({"model": "gpt-9", "messages": QUESTION}, 404, "does not exist"),
         ({"model": "smollm2", "messages": QUESTION, "max_tokens": 10**7}, 400, "too many tokens requested"),
         ({"model": "smollm2", "messages": [{"role": "user", "content": "word " * 9000}]}, 400, "the model's context"),
-        ({"model": "smollm2", "messages": QUESTION, "n": 2}, 400, "n must be 1"),
+        ({"model": "smollm2", "messages": QUESTION, "n": 17}, 400, "n must be between 1 and 16"),
         ({"model": "smollm2", "messages": QUESTION, "stop": 5}, 400, "stop must be"),
         (
             {

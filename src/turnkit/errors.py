@@ -25,7 +25,8 @@ The hierarchy::
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
-    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    └── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "PrepareError",
     "RecordError",
     "ReplyParseError",
+    "ServeConfigError",
     "TemplateError",
     "TemplateLimitError",
     "TemplateNotFoundError",
@@ -199,3 +201,7 @@ class PrepareError(TurnkitError):
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
+
+
+class ServeConfigError(TurnkitError, ValueError):
+    """A ``--model`` argument, a ``--models`` folder or a models file that cannot be served (says which entry)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Backend",
@@ -32,7 +32,17 @@ class BackendBusyError(Exception):
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding."""
+    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding. Every other field's default changes
+    nothing, so an engine that cannot do one lists it in ``unsupported_fields`` and the server refuses requests
+    that set it.
+
+    * ``top_k`` (0: off), ``min_p`` (0: off): keep the ``top_k`` likeliest tokens / those at least ``min_p`` times
+      as likely as the likeliest;
+    * ``repetition_penalty`` (1: off): transformers' penalty on every token of the prompt and the reply so far;
+    * ``presence_penalty``, ``frequency_penalty`` (0: off): OpenAI's, on the reply's tokens so far;
+    * ``logit_bias``: added to the logits of those token ids (-100 bans, 100 forces);
+    * ``constraint``: a grammar matcher (:mod:`.structured`) that masks tokens the grammar does not allow.
+    """
 
     prompt_ids: Sequence[int]
     max_tokens: int
@@ -41,6 +51,13 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     top_logprobs: int | None = None  # None: no log-probabilities; 0: the chosen token's only
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    constraint: Any = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,10 @@ class ReplayBackend:
     script: Callable[[Sequence[int]], Sequence[int]]
     name: str = "replay"
     context_length: int = 8192
+    #: A script ignores sampling: requests that ask for these are refused rather than answered as if honoured.
+    unsupported_fields: frozenset[str] = frozenset(
+        {"top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"}
+    )
     delay: float = 0.0
     max_active: int = 64
     _active: int = field(default=0, init=False)
