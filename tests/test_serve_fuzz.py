@@ -121,6 +121,8 @@ def _request(rng: random.Random) -> tuple[str, str, bytes]:
     path = rng.choice([*BASES, "/v1/models", "/health", "/v1/nothing"])
     base = BASES.get(path, {"model": MODEL})
     roll = rng.random()
+    if path in ("/v1/models", "/health") and roll > 0.05:
+        return "GET", path, b""
     if roll < 0.05:
         return rng.choice(["GET", "PUT", "DELETE", "POST"]), path, b"{}"
     if roll < 0.10:
