@@ -119,7 +119,15 @@ class ReplayBackend:
     context_length: int = 8192
     #: A script ignores sampling: requests that ask for these are refused rather than answered as if honoured.
     unsupported_fields: frozenset[str] = frozenset(
-        {"top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias"}
+        {
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "response_format",
+        }
     )
     delay: float = 0.0
     max_active: int = 64

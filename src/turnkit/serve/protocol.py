@@ -399,12 +399,19 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
         raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
     if top_logprobs and not logprobs:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    response_format = _response_format(body)
+    if response_format is not None and chat_input.offers_tools:
+        raise APIError(
+            400,
+            "response_format and tools cannot be combined: a reply is either JSON of the schema or tool calls",
+            param="response_format",
+        )
     return ChatRequest(
         **sampling,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
         chat_input=chat_input,
-        response_format=_response_format(body),
+        response_format=response_format,
     )
 
 

@@ -12,6 +12,7 @@ after answering, and the server then drops the client's keep-alive connection; a
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -174,7 +175,9 @@ class Server:
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         check_tools_shown(fmt, req.chat_input)
-        constraint = structured.constraint_for(fmt, req.response_format)
+        constraint = None
+        if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
+            constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
         model = await self.models.acquire(req.model)
         sessions = start_chat(
             fmt,
