@@ -153,7 +153,12 @@ def test_completions(client, server):
     echoed = client.completions.create(
         model="smollm2", prompt=prompt, temperature=0, max_tokens=2, echo=True, logprobs=2
     )
-    assert echoed.choices[0].text.startswith(prompt) and len(echoed.choices[0].logprobs.tokens) == 2
+    # echo with logprobs scores the prompt's tokens too, as OpenAI does: the first has no log-probability
+    logprobs = echoed.choices[0].logprobs
+    assert echoed.choices[0].text.startswith(prompt) and len(logprobs.tokens) == len(ids) + 2
+    assert "".join(logprobs.tokens[: len(ids)]) == prompt and logprobs.token_logprobs[0] is None
+    assert all(lp <= 0 for lp in logprobs.token_logprobs[1:]) and logprobs.top_logprobs[0] is None
+    assert all(len(top) == 2 for top in logprobs.top_logprobs[1:]) and logprobs.text_offset[0] == 0
     assert httpx.post(server[0] + "/detokenize", json={"tokens": ids}).json()["prompt"] == prompt
 
 

@@ -3,6 +3,7 @@ through a pseudo-terminal (pexpect), where Ctrl-C is a real SIGINT from the term
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,17 @@ def test_chat_keeps_history_resets_and_survives_ctrl_c(chat):
     chat.expect(pexpect.EOF)
     chat.wait()
     assert chat.exitstatus == 0
+
+
+def test_render_and_encode_warn_when_the_template_ignores_tools(smollm2_gguf, tmp_path, capsys):
+    from turnkit.cli import main
+
+    conversation = tmp_path / "conversation.json"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    conversation.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": [tool]}))
+    assert main(["render", "--model", "default", str(conversation)]) == 0
+    assert "does not show tools" in capsys.readouterr().err
+    assert main(["render", "--family", "qwen2.5", str(conversation)]) == 0
+    assert "does not show tools" not in capsys.readouterr().err
+    main(["encode", "--model", "default", "--generation-prompt", str(conversation)])
+    assert "does not show tools" in capsys.readouterr().err

@@ -105,6 +105,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     tools = _load_tools(args, tools)
     fmt = _format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    _warn_unshown_tools(fmt, messages, tools, args, variables)
     text = fmt.render(
         messages,
         tools=tools,
@@ -120,6 +121,19 @@ def _cmd_render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _warn_unshown_tools(fmt: ChatFormat, messages: Any, tools: Any, args: argparse.Namespace, variables: Any) -> None:
+    """Tools the template does not show (the render is the same without them) would never reach the model: say so."""
+    if not tools:
+        return
+    options = {"add_generation_prompt": args.generation_prompt, "template_name": args.template_name, **variables}
+    if fmt.render(messages, tools=tools, **options) == fmt.render(messages, **options):
+        print(
+            "turnkit: warning: this chat template does not show tools (the render is the same without them); "
+            "the model would never see them (turnkit serve refuses such requests)",
+            file=sys.stderr,
+        )
 
 
 def _load_tools(args: argparse.Namespace, tools: Any) -> Any:
@@ -162,6 +176,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     tools = _load_tools(args, tools)
     fmt = _format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    _warn_unshown_tools(fmt, messages, tools, args, variables)
     if args.check_prefix:
         report = fmt.check_prefix_stable(messages, tools=tools, **variables)
         sys.stdout.write(str(report) + "\n")

@@ -41,7 +41,8 @@ class GenerationRequest:
     * ``repetition_penalty`` (1: off): transformers' penalty on every token of the prompt and the reply so far;
     * ``presence_penalty``, ``frequency_penalty`` (0: off): OpenAI's, on the reply's tokens so far;
     * ``logit_bias``: added to the logits of those token ids (-100 bans, 100 forces);
-    * ``constraint``: a grammar matcher (:mod:`.structured`) that masks tokens the grammar does not allow.
+    * ``constraint``: a grammar matcher (:mod:`.structured`) that masks tokens the grammar does not allow;
+    * ``prompt_logprobs``: set :attr:`Generation.prompt` (``/v1/completions`` with ``echo`` and ``logprobs``).
     """
 
     prompt_ids: Sequence[int]
@@ -58,6 +59,7 @@ class GenerationRequest:
     frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     constraint: Any = None
+    prompt_logprobs: int | None = None  # None: none; k: each prompt token's log-probability and k alternatives
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ class Generation:
         self._loop = loop
         self._queue: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
         self.cancelled = threading.Event()
+        #: With ``prompt_logprobs``: one event per prompt token (the first without a log-probability), set by the
+        #: backend before its first token is put, so it is there when the first token arrives.
+        self.prompt: tuple[TokenEvent, ...] | None = None
 
     # called from the backend's thread
     def put(self, event: TokenEvent) -> None:
@@ -139,6 +144,12 @@ class ReplayBackend:
         generation = Generation(loop)
         self._active += 1
         ids = list(self.script(request.prompt_ids))
+        if request.prompt_logprobs is not None:
+            top = request.prompt_logprobs
+            generation.prompt = tuple(
+                TokenEvent(t, None if n == 0 else 0.0, () if n == 0 else ((t, 0.0),) * top)
+                for n, t in enumerate(request.prompt_ids)
+            )
 
         async def play() -> None:
             try:

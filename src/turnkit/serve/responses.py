@@ -149,19 +149,25 @@ def _merge(deltas: Sequence[Delta]) -> list[dict[str, Any]]:
 
 async def completion_chunks(session: Session, model: str, *, echo: str = "") -> AsyncGenerator[Chunk, None]:
     """The ``text_completion`` chunks of one reply: the echoed prompt, the text and log-probabilities of each step,
-    the finish reason, and the usage. ``text_offset`` counts the characters of the echo and of the tokens before each
-    token. When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
+    the finish reason, and the usage. With ``echo`` and log-probabilities, the echo chunk carries the prompt's tokens
+    (the first without a log-probability), as OpenAI does; it is sent with the first step, when the backend has
+    scored the prompt. ``text_offset`` counts the characters of the tokens before each token (of the echo first).
+    When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
     entries folds to lists rather than ``null``."""
     head = _head(session, model, chat=False)
 
     def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> Chunk:
         return {**head, "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}]}
 
-    if echo:
+    pending = echo if session.logprobs else ""
+    if echo and not pending:
         yield chunk(echo)
     offset = len(echo)
     async with aclosing(session.steps()) as steps:
         async for step in steps:
+            if pending:
+                yield chunk(pending, logprobs=_completion_logprobs(session.prompt_logprobs(), 0))
+                pending = ""
             text = "".join(d.content or "" for d in step.deltas)
             logprobs = None
             if step.logprob:
@@ -209,7 +215,9 @@ def _completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[s
     return {
         "tokens": [entry.token for entry in entries],
         "token_logprobs": [entry.logprob for entry in entries],
-        "top_logprobs": [{text: logprob for text, _, logprob in entry.top} for entry in entries],
+        "top_logprobs": [
+            None if entry.logprob is None else {text: logprob for text, _, logprob in entry.top} for entry in entries
+        ],
         "text_offset": offsets,
     }
 

@@ -196,6 +196,15 @@ class Session:
         self._log(self.reply)
         yield Step(self.parser.final_deltas)
 
+    def prompt_logprobs(self) -> list[TokenLogprob]:
+        """The prompt's tokens with their log-probabilities (``echo`` with ``logprobs``), once generating started."""
+        out = []
+        for event in self.generation.prompt or ():
+            text, raw = self._text(event.token_id)
+            top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]
+            out.append(TokenLogprob(text, raw, event.logprob, top))
+        return out
+
     def _logprob(self, event: TokenEvent) -> TokenLogprob | None:
         """The token's log-probability entry; none for the stop token, which is not part of the reply's text."""
         if not self.logprobs or event.token_id in self.fmt.stop_ids:
@@ -290,6 +299,7 @@ def generation_request(
         presence_penalty=pick(req.presence_penalty, defaults.presence_penalty),
         frequency_penalty=pick(req.frequency_penalty, defaults.frequency_penalty),
         logit_bias=dict(req.logit_bias),
+        prompt_logprobs=req.top_logprobs if req.logprobs and getattr(req, "echo", False) else None,
     )
 
 
@@ -298,6 +308,9 @@ def _check_supported(backend: Backend, req: Sampling) -> None:
     unsupported = getattr(backend, "unsupported_fields", frozenset())
     for name in sorted(unsupported):
         value = getattr(req, name, None)
+        if name == "prompt_logprobs":  # asked for by echo with logprobs
+            value = True if req.logprobs and getattr(req, "echo", False) else None
+            name = "echo with logprobs"
         if value not in (None, {}, 1 if name == "n" else None):
             raise APIError(
                 400,

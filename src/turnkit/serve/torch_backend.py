@@ -155,11 +155,28 @@ class TorchBackend:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else torch.seed())
         sequence = _Sequence(request, generation, generator)
+        if request.prompt_logprobs is not None:
+            generation.prompt = self._prompt_logprobs(request.prompt_ids, out.logits[0], request.prompt_logprobs)
         (token,) = self._sample([sequence], out.logits[:, -1, :])
         if self._emit(sequence, token):
             return
         mask = torch.ones((1, ids.shape[1]), dtype=torch.long, device=self.device)
         self._join(out.cache, mask, sequence)
+
+    def _prompt_logprobs(self, ids: Any, logits: Any, top: int) -> tuple[TokenEvent, ...]:
+        """Each prompt token's log-probability given the tokens before it, and the ``top`` likeliest there."""
+        torch = self.torch
+        events = [TokenEvent(int(ids[0]))]
+        for start in range(0, len(ids) - 1, 256):  # a slice at a time: vocabulary-wide rows add up
+            rows = torch.log_softmax(logits[start : start + 256].float(), dim=-1)
+            for n, row in enumerate(rows):
+                if start + n + 1 >= len(ids):
+                    break
+                token = int(ids[start + n + 1])
+                values, indices = row.topk(top) if top else ((), ())
+                alternatives = tuple(zip(list(map(int, indices)), list(map(float, values)), strict=True))
+                events.append(TokenEvent(token, float(row[token]), alternatives))
+        return tuple(events)
 
     def _join(self, cache: Any, mask: Any, sequence: _Sequence) -> None:
         """Stack a prefilled sequence onto the running batch, left-padding whichever is shorter."""
