@@ -30,6 +30,7 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve import structured, ui
 from turnkit.serve.backend import Backend
+from turnkit.serve.body import read_body
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
     APIError,
@@ -39,7 +40,6 @@ from turnkit.serve.protocol import (
     parse_completion,
     parse_detokenize,
     parse_tokenize,
-    read_body,
 )
 from turnkit.serve.responses import (
     Chunk,

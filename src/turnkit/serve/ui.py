@@ -28,7 +28,8 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.inspect.render import asset, stand_ins_attribute
 from turnkit.inspect.tokens import TokenTexts, find_forged_markers
-from turnkit.serve.protocol import APIError, read_body
+from turnkit.serve.body import read_body
+from turnkit.serve.protocol import APIError
 
 __all__ = ["PUBLIC_PATHS", "page_html", "pages"]
 
