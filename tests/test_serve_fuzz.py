@@ -183,3 +183,22 @@ def test_fuzzed_requests_never_5xx_nor_hang(base_url, seed):
         assert client.get("/health").json()["generating"] == 0
     assert statuses.get(200, 0) > 5 and sum(v for k, v in statuses.items() if k >= 400) > 50  # both kinds were tried
     assert 413 in statuses or 400 in statuses
+
+
+def test_body_limits(base_url):
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        huge = b'{"prompt": "' + b"a" * (MAX_BODY_BYTES + 10) + b'"}'
+        declared = client.post("/tokenize", content=huge)
+        assert declared.status_code == 413 and declared.json()["error"]["code"] == "request_too_large"
+
+        def chunks():  # no Content-Length: the limit holds while reading
+            yield huge[: MAX_BODY_BYTES // 2]
+            yield huge[MAX_BODY_BYTES // 2 :]
+
+        streamed = client.post("/tokenize", content=chunks())
+        assert streamed.status_code == 413
+        deep = client.post("/tokenize", content=b'{"prompt": "x", "a": ' + b"[" * 100 + b"]" * 100 + b"}")
+        assert deep.status_code == 400 and deep.json()["error"]["code"] == "too_deep"
+        deeper = client.post("/v1/chat/completions", content=b"[" * 100000 + b"]" * 100000)
+        assert deeper.status_code == 400
+        assert client.post("/tokenize", json={"prompt": "still here"}).status_code == 200
