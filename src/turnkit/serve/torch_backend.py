@@ -256,10 +256,11 @@ class TorchBackend:
         """One row's logits after logit bias, penalties and the grammar mask (the row itself when none applies)."""
         torch = self.torch
         request = sequence.request
-        if request.logit_bias:
+        bias = {t: b for t, b in request.logit_bias.items() if t < scores.shape[-1]}  # ids past the logits: no row
+        if bias:
             scores = scores.clone()
-            ids = torch.tensor(list(request.logit_bias), dtype=torch.long, device=scores.device)
-            scores[ids] += torch.tensor(list(request.logit_bias.values()), dtype=scores.dtype, device=scores.device)
+            ids = torch.tensor(list(bias), dtype=torch.long, device=scores.device)
+            scores[ids] += torch.tensor(list(bias.values()), dtype=scores.dtype, device=scores.device)
         if request.repetition_penalty != 1.0:
             seen = torch.tensor(
                 sorted(set(request.prompt_ids) | set(sequence.counts)), dtype=torch.long, device=scores.device
