@@ -101,6 +101,10 @@ def test_the_command_line_refuses_bad_model_arguments(tmp_path):
     assert main(["serve", "--model", str(tmp_path / "absent.gguf")]) == 2
     assert main(["serve", "--model", "a=default", "--model", "b=default", "--model-id", "x"]) == 2
     assert main(["serve", "--models", str(tmp_path)]) == 2  # an empty folder
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    (tmp_path / "models.toml").write_text(f'[models.x]\npath = "default"\ntemplate = "{broken}"\n')
+    assert main(["serve", "--models", str(tmp_path / "models.toml"), "--lazy"]) == 2  # read at start, not a 503 later
 
 
 # -- a server of two models -------------------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ def test_generate_refuses_bad_flags_before_loading(smollm2_gguf):
     assert "Traceback" not in result.stderr
     missing = _generate("--prompt", "x", "--model", "/nonexistent.gguf")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    no_template = _generate("--prompt", "x", "--template", "/nonexistent.jinja")
+    assert no_template.returncode == 2 and "does not exist" in no_template.stderr
 
 
 @pytest.fixture

@@ -263,6 +263,8 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
             raise UsageError(
                 f"the model {spec.path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
             )
+        if spec.template is not None and not Path(spec.template).is_file():
+            raise UsageError(f"the template {spec.template} of the model {spec.name!r} does not exist")
     return modelspec.unique(specs)
 
 
@@ -284,10 +286,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
     first = registry.default_name
     print(f"turnkit: reading {first} ({threads} torch threads)", file=sys.stderr, flush=True)
-    fmt = registry.format(first)  # the default model's template and tokenizer now, not on the first request
-    _ = fmt.tokenizer, fmt.stop_ids
-    if not args.lazy:
-        registry.preload(first)
+    from turnkit.serve.protocol import APIError
+
+    try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy
+        for name in registry.names:
+            registry.format(name)
+        fmt = registry.format(first)
+        _ = fmt.tokenizer, fmt.stop_ids  # the default model's tokenizer now, not on the first request
+        if not args.lazy:
+            registry.preload(first)
+    except APIError as exc:
+        raise UsageError(exc.message) from None
     server = Server(
         registry,
         api_key=args.api_key,
@@ -334,6 +343,8 @@ def _conversation(args: argparse.Namespace) -> Any:
         raise UsageError(
             f"the model {args.model} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
         )
+    if args.template is not None and not Path(args.template).is_file():
+        raise UsageError(f"the template {args.template} does not exist")
     spec = ModelSpec(args.model, args.model, family=args.family, template=args.template)
     threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     registry = ModelRegistry([spec], max_loaded=1, options=EngineOptions(threads=threads, max_batch=1, max_queue=1))
@@ -344,7 +355,11 @@ def _conversation(args: argparse.Namespace) -> Any:
         parse_chat({"model": spec.name, "messages": [{"role": "user", "content": "."}], **sampling})
     except APIError as exc:
         raise UsageError(describe(exc)) from None
-    return Conversation(registry.preload(spec.name), sampling, system=args.system)
+    try:
+        model = registry.preload(spec.name)
+    except APIError as exc:  # the template or the tokenizer cannot be read
+        raise UsageError(exc.message) from None
+    return Conversation(model, sampling, system=args.system)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
