@@ -103,7 +103,12 @@ class Generation:
 
 
 class Backend(Protocol):
-    """A model that generates token ids."""
+    """A model that generates token ids.
+
+    An engine may also have ``unsupported_fields`` (a set of :class:`GenerationRequest` field names it cannot honour,
+    e.g. ``{"logit_bias", "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the
+    field) and ``load_now`` (``(generating, waiting)``, for ``/health`` and for unloading only when idle).
+    """
 
     name: str
     context_length: int

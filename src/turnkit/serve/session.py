@@ -304,18 +304,22 @@ def generation_request(
 
 
 def _check_supported(backend: Backend, req: Sampling) -> None:
-    """A sampling field the engine cannot honour is a 400 naming it, never silently ignored."""
+    """A field the engine cannot honour is a 400 naming it, never silently ignored. ``unsupported_fields`` names
+    :class:`~.backend.GenerationRequest` fields; ``constraint`` is asked for by ``response_format`` and
+    ``prompt_logprobs`` by ``echo`` with ``logprobs``."""
     unsupported = getattr(backend, "unsupported_fields", frozenset())
     for name in sorted(unsupported):
-        value = getattr(req, name, None)
-        if name == "prompt_logprobs":  # asked for by echo with logprobs
-            value = True if req.logprobs and getattr(req, "echo", False) else None
-            name = "echo with logprobs"
-        if value not in (None, {}, 1 if name == "n" else None):
+        param, value = name, getattr(req, name, None)
+        if name in ("constraint", "response_format"):
+            param, value = "response_format", getattr(req, "response_format", None)
+        elif name == "prompt_logprobs":
+            param, value = "echo", True if req.logprobs and getattr(req, "echo", False) else None
+        if value not in (None, {}) and not (name == "n" and value == 1):
+            what = "echo with logprobs" if name == "prompt_logprobs" else param
             raise APIError(
                 400,
-                f"{name} is not supported by this model's engine ({type(backend).__name__})",
-                param=name,
+                f"{what} is not supported by this model's engine ({type(backend).__name__})",
+                param=param,
                 code="unsupported_parameter",
             )
 
