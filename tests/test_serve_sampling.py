@@ -169,3 +169,22 @@ def test_bad_sampling_values_are_400s(server, fields, param):
     body = {"model": MODEL, "messages": QUESTION, "max_tokens": 2, **fields}
     response = httpx.post(server + "/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+def test_fields_an_engine_cannot_honour_are_400s(smollm2_gguf):
+    from starlette.testclient import TestClient
+
+    from turnkit import ChatFormat
+    from turnkit.serve import ReplayBackend
+    from turnkit.serve.routes import Server
+
+    fmt = ChatFormat.from_pretrained(smollm2_gguf)
+    backend = ReplayBackend(lambda ids: fmt.tokenizer.encode("Hola.<|im_end|>").ids)  # a script ignores sampling
+    client = TestClient(Server(fmt, backend, model_id="replay").app())
+    base = {"model": "replay", "messages": QUESTION}
+    assert client.post("/v1/chat/completions", json=base).json()["choices"][0]["message"]["content"] == "Hola."
+    for field, value in [("logit_bias", {"5": 1}), ("presence_penalty", 1.0), ("top_k", 3)]:
+        error = client.post("/v1/chat/completions", json={**base, field: value}).json()["error"]
+        assert error["param"] == field and "not supported by this model's engine" in error["message"]
+    echo = client.post("/v1/completions", json={"model": "replay", "prompt": "x", "echo": True, "logprobs": 1})
+    assert echo.status_code == 200  # the replay engine scores prompts (as zeros)
