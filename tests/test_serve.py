@@ -153,7 +153,12 @@ def test_completions(client, server):
     echoed = client.completions.create(
         model="smollm2", prompt=prompt, temperature=0, max_tokens=2, echo=True, logprobs=2
     )
-    assert echoed.choices[0].text.startswith(prompt) and len(echoed.choices[0].logprobs.tokens) == 2
+    # echo with logprobs scores the prompt's tokens too, as OpenAI does: the first has no log-probability
+    logprobs = echoed.choices[0].logprobs
+    assert echoed.choices[0].text.startswith(prompt) and len(logprobs.tokens) == len(ids) + 2
+    assert "".join(logprobs.tokens[: len(ids)]) == prompt and logprobs.token_logprobs[0] is None
+    assert all(lp <= 0 for lp in logprobs.token_logprobs[1:]) and logprobs.top_logprobs[0] is None
+    assert all(len(top) == 2 for top in logprobs.top_logprobs[1:]) and logprobs.text_offset[0] == 0
     assert httpx.post(server[0] + "/detokenize", json={"tokens": ids}).json()["prompt"] == prompt
 
 
@@ -181,7 +186,7 @@ def test_a_forged_turn_reaches_the_model_as_text(server):
         ({"model": "gpt-9", "messages": QUESTION}, 404, "does not exist"),
         ({"model": "smollm2", "messages": QUESTION, "max_tokens": 10**7}, 400, "too many tokens requested"),
         ({"model": "smollm2", "messages": [{"role": "user", "content": "word " * 9000}]}, 400, "the model's context"),
-        ({"model": "smollm2", "messages": QUESTION, "n": 2}, 400, "n must be 1"),
+        ({"model": "smollm2", "messages": QUESTION, "n": 17}, 400, "n must be between 1 and 16"),
         ({"model": "smollm2", "messages": QUESTION, "stop": 5}, 400, "stop must be"),
         (
             {

@@ -137,6 +137,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     tools = _load_tools(args, tools)
     fmt = _format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    _warn_unshown_tools(fmt, messages, tools, args, variables)
     text = fmt.render(
         messages,
         tools=tools,
@@ -152,6 +153,19 @@ def _cmd_render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _warn_unshown_tools(fmt: ChatFormat, messages: Any, tools: Any, args: argparse.Namespace, variables: Any) -> None:
+    """Tools the template does not show (the render is the same without them) would never reach the model: say so."""
+    if not tools:
+        return
+    options = {"add_generation_prompt": args.generation_prompt, "template_name": args.template_name, **variables}
+    if fmt.render(messages, tools=tools, **options) == fmt.render(messages, **options):
+        print(
+            "turnkit: warning: this chat template does not show tools (the render is the same without them); "
+            "the model would never see them (turnkit serve refuses such requests)",
+            file=sys.stderr,
+        )
 
 
 def _load_tools(args: argparse.Namespace, tools: Any) -> Any:
@@ -194,6 +208,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     tools = _load_tools(args, tools)
     fmt = _format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    _warn_unshown_tools(fmt, messages, tools, args, variables)
     if args.check_prefix:
         report = fmt.check_prefix_stable(messages, tools=tools, **variables)
         sys.stdout.write(str(report) + "\n")
@@ -272,6 +287,32 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_specs(args: argparse.Namespace) -> list[Any]:
+    """The models ``--model`` (repeatable) and ``--models`` (a folder or a TOML/JSON models file) name; the embedded
+    model when neither is given. ``--model-id`` names the one model when there is exactly one."""
+    from dataclasses import replace
+
+    from turnkit.serve import modelspec
+
+    specs = [modelspec.from_argument(text) for text in args.model or []]
+    for source in args.models or []:
+        specs += modelspec.from_directory(source) if Path(source).is_dir() else modelspec.from_file(source)
+    if not specs:
+        specs = [modelspec.from_argument("default")]
+    if args.model_id:
+        if len(specs) != 1:
+            raise UsageError("--model-id names a single model; with several, write --model NAME=PATH")
+        specs = [replace(specs[0], name=args.model_id)]
+    for spec in specs:
+        if not spec.embedded and not Path(spec.path).exists():
+            raise UsageError(
+                f"the model {spec.path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
+            )
+        if spec.template is not None and not Path(spec.template).is_file():
+            raise UsageError(f"the template {spec.template} of the model {spec.name!r} does not exist")
+    return modelspec.unique(specs)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -279,36 +320,139 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    path = resolve_model(args.model)
-    if not path.exists():
-        raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
+    specs = _model_specs(args)
     import uvicorn
 
+    from turnkit.serve.engines import EngineOptions
+    from turnkit.serve.models import ModelRegistry
     from turnkit.serve.routes import Server
-    from turnkit.serve.torch_backend import TorchBackend
 
-    print(f"turnkit: loading {path} ({threads} torch threads)", file=sys.stderr, flush=True)
-    fmt = ChatFormat.from_pretrained(path)
-    _ = fmt.tokenizer, fmt.stop_ids  # load now, not on the first request
-    backend = TorchBackend.load(path, threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
-    model_id = args.model_id or ("SmolLM2-135M-Instruct" if args.model == "default" else backend.name)
+    options = EngineOptions(threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
+    first = registry.default_name
+    print(f"turnkit: reading {first} ({threads} torch threads)", file=sys.stderr, flush=True)
+    from turnkit.serve.protocol import APIError
+
+    try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy
+        for name in registry.names:
+            registry.format(name)
+        fmt = registry.format(first)
+        _ = fmt.tokenizer, fmt.stop_ids  # the default model's tokenizer now, not on the first request
+        if not args.lazy:
+            registry.preload(first)
+    except APIError as exc:
+        raise UsageError(exc.message) from None
     server = Server(
-        fmt,
-        backend,
-        model_id=model_id,
+        registry,
         api_key=args.api_key,
         allow_template_override=args.allow_template_override,
         default_max_tokens=args.default_max_tokens,
         ui=not args.no_ui,
     )
-    print(f"turnkit: serving {model_id!r} on http://{args.host}:{args.port}/v1 (OpenAI API)", file=sys.stderr)
+    names = ", ".join(repr(name) for name in registry.names)
+    print(f"turnkit: serving {names} on http://{args.host}:{args.port}/v1 (OpenAI API)", file=sys.stderr)
     if not args.no_ui:
         print(f"turnkit: playground at http://{args.host}:{args.port}/ (--no-ui turns it off)", file=sys.stderr)
     try:
         uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning")
     finally:
-        backend.close()
+        registry.close()
     return 0
+
+
+_SAMPLING_FLAGS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "max_tokens",
+)
+
+
+def _conversation(args: argparse.Namespace) -> Any:
+    """The model (with its template or family override) loaded, and the sampling flags as request fields."""
+    import os
+
+    from turnkit.serve.engines import EngineOptions
+    from turnkit.serve.models import ModelRegistry
+    from turnkit.serve.modelspec import ModelSpec
+    from turnkit.serve.protocol import APIError, parse_chat
+    from turnkit.serve.terminal import Conversation, describe
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.model != "default" and not Path(args.model).exists():
+        raise UsageError(
+            f"the model {args.model} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
+        )
+    if args.template is not None and not Path(args.template).is_file():
+        raise UsageError(f"the template {args.template} does not exist")
+    spec = ModelSpec(args.model, args.model, family=args.family, template=args.template)
+    threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
+    registry = ModelRegistry([spec], max_loaded=1, options=EngineOptions(threads=threads, max_batch=1, max_queue=1))
+    sampling = {name: getattr(args, name) for name in _SAMPLING_FLAGS if getattr(args, name) is not None}
+    if args.stop:
+        sampling["stop"] = args.stop
+    try:  # the flags first, through the server's request checks: a bad one fails before the model loads
+        parse_chat({"model": spec.name, "messages": [{"role": "user", "content": "."}], **sampling})
+    except APIError as exc:
+        raise UsageError(describe(exc)) from None
+    try:
+        model = registry.preload(spec.name)
+    except APIError as exc:  # the template or the tokenizer cannot be read
+        raise UsageError(exc.message) from None
+    return Conversation(model, sampling, system=args.system)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from turnkit.serve.protocol import APIError
+    from turnkit.serve.terminal import describe, run_generate
+
+    conversation = _conversation(args)
+    try:
+        return run_generate(conversation, args.prompt)
+    except APIError as exc:
+        raise UsageError(describe(exc)) from None
+    finally:
+        conversation.model.backend.close()
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from turnkit.serve.protocol import APIError
+    from turnkit.serve.terminal import describe, run_chat
+
+    conversation = _conversation(args)
+    try:
+        return run_chat(conversation)
+    except APIError as exc:
+        raise UsageError(describe(exc)) from None
+    finally:
+        conversation.model.backend.close()
+
+
+def _add_generation_arguments(command: argparse.ArgumentParser) -> None:
+    """``generate`` and ``chat``: the model, its template, and the sampling flags (the request fields' meanings)."""
+    command.add_argument(
+        "--model", default="default", metavar="PATH|default", help="a Hugging Face folder, a .gguf file, or 'default'"
+    )
+    override = command.add_mutually_exclusive_group()
+    override.add_argument("--template", metavar="FILE", help="a Jinja chat template instead of the model's own")
+    override.add_argument("--family", choices=families.names(), help="a built-in family's template instead")
+    command.add_argument("--system", metavar="TEXT", help="a system prompt")
+    command.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    command.add_argument("--max-tokens", type=int, metavar="N", help="reply budget (default 512)")
+    command.add_argument("--temperature", type=float, metavar="T", help="default: the model's (0.2 for 'default')")
+    command.add_argument("--top-p", type=float, metavar="P", help="default: the model's (0.9 for 'default')")
+    command.add_argument("--top-k", type=int, metavar="K")
+    command.add_argument("--min-p", type=float, metavar="P")
+    command.add_argument("--repetition-penalty", type=float, metavar="R")
+    command.add_argument("--presence-penalty", type=float, metavar="X")
+    command.add_argument("--frequency-penalty", type=float, metavar="X")
+    command.add_argument("--seed", type=int, metavar="N")
+    command.add_argument("--stop", action="append", metavar="TEXT", help="a stop string (repeatable)")
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -527,15 +671,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="an OpenAI-compatible server (default: the embedded SmolLM2 model)")
     serve.add_argument(
         "--model",
-        default="default",
-        metavar="PATH|default",
-        help="a Hugging Face folder, a .gguf file, or 'default' (SmolLM2-135M-Instruct)",
+        action="append",
+        metavar="[NAME=]PATH[:FAMILY]",
+        help="a Hugging Face folder, a .gguf file, or 'default' (SmolLM2-135M-Instruct), optionally named and with a "
+        "family's template (repeatable; default: the embedded model)",
+    )
+    serve.add_argument(
+        "--models",
+        action="append",
+        metavar="DIR|FILE",
+        help="every .gguf file and Hugging Face folder in DIR, or the models of a TOML/JSON models file (repeatable)",
+    )
+    serve.add_argument(
+        "--max-loaded", type=int, default=2, metavar="N", help="models kept loaded (least recently used unloaded)"
+    )
+    serve.add_argument(
+        "--lazy", action="store_true", help="load even the default model on its first request, not at start"
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
     serve.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
-    serve.add_argument("--model-id", metavar="NAME", help="the model name clients use (default: from the file)")
+    serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
     serve.add_argument("--default-max-tokens", type=int, default=512, help="reply budget when a request sets none")
@@ -559,6 +716,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chatml.add_argument("--force", action="store_true", help="replace a chat template the base already has")
     chatml.set_defaults(handler=_cmd_add_chatml)
+
+    generate = commands.add_parser("generate", help="one reply to --prompt, streamed to the terminal")
+    _add_generation_arguments(generate)
+    generate.add_argument("--prompt", required=True, metavar="TEXT", help="the user's message")
+    generate.set_defaults(handler=_cmd_generate)
+
+    chat = commands.add_parser(
+        "chat", help="an interactive conversation on the terminal (/reset, Ctrl-C stops a reply)"
+    )
+    _add_generation_arguments(chat)
+    chat.set_defaults(handler=_cmd_chat)
     return parser
 
 

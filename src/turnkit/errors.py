@@ -27,7 +27,8 @@ The hierarchy::
     ├── PrepareError                         an output folder made with other options, and the like
     ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
     ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
-    └── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
+    ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
+    └── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "PrepareError",
     "RecordError",
     "ReplyParseError",
+    "ServeConfigError",
     "TemplateError",
     "TemplateLimitError",
     "TemplateNotFoundError",
@@ -218,3 +220,7 @@ class DoctorInputError(TurnkitError):
 class ChatMLError(TurnkitError):
     """``add-chatml`` cannot give this base model ChatML: no weights or tokenizer, a GGUF file, another chat template
     (without ``force``), an output folder that is not empty, or a result that ``turnkit doctor`` finds errors in."""
+
+
+class ServeConfigError(TurnkitError, ValueError):
+    """A ``--model`` argument, a ``--models`` folder or a models file that cannot be served (says which entry)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Backend",
@@ -32,7 +32,18 @@ class BackendBusyError(Exception):
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding."""
+    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding. Every other field's default changes
+    nothing, so an engine that cannot do one lists it in ``unsupported_fields`` and the server refuses requests
+    that set it.
+
+    * ``top_k`` (0: off), ``min_p`` (0: off): keep the ``top_k`` likeliest tokens / those at least ``min_p`` times
+      as likely as the likeliest;
+    * ``repetition_penalty`` (1: off): transformers' penalty on every token of the prompt and the reply so far;
+    * ``presence_penalty``, ``frequency_penalty`` (0: off): OpenAI's, on the reply's tokens so far;
+    * ``logit_bias``: added to the logits of those token ids (-100 bans, 100 forces);
+    * ``constraint``: a grammar matcher (:mod:`.structured`) that masks tokens the grammar does not allow;
+    * ``prompt_logprobs``: set :attr:`Generation.prompt` (``/v1/completions`` with ``echo`` and ``logprobs``).
+    """
 
     prompt_ids: Sequence[int]
     max_tokens: int
@@ -41,6 +52,14 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     top_logprobs: int | None = None  # None: no log-probabilities; 0: the chosen token's only
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    constraint: Any = None
+    prompt_logprobs: int | None = None  # None: none; k: each prompt token's log-probability and k alternatives
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,9 @@ class Generation:
         self._loop = loop
         self._queue: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
         self.cancelled = threading.Event()
+        #: With ``prompt_logprobs``: one event per prompt token (the first without a log-probability), set by the
+        #: backend before its first token is put, so it is there when the first token arrives.
+        self.prompt: tuple[TokenEvent, ...] | None = None
 
     # called from the backend's thread
     def put(self, event: TokenEvent) -> None:
@@ -81,7 +103,12 @@ class Generation:
 
 
 class Backend(Protocol):
-    """A model that generates token ids."""
+    """A model that generates token ids.
+
+    An engine may also have ``unsupported_fields`` (a set of :class:`GenerationRequest` field names it cannot honour,
+    e.g. ``{"logit_bias", "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the
+    field) and ``load_now`` (``(generating, waiting)``, for ``/health`` and for unloading only when idle).
+    """
 
     name: str
     context_length: int
@@ -100,6 +127,18 @@ class ReplayBackend:
     script: Callable[[Sequence[int]], Sequence[int]]
     name: str = "replay"
     context_length: int = 8192
+    #: A script ignores sampling: requests that ask for these are refused rather than answered as if honoured.
+    unsupported_fields: frozenset[str] = frozenset(
+        {
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "response_format",
+        }
+    )
     delay: float = 0.0
     max_active: int = 64
     _active: int = field(default=0, init=False)
@@ -110,6 +149,12 @@ class ReplayBackend:
         generation = Generation(loop)
         self._active += 1
         ids = list(self.script(request.prompt_ids))
+        if request.prompt_logprobs is not None:
+            top = request.prompt_logprobs
+            generation.prompt = tuple(
+                TokenEvent(t, None if n == 0 else 0.0, () if n == 0 else ((t, 0.0),) * top)
+                for n, t in enumerate(request.prompt_ids)
+            )
 
         async def play() -> None:
             try:

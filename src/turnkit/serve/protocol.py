@@ -10,7 +10,6 @@ the wrong type are refused.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -28,7 +27,6 @@ __all__ = [
     "parse_completion",
     "parse_detokenize",
     "parse_tokenize",
-    "read_json",
 ]
 
 _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
@@ -55,16 +53,6 @@ class APIError(Exception):
 def as_api_error(exc: TurnkitError) -> APIError:
     """A 400 for what turnkit refused in a request; ``param`` is the error's location (``messages[i].field``)."""
     return APIError(400, str(exc), param=exc.location)
-
-
-def read_json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    return body
 
 
 def _get(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None) -> Any:
@@ -121,23 +109,33 @@ class ChatInput:
 
 @dataclass
 class Sampling:
-    """What both generating endpoints share."""
+    """What both generating endpoints share. A sampling value left ``None`` is the model's default
+    (:mod:`.sampling`); ``logit_bias`` maps token ids to the bias added to their logits."""
 
     model: str
     max_tokens: int | None
-    temperature: float
-    top_p: float
+    temperature: float | None
+    top_p: float | None
     seed: int | None
     stop: list[str]
     stream: bool
     include_usage: bool
     logprobs: bool
     top_logprobs: int
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    n: int = 1
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
 class ChatRequest(Sampling):
     chat_input: ChatInput = field(default_factory=ChatInput)
+    #: ``None`` for text; else ``{"type": "json_object"}`` or ``{"type": "json_schema", "schema": ..., "name": ...}``
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass
@@ -162,15 +160,65 @@ class DetokenizeRequest:
     tokens: list[int] = field(default_factory=list)
 
 
+# Fields of OpenAI's API (and of servers clients also talk to) that this server does not implement: a request that
+# sets one is refused with a 400 naming it, never answered as if it had been honoured. ``None`` values and the
+# values that ask for nothing (``best_of: 1``, ``modalities: ["text"]``) pass.
+_UNSUPPORTED: dict[str, str] = {
+    "best_of": "best_of is not supported; use n",
+    "suffix": "suffix (fill in the middle) is not supported",
+    "audio": "audio output is not supported",
+    "modalities": "only the text modality is supported",
+    "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported",
+    "functions": "the legacy functions field is not supported; use tools",
+    "function_call": "the legacy function_call field is not supported; use tool_choice",
+    "guided_json": "guided_json is not supported; use response_format",
+    "guided_regex": "guided_regex is not supported",
+    "guided_choice": "guided_choice is not supported",
+    "guided_grammar": "guided_grammar is not supported",
+    "grammar": "grammar is not supported; use response_format",
+    "mirostat": "mirostat sampling is not supported",
+    "typical_p": "typical_p sampling is not supported",
+}
+_HARMLESS = {"best_of": (1,), "modalities": (["text"],), "suffix": ("",)}
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    for name, why in _UNSUPPORTED.items():
+        value = body.get(name)
+        if value is not None and value not in _HARMLESS.get(name, ()):
+            raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    raw = _get(body, "logit_bias", dict, {})
+    if len(raw) > 300:
+        raise APIError(400, "logit_bias takes at most 300 tokens", param="logit_bias")
+    out = {}
+    for key, value in raw.items():
+        if not key.isdigit() or len(key) > 9:
+            raise APIError(400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias[{key!r}] must be a number from -100 to 100", param="logit_bias")
+        out[int(key)] = float(value)
+    return out
+
+
+def _optional_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    return None if body.get(name) is None else _number(body, name, 0.0, low, high)
+
+
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+    _refuse_unsupported(body)
     model = _get(body, "model", str)
     if model is None:
         raise APIError(400, "model is required", param="model")
     max_tokens = _get(body, "max_completion_tokens", int, _get(body, "max_tokens", int))
     if max_tokens is not None and max_tokens < 1:
         raise APIError(400, f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
-    if _get(body, "n", int, 1) != 1:
-        raise APIError(400, "n must be 1: this server returns one choice per request", param="n")
+    n = _get(body, "n", int, 1)
+    if not 1 <= n <= 16:
+        raise APIError(400, f"n must be between 1 and 16, got {n}", param="n")
     stop = body.get("stop")
     if stop is None:
         stops = []
@@ -187,16 +235,56 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(include_usage, bool):
         raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
     seed = _get(body, "seed", int)
+    top_k = _get(body, "top_k", int)
+    if top_k is not None and top_k < -1:
+        raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {top_k}", param="top_k")
+    repetition_penalty = _optional_number(body, "repetition_penalty", 0.0, 10.0)
+    if repetition_penalty == 0.0:
+        raise APIError(400, "repetition_penalty must be above 0 (1 is off)", param="repetition_penalty")
+    top_p = _optional_number(body, "top_p", 0.0, 1.0)
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
-        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
+        "temperature": _optional_number(body, "temperature", 0.0, 2.0),
+        "top_p": top_p or (None if top_p is None else 1.0),
+        "top_k": None if top_k is None else max(top_k, 0),
+        "min_p": _optional_number(body, "min_p", 0.0, 1.0),
+        "repetition_penalty": repetition_penalty,
+        "presence_penalty": _optional_number(body, "presence_penalty", -2.0, 2.0),
+        "frequency_penalty": _optional_number(body, "frequency_penalty", -2.0, 2.0),
+        "n": n,
+        "logit_bias": _logit_bias(body),
         "seed": seed,
         "stop": stops,
         "stream": _get(body, "stream", bool, False),
         "include_usage": include_usage,
     }
+
+
+def _response_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``text`` (or none): ``None``; ``json_object``; ``json_schema`` with its ``schema`` (an object) checked here."""
+    value = _get(body, "response_format", dict)
+    if value is None:
+        return None
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise APIError(
+                400,
+                "response_format json_schema needs json_schema: {'name': ..., 'schema': {...}}",
+                param="response_format.json_schema",
+            )
+        return {"type": "json_schema", "name": spec.get("name"), "schema": spec.get("schema", {})}
+    raise APIError(
+        400,
+        f"response_format type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+        param="response_format.type",
+    )
 
 
 def _chat_input(body: dict[str, Any]) -> ChatInput:
@@ -253,7 +341,20 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
         raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
     if top_logprobs and not logprobs:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-    return ChatRequest(**sampling, logprobs=logprobs, top_logprobs=top_logprobs, chat_input=chat_input)
+    response_format = _response_format(body)
+    if response_format is not None and chat_input.offers_tools:
+        raise APIError(
+            400,
+            "response_format and tools cannot be combined: a reply is either JSON of the schema or tool calls",
+            param="response_format",
+        )
+    return ChatRequest(
+        **sampling,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        chat_input=chat_input,
+        response_format=response_format,
+    )
 
 
 def parse_completion(body: dict[str, Any]) -> CompletionRequest:

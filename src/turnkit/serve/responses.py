@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -20,7 +20,16 @@ from turnkit.parse.reply import Delta
 from turnkit.serve.protocol import APIError
 from turnkit.serve.session import Session, TokenLogprob
 
-__all__ = ["Chunk", "chat_chunks", "collect", "completion_chunks", "event_stream", "fold_chat", "fold_completion"]
+__all__ = [
+    "Chunk",
+    "chat_chunks",
+    "choices",
+    "collect",
+    "completion_chunks",
+    "event_stream",
+    "fold_chat",
+    "fold_completion",
+]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -81,13 +90,16 @@ async def chat_chunks(session: Session, model: str) -> AsyncGenerator[Chunk, Non
 
 
 def fold_chat(chunks: Sequence[Chunk]) -> Chunk:
-    """The ``chat.completion`` that the chunks add up to, folded as a client accumulates a stream."""
-    message: dict[str, Any] = {"role": "assistant", "content": None}
-    calls: dict[int, dict[str, Any]] = {}
-    logprobs: dict[str, list[Any]] | None = None
-    finish = None
+    """The ``chat.completion`` that the chunks add up to, folded as a client accumulates a stream (per choice
+    index when ``n`` asked for several)."""
+    states: dict[int, dict[str, Any]] = {}
     for chunk in chunks:
         for choice in chunk["choices"]:
+            state = states.setdefault(
+                choice["index"],
+                {"message": {"role": "assistant", "content": None}, "calls": {}, "logprobs": None, "finish": None},
+            )
+            message, calls = state["message"], state["calls"]
             for key in ("content", "reasoning_content"):
                 if key in choice["delta"]:
                     message[key] = (message.get(key) or "") + choice["delta"][key]
@@ -97,16 +109,21 @@ def fold_chat(chunks: Sequence[Chunk]) -> Chunk:
                 call["name"] += piece["function"].get("name", "")
                 call["arguments"] += piece["function"].get("arguments", "")
             if choice["logprobs"] is not None:
-                logprobs = logprobs or {"content": []}
-                logprobs["content"].extend(choice["logprobs"]["content"])
-            finish = choice["finish_reason"] or finish
-    if calls:
-        message["tool_calls"] = [
-            {"id": c["id"], "type": c["type"], "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for _, c in sorted(calls.items())
-        ]
-    choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}
-    return _whole(chunks, choice, "chat.completion")
+                state["logprobs"] = state["logprobs"] or {"content": []}
+                state["logprobs"]["content"].extend(choice["logprobs"]["content"])
+            state["finish"] = choice["finish_reason"] or state["finish"]
+    choices = []
+    for index, state in sorted(states.items()):
+        message, calls = state["message"], state["calls"]
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": c["type"], "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(calls.items())
+            ]
+        choices.append(
+            {"index": index, "message": message, "finish_reason": state["finish"], "logprobs": state["logprobs"]}
+        )
+    return _whole(chunks, choices, "chat.completion")
 
 
 def _chat_logprob(entry: TokenLogprob) -> dict[str, Any]:
@@ -132,19 +149,25 @@ def _merge(deltas: Sequence[Delta]) -> list[dict[str, Any]]:
 
 async def completion_chunks(session: Session, model: str, *, echo: str = "") -> AsyncGenerator[Chunk, None]:
     """The ``text_completion`` chunks of one reply: the echoed prompt, the text and log-probabilities of each step,
-    the finish reason, and the usage. ``text_offset`` counts the characters of the echo and of the tokens before each
-    token. When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
+    the finish reason, and the usage. With ``echo`` and log-probabilities, the echo chunk carries the prompt's tokens
+    (the first without a log-probability), as OpenAI does; it is sent with the first step, when the backend has
+    scored the prompt. ``text_offset`` counts the characters of the tokens before each token (of the echo first).
+    When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
     entries folds to lists rather than ``null``."""
     head = _head(session, model, chat=False)
 
     def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> Chunk:
         return {**head, "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}]}
 
-    if echo:
+    pending = echo if session.logprobs else ""
+    if echo and not pending:
         yield chunk(echo)
     offset = len(echo)
     async with aclosing(session.steps()) as steps:
         async for step in steps:
+            if pending:
+                yield chunk(pending, logprobs=_completion_logprobs(session.prompt_logprobs(), 0))
+                pending = ""
             text = "".join(d.content or "" for d in step.deltas)
             logprobs = None
             if step.logprob:
@@ -160,19 +183,27 @@ async def completion_chunks(session: Session, model: str, *, echo: str = "") -> 
 
 
 def fold_completion(chunks: Sequence[Chunk]) -> Chunk:
-    """The ``text_completion`` that the chunks add up to."""
-    text, finish = [], None
-    logprobs: dict[str, list[Any]] | None = None
+    """The ``text_completion`` that the chunks add up to (per choice index)."""
+    states: dict[int, dict[str, Any]] = {}
     for chunk in chunks:
         for choice in chunk["choices"]:
-            text.append(choice["text"])
+            state = states.setdefault(choice["index"], {"text": [], "logprobs": None, "finish": None})
+            state["text"].append(choice["text"])
             if choice["logprobs"] is not None:
-                logprobs = logprobs or _completion_logprobs([], 0)
-                for key, values in logprobs.items():
+                state["logprobs"] = state["logprobs"] or _completion_logprobs([], 0)
+                for key, values in state["logprobs"].items():
                     values.extend(choice["logprobs"][key])
-            finish = choice["finish_reason"] or finish
-    choice = {"index": 0, "text": "".join(text), "finish_reason": finish, "logprobs": logprobs}
-    return _whole(chunks, choice, "text_completion")
+            state["finish"] = choice["finish_reason"] or state["finish"]
+    choices = [
+        {
+            "index": index,
+            "text": "".join(state["text"]),
+            "finish_reason": state["finish"],
+            "logprobs": state["logprobs"],
+        }
+        for index, state in sorted(states.items())
+    ]
+    return _whole(chunks, choices, "text_completion")
 
 
 def _completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[str, list[Any]]:
@@ -184,7 +215,9 @@ def _completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[s
     return {
         "tokens": [entry.token for entry in entries],
         "token_logprobs": [entry.logprob for entry in entries],
-        "top_logprobs": [{text: logprob for text, _, logprob in entry.top} for entry in entries],
+        "top_logprobs": [
+            None if entry.logprob is None else {text: logprob for text, _, logprob in entry.top} for entry in entries
+        ],
         "text_offset": offsets,
     }
 
@@ -192,17 +225,44 @@ def _completion_logprobs(entries: Sequence[TokenLogprob], offset: int) -> dict[s
 # -- whole and streamed ----------------------------------------------------------------------------------------------
 
 
-def _whole(chunks: Sequence[Chunk], choice: Chunk, kind: str) -> Chunk:
-    """The whole response: the chunks' shared fields, the folded choice, and the usage of the last chunk."""
+def _whole(chunks: Sequence[Chunk], choices: list[Chunk], kind: str) -> Chunk:
+    """The whole response: the chunks' shared fields, the folded choices, and the usage of the last chunk."""
     last = chunks[-1]
     return {
         "id": last["id"],
         "object": kind,
         "created": last["created"],
         "model": last["model"],
-        "choices": [choice],
+        "choices": choices,
         "usage": last["usage"],
     }
+
+
+async def choices(
+    sessions: Sequence[Session], model: str, chunks: Callable[[Session, str], AsyncGenerator[Chunk, None]]
+) -> AsyncGenerator[Chunk, None]:
+    """The chunks of ``n`` choices, one after the other, each with its own ``index``, then one usage chunk: the
+    prompt counted once, the completions summed (as OpenAI counts). Every generation is cancelled on the way out,
+    so a client that leaves early frees the slots of the choices not yet sent too."""
+    completion, usage = 0, None
+    try:
+        for index, session in enumerate(sessions):
+            async with aclosing(chunks(session, model)) as stream:
+                async for chunk in stream:
+                    if not chunk["choices"]:
+                        usage = chunk
+                        completion += chunk["usage"]["completion_tokens"]
+                        continue
+                    if index:
+                        chunk = {**chunk, "choices": [{**c, "index": index} for c in chunk["choices"]]}
+                    yield chunk
+    finally:
+        for session in sessions:
+            session.generation.cancel()
+    assert usage is not None
+    prompt = usage["usage"]["prompt_tokens"]
+    total = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    yield {**usage, "usage": total}
 
 
 async def collect(chunks: AsyncGenerator[Chunk, None]) -> list[Chunk]:

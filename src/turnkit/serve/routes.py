@@ -12,6 +12,7 @@ after answering, and the server then drops the client's keep-alive connection; a
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -27,8 +28,10 @@ from starlette.routing import Route
 
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
-from turnkit.serve import ui
+from turnkit.serve import structured, ui
 from turnkit.serve.backend import Backend
+from turnkit.serve.body import read_body
+from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
     APIError,
     ChatInput,
@@ -37,18 +40,18 @@ from turnkit.serve.protocol import (
     parse_completion,
     parse_detokenize,
     parse_tokenize,
-    read_json,
 )
 from turnkit.serve.responses import (
     Chunk,
     chat_chunks,
+    choices,
     collect,
     completion_chunks,
     event_stream,
     fold_chat,
     fold_completion,
 )
-from turnkit.serve.session import chat_prompt_ids, start_chat, start_completion
+from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
 
 __all__ = ["Server"]
 
@@ -58,33 +61,36 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class Server:
-    """Serves one chat format and one backend.
+    """Serves the models of a :class:`~.models.ModelRegistry`, each with its own chat format and backend.
 
     Args:
-        fmt: The chat format (with its tokenizer) that renders prompts and parses replies.
-        backend: The model.
-        model_id: The name clients use (``GET /v1/models``); ``default`` is accepted too.
+        models: The models by name (or, for one model already loaded, its chat format; then give ``backend`` and
+            ``model_id`` too).
+        backend: With a chat format as ``models``: its backend.
+        model_id: With a chat format as ``models``: the name clients use (``default`` is accepted too).
         api_key: When set, every request but ``/health`` (and the playground page itself) needs
             ``Authorization: Bearer <key>``.
         allow_template_override: Let requests bring their own ``chat_template`` or ``family``.
         default_max_tokens: The reply budget when a request sets none.
-        ui: Serve the playground page at ``/`` (:mod:`.ui`).
+        ui: Serve the playground page at ``/`` (:mod:`.ui`), which tokenizes with the default model.
     """
 
     def __init__(
         self,
-        fmt: ChatFormat,
-        backend: Backend,
+        models: ModelRegistry | ChatFormat,
+        backend: Backend | None = None,
         *,
-        model_id: str,
+        model_id: str | None = None,
         api_key: str | None = None,
         allow_template_override: bool = False,
         default_max_tokens: int = 512,
         ui: bool = True,
     ) -> None:
-        self.fmt = fmt
-        self.backend = backend
-        self.model_id = model_id
+        if isinstance(models, ChatFormat):
+            if backend is None or model_id is None:
+                raise TypeError("a Server of one chat format needs its backend and model_id")
+            models = ModelRegistry.single(models, backend, name=model_id)
+        self.models = models
         self.api_key = api_key
         self.allow_template_override = allow_template_override
         self.default_max_tokens = default_max_tokens
@@ -94,16 +100,15 @@ class Server:
     def app(self) -> Starlette:
         routes = [
             Route("/health", _answering(self.health), methods=["GET"]),
-            Route("/v1/models", _answering(self.models), methods=["GET"]),
+            Route("/v1/models", _answering(self.list_models), methods=["GET"]),
             Route("/v1/chat/completions", _answering(self.chat), methods=["POST"]),
             Route("/v1/completions", _answering(self.completions), methods=["POST"]),
             Route("/tokenize", _answering(self.tokenize), methods=["POST"]),
             Route("/detokenize", _answering(self.detokenize), methods=["POST"]),
         ]
         if self.ui:
-            routes += [
-                Route(path, _answering(handler), methods=[method]) for path, method, handler in ui.pages(self.fmt)
-            ]
+            fmt = self.models.format(None)
+            routes += [Route(path, _answering(handler), methods=[method]) for path, method, handler in ui.pages(fmt)]
         handlers = {HTTPException: _http_error, Exception: _unexpected}
         middleware = [Middleware(_Authenticate, key=self.api_key)] if self.api_key else []
         return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
@@ -111,65 +116,108 @@ class Server:
     # -- simple endpoints ---------------------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        body: dict[str, Any] = {"status": "ok", "model": self.model_id}
-        load = getattr(self.backend, "load_now", None)
-        if load is not None:
-            body["generating"], body["waiting"] = load
+        """``ok``, the default model, what generates and waits (all models together), and each model's state."""
+        models = self.models.status()
+        body: dict[str, Any] = {
+            "status": "ok",
+            "model": self.models.default_name,
+            "generating": sum(m.get("generating", 0) for m in models),
+            "waiting": sum(m.get("waiting", 0) for m in models),
+            "loaded": [m["id"] for m in models if m["loaded"]],
+            "max_loaded": self.models.max_loaded,
+            "models": models,
+        }
         return JSONResponse(body)
 
-    async def models(self, request: Request) -> Response:
-        card = {
-            "id": self.model_id,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "turnkit",
-            "max_model_len": self.backend.context_length,
-        }
-        return JSONResponse({"object": "list", "data": [card]})
+    async def list_models(self, request: Request) -> Response:
+        """Every model, loaded or not, with its sampling defaults (``metadata``) and, once loaded, its context."""
+        data = []
+        for name, spec in self.models.specs.items():
+            card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
+            loaded = self.models.loaded(name)
+            if loaded is not None:
+                card["max_model_len"] = loaded.backend.context_length
+            card["metadata"] = {
+                "loaded": loaded is not None,
+                "default": name == self.models.default_name,
+                "family": spec.family,
+                "template": spec.template,
+                "sampling_defaults": self.models.defaults(name).to_dict(),
+            }
+            data.append(card)
+        return JSONResponse({"object": "list", "data": data})
 
     async def tokenize(self, request: Request) -> Response:
-        req = parse_tokenize(read_json(await request.body()))
-        self._check_model(req.model, required=False)
+        req = parse_tokenize(await read_body(request))
+        base = self.models.format(req.model)
         if req.chat_input is not None:
-            fmt = self._format_for(req.chat_input)
+            fmt = self._format_for(base, req.chat_input)
             tokens = chat_prompt_ids(fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt)
         else:
-            tokens = self.fmt.tokenizer.encode(req.prompt or "").ids
-        return JSONResponse({"count": len(tokens), "max_model_len": self.backend.context_length, "tokens": tokens})
+            tokens = base.tokenizer.encode(req.prompt or "").ids
+        body: dict[str, Any] = {"count": len(tokens), "tokens": tokens}
+        loaded = self.models.loaded(self.models.spec(req.model).name)
+        if loaded is not None:
+            body["max_model_len"] = loaded.backend.context_length
+        return JSONResponse(body)
 
     async def detokenize(self, request: Request) -> Response:
-        req = parse_detokenize(read_json(await request.body()))
-        self._check_model(req.model, required=False)
-        self._check_vocabulary(req.tokens, "tokens")
-        return JSONResponse({"prompt": self.fmt.tokenizer.decode(req.tokens)})
+        req = parse_detokenize(await read_body(request))
+        fmt = self.models.format(req.model)
+        _check_vocabulary(fmt, req.tokens, "tokens")
+        return JSONResponse({"prompt": fmt.tokenizer.decode(req.tokens)})
 
     # -- generating endpoints -------------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        req = parse_chat(read_json(await request.body()))
-        self._check_model(req.model)
-        fmt = self._format_for(req.chat_input)
-        session = start_chat(fmt, self.backend, req, default_max_tokens=self.default_max_tokens)
-        return await _reply(chat_chunks(session, self.model_id), fold_chat, req)
+        req = parse_chat(await read_body(request))
+        base = self.models.format(req.model)  # 404 before anything loads
+        fmt = self._format_for(base, req.chat_input)
+        _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
+        check_tools_shown(fmt, req.chat_input)
+        constraint = None
+        if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
+            constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
+        model = await self.models.acquire(req.model)
+        sessions = start_chat(
+            fmt,
+            model.backend,
+            req,
+            default_max_tokens=self.default_max_tokens,
+            defaults=model.defaults,
+            constraint=constraint,
+        )
+        chunks = choices(sessions, model.name, chat_chunks)
+        if req.response_format is not None:
+            chunks = structured.checked(chunks)
+        return await _reply(chunks, fold_chat, req)
 
     async def completions(self, request: Request) -> Response:
-        req = parse_completion(read_json(await request.body()))
-        self._check_model(req.model)
+        req = parse_completion(await read_body(request))
+        fmt = self.models.format(req.model)
+        _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         if isinstance(req.prompt, str):
-            prompt = self.fmt.tokenizer.encode(req.prompt).ids  # a raw prompt is the caller's own formatting
+            prompt = fmt.tokenizer.encode(req.prompt).ids  # a raw prompt is the caller's own formatting
         else:
-            self._check_vocabulary(req.prompt, "prompt")
+            _check_vocabulary(fmt, req.prompt, "prompt")
             prompt = req.prompt
-        echo = self.fmt.tokenizer.decode(prompt) if req.echo else ""
-        session = start_completion(self.fmt, self.backend, req, prompt, default_max_tokens=self.default_max_tokens)
-        return await _reply(completion_chunks(session, self.model_id, echo=echo), fold_completion, req)
+        model = await self.models.acquire(req.model)
+        sessions = start_completion(
+            fmt, model.backend, req, prompt, default_max_tokens=self.default_max_tokens, defaults=model.defaults
+        )
+        echo = fmt.tokenizer.decode(prompt) if req.echo else ""
+
+        def chunks(session: Session, name: str) -> AsyncGenerator[Chunk, None]:
+            return completion_chunks(session, name, echo=echo)
+
+        return await _reply(choices(sessions, model.name, chunks), fold_completion, req)
 
     # -- checks ---------------------------------------------------------------------------------------------------
 
-    def _format_for(self, chat_input: ChatInput) -> ChatFormat:
-        """The server's format, or the request's own ``chat_template`` / ``family`` where the server allows it."""
+    def _format_for(self, base: ChatFormat, chat_input: ChatInput) -> ChatFormat:
+        """The model's format, or the request's own ``chat_template`` / ``family`` where the server allows it."""
         if chat_input.chat_template is None and chat_input.family is None:
-            return self.fmt
+            return base
         param = "chat_template" if chat_input.chat_template is not None else "family"
         if not self.allow_template_override:
             raise APIError(
@@ -181,28 +229,20 @@ class Server:
         try:
             if chat_input.chat_template is not None:
                 return ChatFormat.from_template(
-                    chat_input.chat_template, tokenizer=self.fmt.tokenizer, **self.fmt.special_tokens
+                    chat_input.chat_template, tokenizer=base.tokenizer, **base.special_tokens
                 )
-            return ChatFormat.from_family(chat_input.family or "", tokenizer=self.fmt.tokenizer)
+            return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
 
-    def _check_model(self, model: str | None, *, required: bool = True) -> None:
-        if model is None and not required:
-            return
-        if model not in (self.model_id, "default"):
-            raise APIError(
-                404,
-                f"the model {model!r} does not exist; this server serves {self.model_id!r}",
-                param="model",
-                code="model_not_found",
-            )
 
-    def _check_vocabulary(self, ids: Sequence[int], param: str) -> None:
-        """Token ids a client sends must name tokens of this vocabulary (the ids are non-negative by protocol)."""
-        size = self.fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
-        if any(t >= size for t in ids):
-            raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
+def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str) -> None:
+    """Token ids a client sends must name tokens of this vocabulary (the ids are non-negative by protocol)."""
+    if not ids:
+        return
+    size = fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    if any(t >= size for t in ids):
+        raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
 
 
 async def _reply(chunks: AsyncGenerator[Chunk, None], fold: Callable[[list[Chunk]], Chunk], req: Sampling) -> Response:

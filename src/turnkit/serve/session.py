@@ -22,8 +22,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from turnkit.encode import EncodeOptions
 from turnkit.errors import TurnkitError
@@ -32,8 +33,19 @@ from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
 from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
+from turnkit.serve.sampling import NEUTRAL, SamplingDefaults
 
-__all__ = ["Session", "Step", "TokenLogprob", "chat_prompt_ids", "forced_call", "start_chat", "start_completion"]
+__all__ = [
+    "Session",
+    "Step",
+    "TokenLogprob",
+    "chat_prompt_ids",
+    "check_tools_shown",
+    "forced_call",
+    "generation_request",
+    "start_chat",
+    "start_completion",
+]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -67,8 +79,7 @@ class Step:
     logprob: TokenLogprob | None = None
 
 
-def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
-    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
+def _check_template_kwargs(chat_input: ChatInput) -> None:
     reserved = sorted(_RESERVED.intersection(chat_input.template_kwargs))
     if reserved:
         raise APIError(
@@ -77,6 +88,34 @@ def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_pr
             "template variable",
             param=f"chat_template_kwargs.{reserved[0]}",
         )
+
+
+def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
+    """Tools offered to a template that does not show them are a 400: rendering with and without the tools gives
+    the same prompt, so the model would never see them and its plain reply would read as if it had."""
+    if not chat_input.offers_tools:
+        return
+    _check_template_kwargs(chat_input)
+    kwargs = dict(chat_input.template_kwargs)
+    try:
+        shown = fmt.render(chat_input.messages, tools=chat_input.tools, add_generation_prompt=True, **kwargs)
+        bare = fmt.render(chat_input.messages, add_generation_prompt=True, **kwargs)
+    except TurnkitError as exc:
+        raise as_api_error(exc) from None
+    if shown == bare:
+        raise APIError(
+            400,
+            "this model's chat template does not support tools: it renders the same prompt with and without them, "
+            "so the model would never see them (serve it with a family or template that shows tools, e.g. "
+            "--model NAME=PATH:qwen2.5)",
+            param="tools",
+            code="tools_not_supported",
+        )
+
+
+def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
+    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
+    _check_template_kwargs(chat_input)
     options = EncodeOptions(
         tools=chat_input.tools if chat_input.offers_tools else None,
         add_generation_prompt=add_generation_prompt,
@@ -157,6 +196,15 @@ class Session:
         self._log(self.reply)
         yield Step(self.parser.final_deltas)
 
+    def prompt_logprobs(self) -> list[TokenLogprob]:
+        """The prompt's tokens with their log-probabilities (``echo`` with ``logprobs``), once generating started."""
+        out = []
+        for event in self.generation.prompt or ():
+            text, raw = self._text(event.token_id)
+            top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]
+            out.append(TokenLogprob(text, raw, event.logprob, top))
+        return out
+
     def _logprob(self, event: TokenEvent) -> TokenLogprob | None:
         """The token's log-probability entry; none for the stop token, which is not part of the reply's text."""
         if not self.logprobs or event.token_id in self.fmt.stop_ids:
@@ -185,27 +233,95 @@ class Session:
         )
 
 
-def start_chat(fmt: ChatFormat, backend: Backend, req: ChatRequest, *, default_max_tokens: int) -> Session:
-    """Encode the conversation, set up the parser for its tools and reasoning, and start generating."""
+def start_chat(
+    fmt: ChatFormat,
+    backend: Backend,
+    req: ChatRequest,
+    *,
+    default_max_tokens: int,
+    defaults: SamplingDefaults = NEUTRAL,
+    constraint: Any = None,
+) -> list[Session]:
+    """Encode the conversation, set up a parser per choice for its tools and reasoning, and start generating
+    (``req.n`` generations, batched by the backend). ``constraint`` makes one grammar matcher per choice."""
     chat_input = req.chat_input
     prompt = chat_prompt_ids(fmt, chat_input)
     tools = chat_input.tools if chat_input.offers_tools else None
     reply_format = fmt.reply_format.name
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
         reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
-    parser = fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
     prefix = forced_call(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
-    return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens)
+
+    def parser() -> StreamParser:
+        return fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
+
+    return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens, defaults, constraint)
 
 
 def start_completion(
-    fmt: ChatFormat, backend: Backend, req: CompletionRequest, prompt: Sequence[int], *, default_max_tokens: int
-) -> Session:
+    fmt: ChatFormat,
+    backend: Backend,
+    req: CompletionRequest,
+    prompt: Sequence[int],
+    *,
+    default_max_tokens: int,
+    defaults: SamplingDefaults = NEUTRAL,
+) -> list[Session]:
     """Start generating after a raw prompt: the caller's own formatting, so the reply is parsed as plain text."""
-    parser = fmt.stream_parser(stop=req.stop, reply_format="plain")
     endpoint = "completion-stream" if req.stream else "completion"
-    return _start(fmt, backend, req, list(prompt), [], parser, endpoint, default_max_tokens)
+
+    def parser() -> StreamParser:
+        return fmt.stream_parser(stop=req.stop, reply_format="plain")
+
+    return _start(fmt, backend, req, list(prompt), [], parser, endpoint, default_max_tokens, defaults, None)
+
+
+def generation_request(
+    req: Sampling, defaults: SamplingDefaults, *, prompt_ids: list[int], max_tokens: int, stop_ids: frozenset[int]
+) -> GenerationRequest:
+    """The backend's request: the request's sampling values, the model's defaults for those it left out."""
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return GenerationRequest(
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        stop_ids=stop_ids,
+        temperature=pick(req.temperature, defaults.temperature),
+        top_p=pick(req.top_p, defaults.top_p),
+        seed=req.seed,
+        top_logprobs=req.top_logprobs if req.logprobs else None,
+        top_k=pick(req.top_k, defaults.top_k),
+        min_p=pick(req.min_p, defaults.min_p),
+        repetition_penalty=pick(req.repetition_penalty, defaults.repetition_penalty),
+        presence_penalty=pick(req.presence_penalty, defaults.presence_penalty),
+        frequency_penalty=pick(req.frequency_penalty, defaults.frequency_penalty),
+        logit_bias=dict(req.logit_bias),
+        prompt_logprobs=req.top_logprobs if req.logprobs and getattr(req, "echo", False) else None,
+    )
+
+
+def _check_supported(backend: Backend, req: Sampling) -> None:
+    """A field the engine cannot honour is a 400 naming it, never silently ignored. ``unsupported_fields`` names
+    :class:`~.backend.GenerationRequest` fields; ``constraint`` is asked for by ``response_format`` and
+    ``prompt_logprobs`` by ``echo`` with ``logprobs``."""
+    unsupported = getattr(backend, "unsupported_fields", frozenset())
+    for name in sorted(unsupported):
+        param, value = name, getattr(req, name, None)
+        if name in ("constraint", "response_format"):
+            param, value = "response_format", getattr(req, "response_format", None)
+        elif name == "prompt_logprobs":
+            param, value = "echo", True if req.logprobs and getattr(req, "echo", False) else None
+        if value not in (None, {}) and not (name == "n" and value == 1):
+            what = "echo with logprobs" if name == "prompt_logprobs" else param
+            raise APIError(
+                400,
+                f"{what} is not supported by this model's engine ({type(backend).__name__})",
+                param=param,
+                code="unsupported_parameter",
+            )
 
 
 def _start(
@@ -214,11 +330,14 @@ def _start(
     req: Sampling,
     prompt: list[int],
     prefix: list[int],
-    parser: StreamParser,
+    parser: Callable[[], StreamParser],
     endpoint: str,
     default_max_tokens: int,
-) -> Session:
-    """Check the prompt and budget against the context, then submit to the backend (429 when it is full)."""
+    defaults: SamplingDefaults,
+    constraint: Any,
+) -> list[Session]:
+    """Check the prompt and budget against the context, then submit ``req.n`` generations (429 when full)."""
+    _check_supported(backend, req)
     context = backend.context_length
     full = prompt + prefix
     if len(full) >= context:
@@ -238,17 +357,19 @@ def _start(
             code="context_length_exceeded",
         )
     max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
-    request = GenerationRequest(
-        prompt_ids=full,
-        max_tokens=max_tokens,
-        stop_ids=fmt.stops.ids,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        seed=req.seed,
-        top_logprobs=req.top_logprobs if req.logprobs else None,
-    )
+    base = generation_request(req, defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
+    sessions: list[Session] = []
+    loop = asyncio.get_running_loop()
     try:
-        generation = backend.submit(request, asyncio.get_running_loop())
+        for index in range(req.n):
+            seed = None if req.seed is None else req.seed + index
+            request = replace(base, seed=seed, constraint=constraint() if constraint is not None else None)
+            generation = backend.submit(request, loop)
+            sessions.append(Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs))
     except BackendBusyError as exc:
+        for session in sessions:
+            session.generation.cancel()
         raise APIError(429, str(exc), code="server_busy") from None
-    return Session(fmt, parser, generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)
+    for session in sessions[1:]:  # the choices of one answer share its id
+        session.request_id, session.created = sessions[0].request_id, sessions[0].created
+    return sessions

@@ -6,8 +6,10 @@ batch's, so that every decoding step runs all active sequences in one forward pa
 leave the batch at once, and padding columns no sequence needs any more are cut away. Several clients therefore
 raise the throughput instead of queueing one behind another.
 
-Sampling is per request: greedy at temperature 0, otherwise temperature and top-p with a per-request seed; the
-log-probability of each chosen token and the most likely alternatives come from the model's distribution.
+Sampling is per request (each row of the batch its own settings): logit bias, transformers' repetition penalty,
+OpenAI's presence and frequency penalties and a grammar mask adjust the logits; then greedy at temperature 0, otherwise
+temperature, top-k, min-p and top-p with a per-request seed. The log-probability of each chosen token and the most
+likely alternatives come from the model's own distribution, before any adjustment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import logging
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ class _Sequence:
     generator: Any
     last_token: int = -1
     produced: int = 0
+    counts: dict[int, int] = field(default_factory=dict)  # generated token id -> times
 
 
 class TorchBackend:
@@ -130,17 +133,18 @@ class TorchBackend:
             if item is None:
                 self._closed = True
                 return
-            with self._lock:
-                self._waiting -= 1
             request, generation = item
-            if generation.cancelled.is_set():
-                generation.close()
-                continue
             try:
+                if generation.cancelled.is_set():
+                    generation.close()
+                    continue
                 self._prefill(request, generation)
             except Exception as exc:
                 log.exception("prefill failed")
                 generation.close(RuntimeError(f"generation failed: {exc}"))
+            finally:  # counted as waiting until it generates, so that it never looks idle in between
+                with self._lock:
+                    self._waiting -= 1
 
     def _prefill(self, request: GenerationRequest, generation: Generation) -> None:
         torch = self.torch
@@ -151,11 +155,28 @@ class TorchBackend:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else torch.seed())
         sequence = _Sequence(request, generation, generator)
+        if request.prompt_logprobs is not None:
+            generation.prompt = self._prompt_logprobs(request.prompt_ids, out.logits[0], request.prompt_logprobs)
         (token,) = self._sample([sequence], out.logits[:, -1, :])
         if self._emit(sequence, token):
             return
         mask = torch.ones((1, ids.shape[1]), dtype=torch.long, device=self.device)
         self._join(out.cache, mask, sequence)
+
+    def _prompt_logprobs(self, ids: Any, logits: Any, top: int) -> tuple[TokenEvent, ...]:
+        """Each prompt token's log-probability given the tokens before it, and the ``top`` likeliest there."""
+        torch = self.torch
+        events = [TokenEvent(int(ids[0]))]
+        for start in range(0, len(ids) - 1, 256):  # a slice at a time: vocabulary-wide rows add up
+            rows = torch.log_softmax(logits[start : start + 256].float(), dim=-1)
+            for n, row in enumerate(rows):
+                if start + n + 1 >= len(ids):
+                    break
+                token = int(ids[start + n + 1])
+                values, indices = row.topk(top) if top else ((), ())
+                alternatives = tuple(zip(list(map(int, indices)), list(map(float, values)), strict=True))
+                events.append(TokenEvent(token, float(row[token]), alternatives))
+        return tuple(events)
 
     def _join(self, cache: Any, mask: Any, sequence: _Sequence) -> None:
         """Stack a prefilled sequence onto the running batch, left-padding whichever is shorter."""
@@ -213,19 +234,16 @@ class TorchBackend:
         logprobs = (
             torch.log_softmax(logits, dim=-1) if any(s.request.top_logprobs is not None for s in sequences) else None
         )
-        greedy = logits.argmax(dim=-1).tolist()
         out = []
         for row, sequence in enumerate(sequences):
             request = sequence.request
-            token = greedy[row]
+            scores = self._adjusted(sequence, logits[row])
             if request.temperature > 0:
-                probs = torch.softmax(logits[row] / request.temperature, dim=-1)
-                if request.top_p < 1.0:
-                    sorted_probs, order = probs.sort(descending=True)
-                    cut = sorted_probs.cumsum(0) - sorted_probs > request.top_p
-                    sorted_probs[cut] = 0.0
-                    probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-                token = int(torch.multinomial(probs, 1, generator=sequence.generator))
+                token = int(torch.multinomial(_filtered(torch, scores, request), 1, generator=sequence.generator))
+            else:
+                token = int(scores.argmax())
+            if request.constraint is not None:
+                request.constraint.consume(token)
             if logprobs is not None and request.top_logprobs is not None:
                 values, indices = logprobs[row].topk(request.top_logprobs) if request.top_logprobs else ((), ())
                 top = tuple(zip(list(map(int, indices)), list(map(float, values)), strict=True))
@@ -234,11 +252,38 @@ class TorchBackend:
                 out.append(TokenEvent(token))
         return out
 
+    def _adjusted(self, sequence: _Sequence, scores: Any) -> Any:
+        """One row's logits after logit bias, penalties and the grammar mask (the row itself when none applies)."""
+        torch = self.torch
+        request = sequence.request
+        bias = {t: b for t, b in request.logit_bias.items() if t < scores.shape[-1]}  # ids past the logits: no row
+        if bias:
+            scores = scores.clone()
+            ids = torch.tensor(list(bias), dtype=torch.long, device=scores.device)
+            scores[ids] += torch.tensor(list(bias.values()), dtype=scores.dtype, device=scores.device)
+        if request.repetition_penalty != 1.0:
+            seen = torch.tensor(
+                sorted(set(request.prompt_ids) | set(sequence.counts)), dtype=torch.long, device=scores.device
+            )
+            scores = scores.clone()
+            values = scores[seen]
+            penalty = request.repetition_penalty
+            scores[seen] = torch.where(values > 0, values / penalty, values * penalty)
+        if (request.presence_penalty or request.frequency_penalty) and sequence.counts:
+            ids = torch.tensor(list(sequence.counts), dtype=torch.long, device=scores.device)
+            times = torch.tensor(list(sequence.counts.values()), dtype=scores.dtype, device=scores.device)
+            scores = scores.clone()
+            scores[ids] -= times * request.frequency_penalty + request.presence_penalty
+        if request.constraint is not None:
+            scores = request.constraint.mask(scores.clone())
+        return scores
+
     def _emit(self, sequence: _Sequence, event: TokenEvent) -> bool:
         """Deliver a token; True when the sequence is finished (stop id, budget, or cancelled)."""
         sequence.generation.put(event)
         sequence.produced += 1
         sequence.last_token = event.token_id
+        sequence.counts[event.token_id] = sequence.counts.get(event.token_id, 0) + 1
         request = sequence.request
         if (
             event.token_id in request.stop_ids
@@ -248,6 +293,22 @@ class TorchBackend:
             sequence.generation.close()
             return True
         return False
+
+
+def _filtered(torch: Any, scores: Any, request: GenerationRequest) -> Any:
+    """The probabilities to sample from: softmax at the temperature, then top-k, min-p and top-p cut the tail."""
+    probs = torch.softmax(scores / request.temperature, dim=-1)
+    if 0 < request.top_k < probs.shape[-1]:
+        kth = probs.topk(request.top_k).values[-1]
+        probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
+    if request.min_p > 0:
+        probs = torch.where(probs < request.min_p * probs.max(), torch.zeros_like(probs), probs)
+    if request.top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        cut = sorted_probs.cumsum(0) - sorted_probs > request.top_p * sorted_probs.sum()
+        sorted_probs[cut] = 0.0
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    return probs
 
 
 def _converted_gguf(path: Path) -> Path:

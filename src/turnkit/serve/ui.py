@@ -28,7 +28,8 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.inspect.render import asset, stand_ins_attribute
 from turnkit.inspect.tokens import TokenTexts, find_forged_markers
-from turnkit.serve.protocol import APIError, read_json
+from turnkit.serve.body import read_body
+from turnkit.serve.protocol import APIError
 
 __all__ = ["PUBLIC_PATHS", "page_html", "pages"]
 
@@ -100,7 +101,7 @@ def pages(fmt: ChatFormat) -> list[tuple[str, str, Handler]]:
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-cache"})
 
     async def tokens(request: Request) -> Response:
-        body = read_json(await request.body())
+        body = await read_body(request)
         ids = _ids(body, texts, size)
         found_pieces = texts.pieces(ids)
         markers = find_forged_markers(found_pieces, texts.binding)

@@ -1,0 +1,54 @@
+"""Which engine runs a model: one small table, so that a new engine plugs in with one line.
+
+An engine is a function from a model path (and the server's batching and thread settings) to a
+:class:`~.backend.Backend`. ``torch`` (transformers) runs Hugging Face folders and GGUF files (dequantized once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnkit.errors import ServeConfigError
+from turnkit.serve.backend import Backend
+
+__all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What every engine is given besides the model: threads (None: the engine's choice) and batching limits."""
+
+    threads: int | None = None
+    max_batch: int = 16
+    max_queue: int = 64
+
+
+def _torch(path: Path, options: EngineOptions) -> Backend:
+    from turnkit.serve.torch_backend import TorchBackend
+
+    return TorchBackend.load(path, threads=options.threads, max_batch=options.max_batch, max_queue=options.max_queue)
+
+
+_LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {
+    "torch": _torch,
+}
+
+#: The engine names ``--engine`` and a models file's ``engine`` accept.
+ENGINES = tuple(_LOADERS)
+
+
+def default_engine(path: Path) -> str:
+    """The engine a model runs on when none is named."""
+    return "torch"
+
+
+def load_backend(path: str | Path, *, engine: str | None = None, options: EngineOptions | None = None) -> Backend:
+    """Load ``path`` (a Hugging Face folder or a GGUF file) on ``engine`` (default: :func:`default_engine`)."""
+    path = Path(path)
+    name = engine or default_engine(path)
+    if name not in _LOADERS:
+        raise ServeConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    return _LOADERS[name](path, options or EngineOptions())

@@ -1,0 +1,75 @@
+"""Sampling values: a model's defaults, and what a request asks for on top of them.
+
+A request that omits a sampling field gets the model's default, not OpenAI's: a small chat model sampled at
+temperature 1.0 answers with gibberish. The defaults come, in this order, from the models file (per model), the
+model folder's ``generation_config.json`` (as transformers reads it: ``do_sample: false`` means greedy), and for the
+embedded SmolLM2 the values its model card recommends (temperature 0.2, top_p 0.9). ``/v1/models`` shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EMBEDDED_DEFAULTS", "NEUTRAL", "SamplingDefaults", "read_generation_config"]
+
+log = logging.getLogger("turnkit.serve")
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """The sampling values a request gets for each field it leaves out. The neutral values change nothing."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def updated(self, values: Mapping[str, Any]) -> SamplingDefaults:
+        """These defaults with ``values`` (only the fields this class has) laid over them."""
+        names = {f.name for f in fields(self)}
+        known = {k: (int(v) if k == "top_k" else float(v)) for k, v in values.items() if k in names and v is not None}
+        return replace(self, **known)
+
+
+#: OpenAI's own defaults: nothing changed.
+NEUTRAL = SamplingDefaults()
+
+#: SmolLM2-135M-Instruct's model card: "temperature=0.2, top_p=0.9".
+EMBEDDED_DEFAULTS = SamplingDefaults(temperature=0.2, top_p=0.9)
+
+
+def read_generation_config(path: str | Path) -> dict[str, Any]:
+    """The sampling values of a model folder's ``generation_config.json`` (none for a GGUF file or a missing file).
+
+    ``do_sample: false`` makes transformers decode greedily whatever the temperature says, so it reads as
+    temperature 0. A file that cannot be read is logged and ignored: it is an optional hint, not the model.
+    """
+    config = Path(path) / "generation_config.json"
+    if not config.is_file():
+        return {}
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring %s: %s", config, exc)
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out = {
+        key: data[key]
+        for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+        if isinstance(data.get(key), int | float) and not isinstance(data.get(key), bool)
+    }
+    if data.get("do_sample") is False:
+        out["temperature"] = 0.0
+    return out

@@ -1,0 +1,177 @@
+"""Several models behind one server: model specs (``--model``, ``--models DIR``, models files), selection by name, a
+template override per model, lazy loading and least-recently-used unloading, and what ``/health`` and ``/v1/models``
+say. The server runs as ``turnkit serve`` on the real embedded SmolLM2, served twice under two names (one with the
+``plain`` family's template), with the official openai client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from serve_harness import free_port, wait_until_up
+
+from turnkit.errors import ServeConfigError
+from turnkit.serve import modelspec
+from turnkit.serve.sampling import EMBEDDED_DEFAULTS, SamplingDefaults, read_generation_config
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+MODELS_TOML = """
+[models.smol]
+path = "default"
+
+[models.smol-plain]
+path = "default"
+family = "plain"
+temperature = 0.0
+"""
+
+
+# -- specs --------------------------------------------------------------------------------------------------------
+
+
+def test_model_arguments(tmp_path):
+    weights = tmp_path / "tiny.gguf"
+    weights.write_bytes(b"GGUF")
+    assert modelspec.from_argument("default") == modelspec.ModelSpec("SmolLM2-135M-Instruct", "default")
+    assert modelspec.from_argument(str(weights)).name == "tiny"
+    spec = modelspec.from_argument(f"mine={weights}:chatml")
+    assert (spec.name, spec.path, spec.family) == ("mine", str(weights), "chatml")
+    assert modelspec.from_argument("small=default").name == "small"
+    with pytest.raises(ServeConfigError, match="unknown family 'nope'"):
+        modelspec.from_argument(f"x={weights}:nope")
+    with pytest.raises(ServeConfigError, match="two models are named 'a'"):
+        modelspec.unique([modelspec.from_argument("a=default"), modelspec.from_argument(f"a={weights}")])
+
+
+def test_models_directory(tmp_path):
+    (tmp_path / "one.gguf").write_bytes(b"GGUF")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "readme.txt").write_text("")
+    assert [s.name for s in modelspec.from_directory(tmp_path)] == ["hf", "one"]
+    with pytest.raises(ServeConfigError, match=r"no \.gguf file"):
+        modelspec.from_directory(tmp_path / "notes")
+
+
+def test_models_files(tmp_path):
+    toml = tmp_path / "models.toml"
+    toml.write_text(MODELS_TOML + '\n[models.local]\npath = "weights/x.gguf"\ntemplate = "t.jinja"\n')
+    specs = modelspec.from_file(toml)
+    assert [s.name for s in specs] == ["smol", "smol-plain", "local"]
+    assert specs[1].family == "plain" and specs[1].sampling == {"temperature": 0.0}
+    assert specs[2].path == str(tmp_path / "weights/x.gguf") and specs[2].template == str(tmp_path / "t.jinja")
+    listed = tmp_path / "models.json"
+    listed.write_text(json.dumps({"models": [{"name": "a", "path": "default", "top_p": 0.5}]}))
+    assert modelspec.from_file(listed)[0].sampling == {"top_p": 0.5}
+    for bad, needle in [
+        ({"models": {"a": {"path": "default", "colour": 1}}}, "unknown key 'colour'"),
+        ({"models": {"a": {"family": "chatml"}}}, "has no path"),
+        ({"models": {"a": {"path": "default", "temperature": "hot"}}}, "temperature must be a number"),
+        ({"models": {"a": {"path": "default", "family": "chatml", "template": "t"}}}, "not both"),
+        ({"nothing": 1}, "needs a 'models' table"),
+    ]:
+        listed.write_text(json.dumps(bad))
+        with pytest.raises(ServeConfigError, match=needle):
+            modelspec.from_file(listed)
+    listed.write_text("{oops")
+    with pytest.raises(ServeConfigError, match="not valid json"):
+        modelspec.from_file(listed)
+
+
+def test_generation_config_defaults(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.95, "top_k": 20}))
+    values = read_generation_config(tmp_path)
+    assert SamplingDefaults().updated(values) == SamplingDefaults(temperature=0.6, top_p=0.95, top_k=20)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.6}))
+    assert read_generation_config(tmp_path)["temperature"] == 0.0
+    assert read_generation_config(tmp_path / "missing") == {}
+
+
+def test_the_command_line_refuses_bad_model_arguments(tmp_path):
+    from turnkit.cli import main
+
+    assert main(["serve", "--model", str(tmp_path / "absent.gguf")]) == 2
+    assert main(["serve", "--model", "a=default", "--model", "b=default", "--model-id", "x"]) == 2
+    assert main(["serve", "--models", str(tmp_path)]) == 2  # an empty folder
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    (tmp_path / "models.toml").write_text(f'[models.x]\npath = "default"\ntemplate = "{broken}"\n')
+    assert main(["serve", "--models", str(tmp_path / "models.toml"), "--lazy"]) == 2  # read at start, not a 503 later
+
+
+# -- a server of two models -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_gguf, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    (folder / "models.toml").write_text(MODELS_TOML)
+    port = free_port()
+    command = [sys.executable, "-m", "turnkit.cli", "serve", "--models", str(folder / "models.toml")]
+    command += ["--port", str(port), "--threads", "1", "--max-loaded", "1", "--lazy", "--no-ui"]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-models-{port}.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def _health(server: str) -> dict:
+    return httpx.get(server + "/health").json()
+
+
+def test_lazy_load_select_by_name_and_unload(client, server):
+    # nothing is loaded until a model generates; listing and tokenizing need no weights
+    assert _health(server)["loaded"] == []
+    listed = {m.id: m for m in client.models.list().data}
+    assert list(listed) == ["smol", "smol-plain"]
+    assert listed["smol"].model_extra["metadata"]["sampling_defaults"] == EMBEDDED_DEFAULTS.to_dict()
+    plain_defaults = listed["smol-plain"].model_extra["metadata"]["sampling_defaults"]
+    assert plain_defaults["temperature"] == 0.0 and plain_defaults["top_p"] == EMBEDDED_DEFAULTS.top_p
+    assert listed["smol-plain"].model_extra["metadata"]["family"] == "plain"
+
+    # each model renders with its own template
+    chatml = httpx.post(server + "/tokenize", json={"model": "smol", "messages": QUESTION}).json()
+    plain = httpx.post(server + "/tokenize", json={"model": "smol-plain", "messages": QUESTION}).json()
+    text = httpx.post(server + "/detokenize", json={"model": "smol-plain", "tokens": plain["tokens"]}).json()
+    assert text["prompt"] == "user: What is the capital of France?\nassistant:"
+    assert chatml["tokens"] != plain["tokens"]
+    assert _health(server)["loaded"] == []
+
+    # the first request loads its model; the prompt is that model's
+    first = client.chat.completions.create(model="smol", messages=QUESTION, temperature=0, max_tokens=8)
+    assert first.model == "smol" and first.usage.prompt_tokens == chatml["count"]
+    assert _health(server)["loaded"] == ["smol"]
+    # --max-loaded 1: the other model's first request unloads the least recently used
+    second = client.chat.completions.create(model="smol-plain", messages=QUESTION, max_tokens=8)
+    assert second.model == "smol-plain" and second.usage.prompt_tokens == plain["count"]
+    health = _health(server)
+    assert health["loaded"] == ["smol-plain"] and health["max_loaded"] == 1
+    assert {m["id"]: m["loaded"] for m in health["models"]} == {"smol": False, "smol-plain": True}
+    # ``default`` names the embedded model (the first one here), which loads again
+    again = client.chat.completions.create(model="default", messages=QUESTION, temperature=0, max_tokens=8)
+    assert again.model == "smol" and again.choices[0].message.content == first.choices[0].message.content
+    assert _health(server)["loaded"] == ["smol"]
+
+
+def test_unknown_model_lists_the_served_ones(client):
+    with pytest.raises(openai.NotFoundError, match="'smol', 'smol-plain'"):
+        client.chat.completions.create(model="gpt-9", messages=QUESTION)
