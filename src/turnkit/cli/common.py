@@ -1,0 +1,190 @@
+"""What the commands share: reading conversation and tools files, building a ChatFormat from flags, the
+flag types, the library advice rewritten as flags, and visible whitespace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from turnkit import families
+from turnkit.embedded import resolve_model
+from turnkit.format import ChatFormat
+
+_MARKER = re.compile(r"<\|[^\s|<>]{1,48}\|>|<｜[^｜\s]{1,48}｜>|\[/?[A-Z][A-Z_]{1,30}\]")
+
+
+class UsageError(Exception):
+    """A problem with the command line or its input files (reported without a stack trace)."""
+
+
+#: The library's advice names Python arguments and methods; a command-line user needs the flags instead. Each left
+#: side is a phrase of a library message (tests/test_cli.py checks that every one still occurs in the library, so a
+#: reworded message cannot slip past this table); the library keeps its own wording for library users.
+FLAG_ADVICE: tuple[tuple[str, str], ...] = (
+    (
+        "this ChatFormat has no tokenizer: build it with from_pretrained, or pass tokenizer= to from_template / "
+        "from_family, or call with_tokenizer()",
+        "--template and --family give no tokenizer: add --tokenizer PATH (a model folder or a .gguf file), or "
+        "use --model PATH",
+    ),
+    ("encode with split_turns=True (see check_prefix_stable)", "rerun with --split-turns (--check-prefix shows where)"),
+    ("pass template_name= one of", "pass --template-name with one of"),
+    (
+        "continue_final_message and add_generation_prompt exclude each other",
+        "--continue and --generation-prompt exclude each other",
+    ),
+    ("continue_final_message is set", "--continue is set"),
+)
+
+
+_TURNS_ADVICE = re.compile(r"\bturns='(all|last|none)'")
+
+
+def command_line_message(message: str) -> str:
+    """A library error message with its Python advice replaced by the command-line flags that do the same."""
+    for library, flags in FLAG_ADVICE:
+        message = message.replace(library, flags)
+    return _TURNS_ADVICE.sub(r"--turns \1", message)
+
+
+def read_json(path: str, what: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+def load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str, Any]]:
+    """A conversation file is a list of messages, or an object with ``messages`` (and optional ``tools``)."""
+    data = read_json(path, "conversation")
+    if isinstance(data, list):
+        return data, None, {}
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        extra = {k: v for k, v in data.items() if k not in ("messages", "tools")}
+        return data["messages"], data.get("tools"), extra
+    raise UsageError(f"conversation {path} must be a JSON list of messages or an object with a 'messages' list")
+
+
+def format_from_args(args: argparse.Namespace) -> ChatFormat:
+    if args.model:
+        return ChatFormat.from_pretrained(resolve_model(args.model))
+    if args.template:
+        try:
+            text = Path(args.template).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read template {args.template}: {exc.strerror}") from None
+        fmt = ChatFormat.from_template(text, **dict(args.token or []))
+    else:
+        fmt = ChatFormat.from_family(args.family)
+    tokenizer = getattr(args, "tokenizer", None)
+    if tokenizer:
+        from turnkit.tokenizer import TokenizerBinding
+
+        path = resolve_model(tokenizer)
+        binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
+        fmt = fmt.with_tokenizer(binding)
+    return fmt
+
+
+def load_tools(args: argparse.Namespace, tools: Any) -> Any:
+    if args.tools:
+        tools = read_json(args.tools, "tools file")
+        if isinstance(tools, dict) and "tools" in tools:
+            tools = tools["tools"]
+        if not isinstance(tools, list):
+            raise UsageError(f"tools file {args.tools} must hold a JSON list of tool schemas")
+    return tools
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def name_text(text: str) -> tuple[str, str]:
+    """``NAME=TEXT`` for ``--token``: a special token is text (a JSON string literal is accepted and unquoted)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=TEXT (e.g. bos_token='<s>'), got {text!r}")
+    if value.startswith('"'):
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, str):
+            return name, decoded
+    return name, value
+
+
+def add_format_arguments(command: argparse.ArgumentParser) -> None:
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
+    source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
+    source.add_argument("--family", choices=families.names(), help="a built-in family")
+    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
+    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
+    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
+    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
+    command.add_argument(
+        "--token",
+        metavar="NAME=TEXT",
+        type=name_text,
+        action="append",
+        help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
+    )
+    command.add_argument(
+        "--var",
+        metavar="KEY=VALUE",
+        type=key_value,
+        action="append",
+        help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)",
+    )
+
+
+def show_visible(text: str, markers: Sequence[str], *, color: bool) -> str:
+    """Make whitespace visible (``·`` for spaces, ``→`` for tabs, ``↵`` before each newline) and set special
+    tokens apart (reverse video on a terminal, ``⟦...⟧`` otherwise)."""
+    known = sorted({m for m in markers if m}, key=len, reverse=True)
+    pattern = re.compile("|".join([*map(re.escape, known), _MARKER.pattern]))
+    out: list[str] = []
+    last = 0
+    for match in pattern.finditer(text):
+        out.append(visible_whitespace(text[last : match.start()]))
+        token = match.group(0)
+        out.append(f"\x1b[7m{token}\x1b[0m" if color else f"⟦{token}⟧")
+        last = match.end()
+    out.append(visible_whitespace(text[last:]))
+    return "".join(out)
+
+
+def visible_whitespace(text: str) -> str:
+    return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")
+
+
+def warn_unshown_tools(fmt: ChatFormat, messages: Any, tools: Any, args: argparse.Namespace, variables: Any) -> None:
+    """Tools the template does not show (the render is the same without them) would never reach the model: say so."""
+    if not tools:
+        return
+    options = {"add_generation_prompt": args.generation_prompt, "template_name": args.template_name, **variables}
+    if fmt.render(messages, tools=tools, **options) == fmt.render(messages, **options):
+        print(
+            "turnkit: warning: this chat template does not show tools (the render is the same without them); "
+            "the model would never see them (turnkit serve refuses such requests)",
+            file=sys.stderr,
+        )

@@ -1,0 +1,50 @@
+"""``turnkit doctor``: audit a checkpoint or prepared data for chat-format mistakes, each finding with a fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from turnkit.cli.common import UsageError
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from turnkit import doctor
+    from turnkit.doctor.output import format_ci, format_human
+
+    if (args.path is None) == (args.data is None):
+        raise UsageError("give a checkpoint (turnkit doctor PATH) or prepared data (turnkit doctor --data DIR)")
+    if args.data is not None:
+        report = doctor.run_data(args.data, model=args.model, ignore=args.ignore or [], limit=args.limit)
+    else:
+        if args.model is not None:
+            raise UsageError("--model goes with --data; audit a checkpoint with turnkit doctor PATH")
+        report = doctor.run(args.path, ignore=args.ignore or [])
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
+        sys.stdout.write("\n")
+    elif args.ci:
+        sys.stdout.write(format_ci(report, strict=args.strict))
+    else:
+        sys.stdout.write(format_human(report))
+    return report.exit_code(strict=args.strict)
+
+
+def register(commands: Any) -> None:
+    """Add this module's command(s) to ``turnkit``'s subcommands."""
+    doc = commands.add_parser(
+        "doctor", help="audit a checkpoint (or prepared training data) for chat-format mistakes, with fixes"
+    )
+    doc.add_argument(
+        "path", nargs="?", metavar="PATH", help="a Hugging Face folder, a .gguf file, default, or a PEFT adapter folder"
+    )
+    doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
+    doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")
+    doc.add_argument("--json", action="store_true", help="one JSON object: target, checks_run, findings ...")
+    doc.add_argument("--ci", action="store_true", help="a short report for a CI job, with the forged-turn test")
+    doc.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    doc.add_argument("--ignore", metavar="CHECK[,CHECK...]", action="append", help="check ids to skip (repeatable)")
+    doc.add_argument("--limit", type=int, default=2000, metavar="N", help="rows of --data to check (default 2000)")
+    doc.set_defaults(handler=_cmd_doctor)

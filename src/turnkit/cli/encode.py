@@ -1,0 +1,121 @@
+"""``turnkit encode``: a conversation's tokens: boundaries, which are trained and which came from data (colours on a
+terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability and
+``--split-turns`` encodes one example per trained turn."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any
+
+from turnkit.cli.common import (
+    add_format_arguments,
+    format_from_args,
+    load_conversation,
+    load_tools,
+    visible_whitespace,
+    warn_unshown_tools,
+)
+
+_DIM, _TRAINED, _DATA, _RESET = "\x1b[2m", "\x1b[42;30m", "\x1b[1m", "\x1b[0m"
+
+
+def _token_table(encoding: Any, pieces: list[str]) -> str:
+    lines = [f"{'#':>5} {'id':>7} {'msg':>4}  {'source':<8} {'trained':<7} text"]
+    for n, piece in enumerate(pieces):
+        source = "data" if encoding.is_data[n] else "template"
+        trained = "yes" if encoding.assistant_mask[n] else ""
+        lines.append(
+            f"{n:>5} {int(encoding.input_ids[n]):>7} {int(encoding.message_index[n]):>4}  {source:<8} {trained:<7} "
+            f"{piece!r}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _token_colours(encoding: Any, pieces: list[str]) -> str:
+    """Inline: template text dim, data bold, trained tokens on green; a thin bar between tokens."""
+    out = []
+    for n, piece in enumerate(pieces):
+        style = _TRAINED if encoding.assistant_mask[n] else _DATA if encoding.is_data[n] else _DIM
+        out.append(f"{style}{visible_whitespace(piece)}{_RESET}")
+    legend = f"{_DIM}template{_RESET} {_DATA}data{_RESET} {_TRAINED}trained{_RESET}  (│ separates tokens)"
+    return "│".join(out) + "\n\n" + legend + "\n"
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    messages, tools, extra = load_conversation(args.conversation)
+    tools = load_tools(args, tools)
+    fmt = format_from_args(args)
+    variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    warn_unshown_tools(fmt, messages, tools, args, variables)
+    if args.check_prefix:
+        report = fmt.check_prefix_stable(messages, tools=tools, **variables)
+        sys.stdout.write(str(report) + "\n")
+        for diff in fmt.diff_prompts(messages, tools=tools, **variables):
+            if not diff.agrees:
+                sys.stdout.write(str(diff) + "\n")
+        return 0 if report else 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        encoded = fmt.encode(
+            messages,
+            tools=tools,
+            add_generation_prompt=args.generation_prompt,
+            turns=args.turns,
+            train_end_marker=not args.no_end_marker,
+            template_name=args.template_name,
+            split_turns=args.split_turns,
+            **variables,
+        )
+    for warning in caught:  # one line each, like errors (a marker the tokenizer lacks, trusted data)
+        print(f"turnkit: warning: {warning.message}", file=sys.stderr)
+    examples = encoded if isinstance(encoded, list) else [encoded]
+    for number, encoding in enumerate(examples, start=1):
+        pieces = [fmt.tokenizer.decode([int(i)]) for i in encoding.input_ids]
+        if args.json:
+            payload = {
+                **encoding.to_dict(),
+                "message_index": encoding.message_index.tolist(),
+                "is_data": encoding.is_data.tolist(),
+                "tokens": pieces,
+                "text": encoding.text,
+                "control_counts": encoding.control_counts,
+            }
+            json.dump(payload, sys.stdout, ensure_ascii=False)
+            sys.stdout.write("\n")
+            continue
+        if args.split_turns:
+            trained = sorted({int(i) for i in encoding.message_index[encoding.assistant_mask.astype(bool)]})
+            if number > 1:
+                sys.stdout.write("\n")
+            sys.stdout.write(f"example {number} of {len(examples)}: trains message {', '.join(map(str, trained))}\n")
+        if sys.stdout.isatty():
+            sys.stdout.write(_token_colours(encoding, pieces))
+        else:
+            sys.stdout.write(_token_table(encoding, pieces))
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add this module's command(s) to ``turnkit``'s subcommands."""
+    encode = commands.add_parser(
+        "encode", help="show the tokens of a conversation: boundaries, trained tokens, data tokens"
+    )
+    add_format_arguments(encode)
+    encode.add_argument("--tokenizer", metavar="PATH", help="tokenizer for --template/--family (folder or .gguf)")
+    encode.add_argument("--turns", choices=["all", "last", "none"], default="all", help="assistant turns to train")
+    encode.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
+    encode.add_argument(
+        "--split-turns",
+        action="store_true",
+        help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
+    )
+    encode.add_argument("--json", action="store_true", help="machine-readable output (one JSON object per example)")
+    encode.add_argument(
+        "--check-prefix",
+        action="store_true",
+        help="report prefix stability and the token diff of serving vs training prompts",
+    )
+    encode.set_defaults(handler=_cmd_encode)

@@ -1,0 +1,91 @@
+"""``turnkit prepare``: datasets to tokenized training shards, every record written or rejected with a reason."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from turnkit.data import FieldMap, PrepareConfig, prepare, report
+
+    model = args.model if args.model == "default" else str(Path(args.model).resolve())
+    fields = FieldMap(
+        messages=args.messages_field,
+        tools=args.tools_field,
+        system=args.system_field,
+        instruction=args.instruction_field,
+        input=args.input_field,
+        output=args.output_field,
+    )
+    config = PrepareConfig(
+        model=model,
+        input_format=args.format,
+        fields=fields,
+        max_length=args.max_length,
+        truncation=args.truncation,
+        turns=args.turns,
+        train_end_marker=not args.no_end_marker,
+        split_turns=args.split_turns,
+        markers=args.markers,
+        id_field=args.id_field,
+    )
+    manifest = prepare(
+        args.inputs,
+        args.out,
+        config,
+        workers=args.workers,
+        engine=args.engine,
+        shard_records=args.shard_records,
+        ray_address=args.ray_address,
+    )
+    print(report(manifest))
+    print(f"\nwrote {args.out}/manifest.json, {args.out}/rejects.jsonl and {len(manifest['files'])} Parquet files")
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add this module's command(s) to ``turnkit``'s subcommands."""
+    prep = commands.add_parser("prepare", help="datasets to tokenized training shards, every record accounted for")
+    prep.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help=".jsonl[.gz|.zst], .json, .parquet, a datasets folder, or hub:NAME[:SPLIT]",
+    )
+    prep.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
+    prep.add_argument("--out", required=True, metavar="DIR", help="the output folder (rerun to resume)")
+    prep.add_argument("--format", choices=["auto", "openai", "sharegpt", "alpaca"], default="auto")
+    prep.add_argument("--messages-field", metavar="NAME", help="where messages are (default: messages/conversations)")
+    prep.add_argument("--tools-field", default="tools", metavar="NAME")
+    prep.add_argument("--system-field", default="system", metavar="NAME")
+    prep.add_argument("--instruction-field", default="instruction", metavar="NAME")
+    prep.add_argument("--input-field", default="input", metavar="NAME")
+    prep.add_argument("--output-field", default="output", metavar="NAME")
+    prep.add_argument("--max-length", type=int, metavar="N", help="longest example in tokens")
+    prep.add_argument(
+        "--truncation",
+        choices=["drop", "turns"],
+        default="drop",
+        help="over --max-length: drop the record, or drop whole earliest turns",
+    )
+    prep.add_argument("--turns", choices=["all", "last"], default="all", help="assistant turns to train")
+    prep.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
+    prep.add_argument("--split-turns", action="store_true", help="one example per assistant turn")
+    prep.add_argument(
+        "--markers",
+        choices=["keep", "reject", "strip"],
+        default="keep",
+        help="control-marker strings found in data: keep as text (safe), reject, or strip",
+    )
+    prep.add_argument(
+        "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
+    )
+    prep.add_argument("--workers", type=int, default=1, metavar="N")
+    prep.add_argument("--engine", choices=["local", "ray"], default="local")
+    prep.add_argument(
+        "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
+    )
+    prep.add_argument("--shard-records", type=int, default=1024, metavar="N", help="records per output shard")
+    prep.set_defaults(handler=_cmd_prepare)

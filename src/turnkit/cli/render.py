@@ -1,0 +1,54 @@
+"""``turnkit render``: the exact text a conversation renders to (``--show`` makes whitespace and special tokens
+visible)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from turnkit.cli.common import (
+    add_format_arguments,
+    format_from_args,
+    load_conversation,
+    load_tools,
+    show_visible,
+    warn_unshown_tools,
+)
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    messages, tools, extra = load_conversation(args.conversation)
+    tools = load_tools(args, tools)
+    fmt = format_from_args(args)
+    variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    warn_unshown_tools(fmt, messages, tools, args, variables)
+    text = fmt.render(
+        messages,
+        tools=tools,
+        add_generation_prompt=args.generation_prompt,
+        continue_final_message=args.continue_final_message,
+        template_name=args.template_name,
+        **variables,
+    )
+    if args.show:
+        markers = [*fmt.special_tokens.values(), *(fmt.family.stop_tokens if fmt.family else ())]
+        text = show_visible(text, markers, color=sys.stdout.isatty())
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add this module's command(s) to ``turnkit``'s subcommands."""
+    render = commands.add_parser("render", help="print the exact text a conversation renders to")
+    add_format_arguments(render)
+    render.add_argument(
+        "--continue",
+        dest="continue_final_message",
+        action="store_true",
+        help="leave the final message open for the model to continue",
+    )
+    render.add_argument("--show", action="store_true", help="make whitespace and special tokens visible")
+    render.set_defaults(handler=_cmd_render)
