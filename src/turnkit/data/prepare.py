@@ -253,7 +253,7 @@ def _ray(
             collect()
     finally:
         for actor in actors:
-            ray.kill(actor)
+            ray.kill(actor)  # type: ignore[arg-type]  # ray types a remote class and its handle alike
         if joined:
             ray.shutdown()
 

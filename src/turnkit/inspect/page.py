@@ -156,7 +156,7 @@ def _chips(
     is_data: Sequence[bool] | None,
     forged: list[ForgedMarker],
 ) -> list[Chip]:
-    inside = set()
+    inside: set[int] = set()
     for marker in forged:
         inside.update(range(marker.start, marker.end))
     chips = []

@@ -226,7 +226,7 @@ def _build_format(spec: ModelSpec) -> ChatFormat:
         return ChatFormat.from_family(spec.family, tokenizer=base.tokenizer)
     if spec.template is not None:
         text = Path(spec.template).read_text(encoding="utf-8")
-        return ChatFormat.from_template(text, tokenizer=base.tokenizer, **base.special_tokens)
+        return base.with_template(text)
     return base
 
 

@@ -228,9 +228,7 @@ class Server:
             )
         try:
             if chat_input.chat_template is not None:
-                return ChatFormat.from_template(
-                    chat_input.chat_template, tokenizer=base.tokenizer, **base.special_tokens
-                )
+                return base.with_template(chat_input.chat_template)
             return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None

@@ -38,7 +38,9 @@ class SamplingDefaults:
     def updated(self, values: Mapping[str, Any]) -> SamplingDefaults:
         """These defaults with ``values`` (only the fields this class has) laid over them."""
         names = {f.name for f in fields(self)}
-        known = {k: (int(v) if k == "top_k" else float(v)) for k, v in values.items() if k in names and v is not None}
+        known: dict[str, Any] = {
+            k: (int(v) if k == "top_k" else float(v)) for k, v in values.items() if k in names and v is not None
+        }
         return replace(self, **known)
 
 

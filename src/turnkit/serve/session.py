@@ -307,7 +307,7 @@ def _check_supported(backend: Backend, req: Sampling) -> None:
     """A field the engine cannot honour is a 400 naming it, never silently ignored. ``unsupported_fields`` names
     :class:`~.backend.GenerationRequest` fields; ``constraint`` is asked for by ``response_format`` and
     ``prompt_logprobs`` by ``echo`` with ``logprobs``."""
-    unsupported = getattr(backend, "unsupported_fields", frozenset())
+    unsupported: frozenset[str] = getattr(backend, "unsupported_fields", frozenset())
     for name in sorted(unsupported):
         param, value = name, getattr(req, name, None)
         if name in ("constraint", "response_format"):

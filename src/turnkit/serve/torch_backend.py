@@ -80,7 +80,7 @@ class TorchBackend:
         folder = _converted_gguf(path) if path.is_file() else path
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         if cuda:
-            model = model.to("cuda")
+            model = model.to("cuda")  # type: ignore[arg-type]  # transformers types .to() through a wrapper
         context = getattr(model.config, "max_position_embeddings", None) or 4096
         return cls(model, name=path.stem if path.is_file() else path.name, context_length=int(context), **kwargs)
 
@@ -321,7 +321,7 @@ def _converted_gguf(path: Path) -> Path:
         log.info("converting %s to a safetensors folder (once)", path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
         # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.config.architectures = [type(model).__name__]

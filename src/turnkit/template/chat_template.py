@@ -7,7 +7,7 @@ so nothing below ``format.py`` imports or inspects ``ChatFormat`` (or a family s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ class ChatTemplate:
 
     def render(
         self,
-        messages: Sequence[Any],
+        messages: Iterable[Any],
         *,
         tools: Tools | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,

@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -182,7 +182,7 @@ class _GuardedCodeGenerator(CodeGenerator):
             self.write(", ")
         self.write("))")
 
-    def visit_Add(self, node: jinja2.nodes.Add, frame: Any) -> None:  # noqa: N802 - jinja2 names it so
+    def visit_Add(self, node: jinja2.nodes.BinExpr, frame: Any) -> None:  # noqa: N802 - jinja2 names it so
         self.write("environment.checked_add(")
         self.visit(node.left, frame)
         self.write(", ")
@@ -209,7 +209,7 @@ class GenerationBlock(jinja2.ext.Extension):
     the body in the final output, which is how a template marks the assistant tokens to train.
     """
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja2 declares it a plain attribute
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
@@ -418,7 +418,7 @@ class ProvenanceSandbox(ChatTemplateSandbox):
         return value if type(value) is DataStr else str(value)
 
     @staticmethod
-    def concat(parts: Iterable[Any]) -> str:  # type: ignore[override] - jinja joins macro and block output with it
+    def concat(parts: Iterable[Any]) -> str:  # type: ignore[override]  # jinja joins macro and block output with it
         parts = list(parts)
         if any(type(p) is DataStr for p in parts):
             return taint.join(parts)

@@ -127,8 +127,10 @@ class TokenizerBinding:
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            AutoTokenizer = None  # noqa: N806
-        if AutoTokenizer is not None:
+            have_transformers = False
+        else:
+            have_transformers = True
+        if have_transformers:
             try:
                 kwargs = {"gguf_file": gguf_file} if gguf_file else {}
                 loaded = AutoTokenizer.from_pretrained(folder, **kwargs)
