@@ -252,7 +252,7 @@ def bare_tokenizer():
 # -- tokenizers for encode tests -------------------------------------------------------------------------------------
 
 _MARKER = re.compile(
-    r"<\|[A-Za-z0-9_.\-]{1,40}\|>|<｜[^｜\s]{1,40}｜>|\[/?[A-Z][A-Z_]{2,30}\]|</?s>"
+    r"<\|[^\s|<>]{1,48}\|>|<｜[^｜\s]{1,48}｜>|<\|[A-Za-z_]{1,30}>|<[A-Za-z_]{1,30}\|>|\[/?[A-Z][A-Z_]{2,30}\]|</?s>"
     r"|<(?:start_of_turn|end_of_turn|bos|eos|tool_call|/tool_call|tool_response|/tool_response|think|/think"
     r"|START_OF_TURN_TOKEN|END_OF_TURN_TOKEN|USER_TOKEN|CHATBOT_TOKEN|SYSTEM_TOKEN)>"
 )
@@ -261,7 +261,9 @@ NON_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
 
 
 def template_markers(template: CorpusTemplate) -> list[str]:
-    """The control-marker strings a template writes (plus its bos/eos), to add to a test tokenizer."""
+    """The control-marker strings a template writes (plus its bos/eos), to add to a test tokenizer: the shapes
+    turnkit's encoder recognises (Gemma 4's ``<|turn>``/``<turn|>``, ``<|tool_call:begin|>``); markers a template
+    builds at render time (tencent-Hy3's ``'<｜hy_eos{}｜>'.format(...)``) stay text pieces on both sides."""
     found = set(_MARKER.findall(template.source)) | {template.bos_token, template.eos_token}
     return sorted(m for m in found if m)
 
