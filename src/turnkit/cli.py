@@ -240,12 +240,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from turnkit.serve.routes import Server
-    from turnkit.serve.torch_backend import TorchBackend
 
-    print(f"turnkit: loading {path} ({threads} torch threads)", file=sys.stderr, flush=True)
+    engine = args.engine or ("llama.cpp" if path.is_file() and path.suffix == ".gguf" else "torch")
+    if engine == "llama.cpp" and not (path.is_file() and path.suffix == ".gguf"):
+        raise UsageError(f"the llama.cpp engine serves .gguf files; {path} is not one (use --engine torch)")
+    print(f"turnkit: loading {path} ({engine} engine, {threads} threads)", file=sys.stderr, flush=True)
     fmt = ChatFormat.from_pretrained(path)
     _ = fmt.tokenizer, fmt.stop_ids  # load now, not on the first request
-    backend = TorchBackend.load(path, threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    backend: Any
+    if engine == "llama.cpp":
+        from turnkit.serve.llama_backend import LlamaCppBackend
+
+        backend = LlamaCppBackend(path, threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    else:
+        from turnkit.serve.torch_backend import TorchBackend
+
+        backend = TorchBackend.load(path, threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
     model_id = args.model_id or ("SmolLM2-135M-Instruct" if args.model == "default" else backend.name)
     server = Server(
         fmt,
@@ -435,7 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
-    serve.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    serve.add_argument(
+        "--engine",
+        choices=["llama.cpp", "torch"],
+        help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
+    )
+    serve.add_argument("--threads", type=int, metavar="N", help="engine threads (default: CPU cores - 1)")
     serve.add_argument("--model-id", metavar="NAME", help="the model name clients use (default: from the file)")
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")

@@ -25,7 +25,8 @@ The hierarchy::
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
-    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    └── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
+    "EngineError",
     "FamilyNotFoundError",
     "InputError",
     "MessageError",
@@ -199,3 +201,7 @@ class PrepareError(TurnkitError):
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
+
+
+class EngineError(TurnkitError):
+    """A serving engine cannot start (its library is missing, the model does not load) or cannot go on."""
