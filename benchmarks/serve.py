@@ -174,7 +174,10 @@ async def _mixed(url: str, model: str, long_text: str) -> tuple[float, float, fl
     before, during = [], []
     for times in stamps:
         for a, b in itertools.pairwise(times):
-            (during if submitted <= b <= first + 1e-3 else before if b < submitted else []).append(b - a)
+            if b < submitted:
+                before.append(b - a)
+            elif a <= first:  # a gap that overlaps the long prompt's prefill (a stall would be one long gap)
+                during.append(b - a)
     errors = len(stats.errors) + len(long_stats.errors)
     return _pct(before, 0.5), max(during, default=float("nan")), ttft or float("nan"), errors
 

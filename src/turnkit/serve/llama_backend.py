@@ -176,10 +176,10 @@ class LlamaCppBackend:
             except Exception as exc:
                 log.exception("generation step failed")
                 for slot in self._slots:
-                    if slot.running is not None:
-                        slot.running.generation.close(RuntimeError(f"generation failed: {exc}"))
-                        slot.running = None
+                    request, slot.running = slot.running, None
                     self._clear(slot)
+                    if request is not None:
+                        request.generation.close(RuntimeError(f"generation failed: {exc}"))
 
     def _running(self) -> list[_Slot]:
         return [slot for slot in self._slots if slot.running is not None]
@@ -332,12 +332,12 @@ class LlamaCppBackend:
             self._clear(min(idle, key=lambda slot: slot.last_used))
             return True
         victim = max(self._running(), key=lambda slot: len(slot.tokens) + len(slot.running.todo))  # type: ignore[union-attr]
-        assert victim.running is not None
-        victim.running.generation.close(
+        request, victim.running = victim.running, None
+        assert request is not None
+        self._clear(victim)
+        request.generation.close(
             EngineError(f"the key/value cache ({self.kv_tokens} tokens) is full; retry with fewer concurrent requests")
         )
-        victim.running = None
-        self._clear(victim)
         plan[:] = [entry for entry in plan if entry[0] is not victim]
         return bool(plan)
 
@@ -354,10 +354,10 @@ class LlamaCppBackend:
 
     def _leave(self, slot: _Slot) -> None:
         """The request leaves the batch at once; its slot keeps the cache as a reusable prefix."""
-        assert slot.running is not None
-        slot.running.generation.close()
-        slot.running = None
+        request, slot.running = slot.running, None  # free before the client hears of it
+        assert request is not None
         slot.last_used = time.monotonic()
+        request.generation.close()
 
 
 def _common(a: list[int], b: list[int]) -> int:
