@@ -246,34 +246,23 @@ def _long_text() -> str:
         text = candidate
 
 
-def _run_peer(peer: Peer, port: int, args: argparse.Namespace, long_text: str, log_dir: Path) -> dict | str:
-    url = f"http://127.0.0.1:{port}"
-    log = (log_dir / f"{peer.name.replace('/', '-')}.log").open("w")
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **peer.env}
-    process = subprocess.Popen(peer.command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        why = _wait_up(url, process)
-        if why:
-            return f"{why} (log: {log.name})"
-        warm = asyncio.run(_level(url, peer.model, 1, 1, 8))
-        if warm.errors:
-            return f"the warm-up request failed: {warm.errors[0]}"
-        rounds: dict = {clients: [] for clients in LEVELS}
-        rounds["mixed"] = []
-        for _ in range(args.repeats):
-            for clients in LEVELS:
-                requests = max(args.requests, 2) if clients > 1 else args.requests * 2
-                rounds[clients].append(asyncio.run(_level(url, peer.model, clients, requests, args.max_tokens)))
-            if not args.no_mixed:
-                rounds["mixed"].append(asyncio.run(_mixed(url, peer.model, long_text)))
-        return rounds
-    finally:
-        process.terminate()
+class _Running:
+    """A started server: its process, log and URL."""
+
+    def __init__(self, peer: Peer, port: int, log_dir: Path) -> None:
+        self.peer, self.url = peer, f"http://127.0.0.1:{port}"
+        self.log_path = log_dir / f"{peer.name.replace('/', '-')}.log"
+        self.log = self.log_path.open("w")
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **peer.env}
+        self.process = subprocess.Popen(peer.command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def stop(self) -> None:
+        self.process.terminate()
         try:
-            process.wait(timeout=30)
+            self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+            self.process.kill()
+        self.log.close()
 
 
 def _median(rounds: list[Stats], pick: Callable[[Stats], float]) -> float:
@@ -298,28 +287,55 @@ def main() -> None:
         peers = [(peer, port) for peer, port in peers if peer.name in args.only]
     long_text = _long_text()
     log_dir = Path(tempfile.mkdtemp(prefix="turnkit-bench-"))
-    print(f"{os.cpu_count()} cores, {args.threads} thread(s) per server, greedy, {args.max_tokens} max tokens, ")
-    print(f"medians of {args.repeats} rounds; server logs in {log_dir}")
+    print(f"{os.cpu_count()} cores, {args.threads} thread(s) per server, greedy, {args.max_tokens} max tokens; ")
+    print(f"all servers up at once, rounds interleaved, medians of {args.repeats} rounds; server logs in {log_dir}")
     for line in missing:
         print(f"not run: {line}")
+    servers = [_Running(peer, port, log_dir) for peer, port in peers]
     results: dict[str, dict] = {}
+    loads = []
+    try:
+        ready = []
+        for server in servers:
+            why = _wait_up(server.url, server.process)
+            warm = None if why else asyncio.run(_level(server.url, server.peer.model, 1, 1, 8))
+            if why or (warm and warm.errors):
+                print(f"not run: {server.peer.name}: {why or warm.errors[0]} (log: {server.log_path})")
+                continue
+            ready.append(server)
+            results[server.peer.name] = {clients: [] for clients in LEVELS} | {"mixed": []}
+        for _ in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            for clients in LEVELS:
+                requests = args.requests if clients > 1 else args.requests * 2
+                for server in ready:
+                    stats = asyncio.run(_level(server.url, server.peer.model, clients, requests, args.max_tokens))
+                    results[server.peer.name][clients].append(stats)
+            if not args.no_mixed:
+                for server in ready:
+                    results[server.peer.name]["mixed"].append(
+                        asyncio.run(_mixed(server.url, server.peer.model, long_text))
+                    )
+        loads.append(os.getloadavg()[0])
+    finally:
+        for server in servers:
+            server.stop()
+    _report(results, loads)
+    _targets(results)
+
+
+def _report(results: dict[str, dict], loads: list[float]) -> None:
+    print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
     header = (
         f"{'server':<18} {'clients':>7} {'tok/s':>7} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7} {'err':>4}"
     )
-    for peer, port in peers:
-        load = os.getloadavg()[0]
-        outcome = _run_peer(peer, port, args, long_text, log_dir)
-        if isinstance(outcome, str):
-            print(f"not run: {peer.name}: {outcome}")
-            continue
-        results[peer.name] = outcome
-        print(f"\n{peer.name} (load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)")
-        print(header)
+    print(header)
+    for name, outcome in results.items():
         for clients in LEVELS:
             rounds = outcome[clients]
             errors = sum(len(s.errors) for s in rounds)
             print(
-                f"{peer.name:<18} {clients:>7} {_median(rounds, lambda s: s.rate):>7.1f} "
+                f"{name:<18} {clients:>7} {_median(rounds, lambda s: s.rate):>7.1f} "
                 f"{_median(rounds, lambda s: _pct(s.ttft, 0.5)) * 1000:>7.0f}ms "
                 f"{_median(rounds, lambda s: _pct(s.ttft, 0.99)) * 1000:>5.0f}ms "
                 f"{_median(rounds, lambda s: _pct(s.itl, 0.5)) * 1000:>6.0f}ms "
@@ -328,13 +344,14 @@ def main() -> None:
             )
             for error in [e for s in rounds for e in s.errors][:2]:
                 print("      ", error)
+    print("\nmixed load: 8 streams running, then a ~4,000-token prompt arrives")
+    for name, outcome in results.items():
         if outcome["mixed"]:
             before, during, ttft, errors = (statistics.median(m[i] for m in outcome["mixed"]) for i in range(4))
             print(
-                f"  mixed: 8 streams ITL p50 {before * 1000:.0f} ms before; longest gap during a 4,000-token prefill "
-                f"{during * 1000:.0f} ms; the long prompt's TTFT {ttft:.1f} s; errors {errors:.0f}"
+                f"  {name:<18} streams' ITL p50 {before * 1000:.0f} ms before it, longest gap during its prefill "
+                f"{during * 1000:.0f} ms; its TTFT {ttft:.1f} s; errors {errors:.0f}"
             )
-    _targets(results)
 
 
 def _targets(results: dict[str, dict]) -> None:

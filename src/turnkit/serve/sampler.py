@@ -32,45 +32,58 @@ class Sampler:
         token = int(np.argmax(logits)) if self.rng is None else self._draw(logits)
         if request.top_logprobs is None:
             return TokenEvent(token)
-        shifted = logits - logits.max()
-        logprobs = shifted - np.log(np.exp(shifted, dtype=np.float64).sum())
+        peak = float(logits.max())
+        log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
         top: tuple[tuple[int, float], ...] = ()
         if request.top_logprobs:
-            k = request.top_logprobs
-            best = np.argpartition(-logprobs, k - 1)[:k]
-            best = best[np.argsort(-logprobs[best], kind="stable")]
-            top = tuple((int(i), float(logprobs[i])) for i in best)
-        return TokenEvent(token, float(logprobs[token]), top)
+            best = _largest(logits, request.top_logprobs)
+            top = tuple((int(i), float(logits[i]) - log_total) for i in best)
+        return TokenEvent(token, float(logits[token]) - log_total, top)
 
     def _draw(self, logits: np.ndarray) -> int:
         assert self.rng is not None
         scaled = logits.astype(np.float64) / self.request.temperature
-        scaled -= scaled.max()
-        probs = np.exp(scaled)
+        probs = np.exp(scaled - scaled.max())
         probs /= probs.sum()
+        order = None
         if self.request.top_p < 1.0:
             order, probs = _nucleus(probs, self.request.top_p)
-        else:
-            order = None
         cumulative = np.cumsum(probs)
-        index = min(int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")), len(probs) - 1)
+        index = int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right"))
+        index = min(index, len(probs) - 1)
         return int(order[index]) if order is not None else index
+
+
+# Sorting or partitioning the whole vocabulary costs milliseconds per token; comparing it with a threshold costs
+# microseconds. Both helpers below pick candidates by threshold, loosening it until the answer is surely among them,
+# and sort only those.
+
+
+def _largest(values: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the ``k`` largest values, largest first (ties in index order)."""
+    peak = float(values.max())
+    margin = 4.0
+    while True:
+        candidates = np.flatnonzero(values >= peak - margin)
+        if len(candidates) >= k or not np.isfinite(margin):
+            break
+        margin *= 4
+    return candidates[np.argsort(-values[candidates], kind="stable")][:k]
 
 
 def _nucleus(probs: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:
     """The token ids of the nucleus, likeliest first, and their probabilities.
 
-    A full sort of the vocabulary costs milliseconds per token; the nucleus is usually a few dozen tokens, so the
-    likeliest ``k`` are partitioned out and sorted, doubling ``k`` until they hold more than ``top_p``.
+    Tokens at or above a threshold whose total exceeds ``top_p`` hold the whole nucleus: any token below it comes after
+    more than ``top_p`` of the mass, so it would be cut anyway.
     """
-    size = len(probs)
-    k = 64
+    threshold = float(probs.max()) * 1e-3
     while True:
-        k = min(k, size)
-        best = np.argpartition(-probs, k - 1)[:k] if k < size else np.arange(size)
-        best = best[np.argsort(-probs[best], kind="stable")]
-        sorted_probs = probs[best]
-        keep = np.cumsum(sorted_probs) - sorted_probs <= top_p
-        if not keep[-1] or k == size:
-            return best[keep], sorted_probs[keep]
-        k *= 4
+        candidates = np.flatnonzero(probs >= threshold)
+        if probs[candidates].sum() > top_p or len(candidates) == len(probs) or threshold == 0.0:
+            break
+        threshold = threshold * 1e-3 if threshold > 1e-300 else 0.0
+    candidates = candidates[np.argsort(-probs[candidates], kind="stable")]
+    sorted_probs = probs[candidates]
+    keep = np.cumsum(sorted_probs) - sorted_probs <= top_p
+    return candidates[keep], sorted_probs[keep]
