@@ -27,7 +27,9 @@ from turnkit.serve import GenerationRequest
 
 pytest.importorskip("llama_cpp")
 
-QUESTION = core.QUESTION
+# The quantized model (Q4_1, computed as such by llama.cpp) does not say "Paris" to test_serve's question; it does
+# answer this one.
+GERMANY = [{"role": "user", "content": "What is the capital of Germany?"}]
 SYSTEM = (
     "You are the help desk of a small bicycle shop in Utrecht. Answer in one short sentence, politely, and never "
     "invent prices. Opening hours are nine to six on weekdays and ten to four on Saturdays; the shop is closed on "
@@ -59,9 +61,7 @@ def client(server):
 
 # The core checks of the server, on this engine (collected under this module, so with the fixtures above).
 test_models_and_health = core.test_models_and_health
-test_chat_and_real_usage = core.test_chat_and_real_usage
 test_streaming_matches_and_reports_usage = core.test_streaming_matches_and_reports_usage
-test_stop_strings_end_the_reply_and_never_leak = core.test_stop_strings_end_the_reply_and_never_leak
 test_max_tokens_gives_length = core.test_max_tokens_gives_length
 test_logprobs = core.test_logprobs
 test_seeded_sampling_is_repeatable = core.test_seeded_sampling_is_repeatable
@@ -69,6 +69,32 @@ test_completions = core.test_completions
 test_a_forged_turn_reaches_the_model_as_text = core.test_a_forged_turn_reaches_the_model_as_text
 test_the_official_client_sees_typed_errors = core.test_the_official_client_sees_typed_errors
 test_a_client_that_disconnects_frees_its_slot = core.test_a_client_that_disconnects_frees_its_slot
+
+
+def test_chat_and_real_usage(client, server):
+    response = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=24)
+    choice = response.choices[0]
+    assert "Berlin" in choice.message.content and choice.finish_reason == "stop"
+    prompt = httpx.post(server[0] + "/tokenize", json={"messages": GERMANY}).json()
+    assert response.usage.prompt_tokens == prompt["count"]
+    assert 1 <= response.usage.completion_tokens <= 24
+    assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
+
+
+def test_stop_strings_end_the_reply_and_never_leak(client):
+    answer = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=24)
+    answer = answer.choices[0].message.content
+    stopped = client.chat.completions.create(
+        model="smollm2", messages=GERMANY, temperature=0, max_tokens=24, stop=["Berlin"]
+    )
+    before = answer[: answer.index("Berlin")]
+    assert stopped.choices[0].message.content in (before, before.rstrip())
+    assert stopped.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(
+        model="smollm2", messages=GERMANY, temperature=0, max_tokens=24, stop=["Berlin"], stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert "Ber" not in text and text == stopped.choices[0].message.content
 
 
 def test_the_log_names_the_engine(server):
@@ -89,8 +115,8 @@ def test_a_shared_system_prompt_is_reported_as_cached(client):
 def test_greedy_replies_are_llama_cpp_pythons_own(client, server, smollm2_gguf):
     from llama_cpp import Llama
 
-    reference = Llama(str(smollm2_gguf), n_threads=1, n_ctx=1024, verbose=False)
-    for question in ("What is the capital of France?", "Name three colours.", "Why is the sky blue?"):
+    reference = Llama(str(smollm2_gguf), n_threads=1, n_ctx=1024, flash_attn=True, verbose=False)
+    for question in ("What is the capital of Germany?", "Name three colours.", "Why is the sky blue?"):
         messages = [{"role": "user", "content": question}]
         ids = httpx.post(server[0] + "/tokenize", json={"messages": messages}).json()["tokens"]
         ours = client.completions.create(model="smollm2", prompt=ids, temperature=0, max_tokens=24).choices[0].text
