@@ -64,10 +64,26 @@ class Stats:
     itl: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     usage_missing: bool = False
+    cpu: float = 0.0  # CPU seconds the server process used (all its threads)
 
     @property
     def rate(self) -> float:
         return self.tokens / self.wall if self.wall else 0.0
+
+    @property
+    def per_cpu(self) -> float:
+        """Tokens per CPU second of the server: what the server costs, whatever else the machine is running."""
+        return self.tokens / self.cpu if self.cpu else float("nan")
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -137,8 +153,11 @@ async def _stream(
         return None
 
 
-async def _level(url: str, model: str, clients: int, requests_each: int, max_tokens: int) -> Stats:
+async def _level(
+    url: str, model: str, clients: int, requests_each: int, max_tokens: int, pid: int | None = None
+) -> Stats:
     stats = Stats()
+    cpu = _cpu_seconds(pid)
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
 
     async def one_client(c: int) -> None:
@@ -149,6 +168,7 @@ async def _level(url: str, model: str, clients: int, requests_each: int, max_tok
     start = time.perf_counter()
     await asyncio.gather(*(one_client(c) for c in range(clients)))
     stats.wall = time.perf_counter() - start
+    stats.cpu = _cpu_seconds(pid) - cpu
     await client.close()
     return stats
 
@@ -309,7 +329,9 @@ def main() -> None:
             for clients in LEVELS:
                 requests = args.requests if clients > 1 else args.requests * 2
                 for server in ready:
-                    stats = asyncio.run(_level(server.url, server.peer.model, clients, requests, args.max_tokens))
+                    stats = asyncio.run(
+                        _level(server.url, server.peer.model, clients, requests, args.max_tokens, server.process.pid)
+                    )
                     results[server.peer.name][clients].append(stats)
             if not args.no_mixed:
                 for server in ready:
@@ -326,6 +348,7 @@ def main() -> None:
 
 def _report(results: dict[str, dict], loads: list[float]) -> None:
     print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    print("tok/s: completion tokens per second of wall time; tok/CPU-s: per CPU second the server process used")
     header = (
         f"{'server':<18} {'clients':>7} {'tok/s':>7} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7} {'err':>4}"
     )
@@ -336,6 +359,7 @@ def _report(results: dict[str, dict], loads: list[float]) -> None:
             errors = sum(len(s.errors) for s in rounds)
             print(
                 f"{name:<18} {clients:>7} {_median(rounds, lambda s: s.rate):>7.1f} "
+                f"{_median(rounds, lambda s: s.per_cpu):>9.1f} "
                 f"{_median(rounds, lambda s: _pct(s.ttft, 0.5)) * 1000:>7.0f}ms "
                 f"{_median(rounds, lambda s: _pct(s.ttft, 0.99)) * 1000:>5.0f}ms "
                 f"{_median(rounds, lambda s: _pct(s.itl, 0.5)) * 1000:>6.0f}ms "

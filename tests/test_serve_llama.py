@@ -61,7 +61,6 @@ def client(server):
 
 # The core checks of the server, on this engine (collected under this module, so with the fixtures above).
 test_models_and_health = core.test_models_and_health
-test_streaming_matches_and_reports_usage = core.test_streaming_matches_and_reports_usage
 test_max_tokens_gives_length = core.test_max_tokens_gives_length
 test_logprobs = core.test_logprobs
 test_seeded_sampling_is_repeatable = core.test_seeded_sampling_is_repeatable
@@ -79,6 +78,24 @@ def test_chat_and_real_usage(client, server):
     assert response.usage.prompt_tokens == prompt["count"]
     assert 1 <= response.usage.completion_tokens <= 24
     assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
+
+
+def test_streaming_matches_and_reports_usage(client):
+    whole = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=24)
+    stream = client.chat.completions.create(
+        model="smollm2",
+        messages=GERMANY,
+        temperature=0,
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == whole.usage.prompt_tokens - 1  # the same prompt
 
 
 def test_stop_strings_end_the_reply_and_never_leak(client):
