@@ -173,9 +173,9 @@ async def _collect(generation, *, stamps: list[float] | None = None) -> list[int
 
 
 def test_a_long_prompt_is_prefilled_between_decoding_steps(backend, fmt):
-    """While a 2,000-token prompt is read in 64-token chunks, the running streams get a token at every step."""
-    long_prompt = _prompt(fmt, "Summarize: " + "the quick brown fox jumps over the lazy dog. " * 200)
-    assert len(long_prompt) > 1800
+    """While a 1,000-token prompt is read in 64-token chunks, the running streams get a token at every step."""
+    long_prompt = _prompt(fmt, "Summarize: " + "the quick brown fox jumps over the lazy dog. " * 100)
+    assert len(long_prompt) > 900
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -242,11 +242,11 @@ def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf, fmt):
     """With room for about two prompts, a stream of different prompts keeps working: idle caches are cleared."""
     from turnkit.serve.llama_backend import LlamaCppBackend
 
-    engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=2, kv_tokens=512, prefill_chunk=128)
+    engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=2, kv_tokens=256, prefill_chunk=128)
     try:
 
         async def ask(n: int) -> list[int]:
-            prompt = _prompt(fmt, f"Question {n}: " + "tell me about the sea. " * 50)
+            prompt = _prompt(fmt, f"Question {n}: " + "tell me about the sea. " * 20)
             return await _collect(engine.submit(GenerationRequest(prompt, max_tokens=4, temperature=0), loop))
 
         async def main():
