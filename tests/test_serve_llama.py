@@ -238,25 +238,24 @@ def test_a_cancelled_request_leaves_the_batch_at_once(backend, fmt):
     assert produced < 10 and backend.load_now == (0, 0)
 
 
-def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf, fmt):
-    """With room for about two prompts, a stream of different prompts keeps working: idle caches are cleared."""
+def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
+    """Room for one 150-token prompt: prompts that share nothing each clear the idle slot that holds the last one."""
     from turnkit.serve.llama_backend import LlamaCppBackend
 
     engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=2, kv_tokens=256, prefill_chunk=128)
     try:
 
-        async def ask(n: int) -> list[int]:
-            prompt = _prompt(fmt, f"Question {n}: " + "tell me about the sea. " * 20)
-            return await _collect(engine.submit(GenerationRequest(prompt, max_tokens=4, temperature=0), loop))
-
         async def main():
-            nonlocal loop
             loop = asyncio.get_running_loop()
-            return [await ask(n) for n in range(4)]
+            replies = []
+            for n in range(3):
+                prompt = [100 + n, *range(1000 + n, 1149 + n)]  # nothing in common with the one before
+                replies.append(await _collect(engine.submit(GenerationRequest(prompt, max_tokens=2), loop)))
+                assert engine.cached_cells <= 160  # one idle slot's cache, not two
+            return replies
 
-        loop = None
         replies = asyncio.run(main())
-        assert all(len(reply) >= 1 for reply in replies) and engine.load_now == (0, 0)
+        assert [len(reply) for reply in replies] == [2, 2, 2] and engine.load_now == (0, 0)
     finally:
         engine.close()
 
