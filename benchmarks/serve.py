@@ -28,6 +28,7 @@ import importlib.util
 import itertools
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -237,9 +238,7 @@ def _peers(gguf: Path, threads: int, port_of: Callable[[], int]) -> tuple[list[t
         missing.append("llama-cpp-python server: needs pip install 'llama-cpp-python[server]==0.3.36'")
     cli = shutil.which("transformers", path=str(Path(python).parent)) or shutil.which("transformers")
     if cli:
-        from turnkit.serve.torch_backend import _converted_gguf
-
-        folder = _converted_gguf(gguf)
+        folder = _transformers_folder(gguf)
         port = port_of()
         command = [cli, "serve", str(folder), "--continuous-batching", "--device", "cpu", "--port", str(port)]
         command += ["--host", "127.0.0.1"]
@@ -248,6 +247,21 @@ def _peers(gguf: Path, threads: int, port_of: Callable[[], int]) -> tuple[list[t
     else:
         missing.append("transformers serve: the transformers command is not installed")
     return peers, missing
+
+
+def _transformers_folder(gguf: Path) -> Path:
+    """The GGUF's model as transformers serve loads it: turnkit's converted safetensors folder plus the tokenizer
+    (transformers serve cannot load this GGUF itself: its config names no architecture)."""
+    from transformers import AutoTokenizer
+
+    from turnkit.serve.torch_backend import _converted_gguf
+
+    converted = _converted_gguf(gguf)
+    folder = Path(tempfile.mkdtemp(prefix="turnkit-bench-model-"))
+    for item in converted.iterdir():
+        (folder / item.name).symlink_to(item)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    return folder
 
 
 def _long_text() -> str:
@@ -298,6 +312,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
     parser.add_argument("--no-mixed", action="store_true", help="skip the mixed load")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
 
     from turnkit.embedded import default_model_path
 
