@@ -195,18 +195,26 @@ class LlamaCppBackend:
             if item is None:
                 self._closed = True
                 return
-            with self._lock:
-                self._waiting -= 1
             request, generation = item
-            if generation.cancelled.is_set():
-                generation.close()
-                continue
-            prompt = list(request.prompt_ids)
-            bad = [t for t in prompt if not 0 <= t < self.n_vocab]
-            if not prompt or bad:
-                generation.close(EngineError(f"prompt ids must be 1 or more ids below {self.n_vocab}, got {bad[:3]}"))
-                continue
-            self._place(_Request(request, generation, Sampler(request), prompt, []))
+            try:
+                self._start(request, generation)
+            except Exception as exc:  # this request's failure, not the batch's
+                log.exception("a request could not start")
+                generation.close(RuntimeError(f"generation failed: {exc}"))
+            finally:  # counted as waiting until it has a slot, so that it never looks idle in between
+                with self._lock:
+                    self._waiting -= 1
+
+    def _start(self, request: GenerationRequest, generation: Generation) -> None:
+        if generation.cancelled.is_set():
+            generation.close()
+            return
+        prompt = list(request.prompt_ids)
+        bad = [t for t in prompt if not 0 <= t < self.n_vocab]
+        if not prompt or bad:
+            generation.close(EngineError(f"prompt ids must be 1 or more ids below {self.n_vocab}, got {bad[:3]}"))
+            return
+        self._place(_Request(request, generation, Sampler(request), prompt, []))
 
     def _place(self, req: _Request) -> None:
         prompt = req.prompt
