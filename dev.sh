@@ -21,7 +21,10 @@ setup() {
     "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
     # The CPU build of torch from this machine's local wheel (transformers needs it to read GGUF tokenizers).
     "$VENV/bin/pip" install -q --disable-pip-version-check "torch==2.13.0"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+    # llama-cpp-python compiles llama.cpp on first install (minutes; pip caches the wheel). The portable build: the
+    # native one (-march=native) crashed on this machine kind's CPU.
+    echo "dev.sh: the first install compiles llama.cpp (llama-cpp-python), several minutes" >&2
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
     echo "$want" > "$STAMP"
 }
 

@@ -1,23 +1,43 @@
-"""Serving throughput: 1, 4 and 16 concurrent streaming clients (the official ``openai`` client) against
-``turnkit serve`` on the embedded model, and the same prompts through ``model.generate`` directly, in one run.
+"""Serving speed, side by side in one run: ``turnkit serve`` on each engine against the servers people compare it with.
 
-Usage: python benchmarks/serve.py [--requests N] [--max-tokens T] [--threads K]
+Usage: python benchmarks/serve.py [--repeats R] [--requests N] [--max-tokens T] [--threads K] [--only NAME ...]
 
-Prints aggregate completion tokens/s, p50/p99 time to first token and errors per level of concurrency. Targets:
-single-client tokens/s at least 0.9x direct generate; 4 clients at least 2x the single-client aggregate; no errors.
-Both sides use the same number of torch threads (default 1 on this 2-core machine: the other core runs HTTP).
+Servers (each on the embedded SmolLM2 GGUF, ``--threads`` threads, default 1; a server that cannot start is listed
+with the reason):
+
+* ``turnkit/llama.cpp``: ``turnkit serve --engine llama.cpp`` (continuous batching, chunked prefill);
+* ``turnkit/torch``: ``turnkit serve --engine torch`` (dynamic batching on transformers/torch);
+* ``llama-cpp-python``: its own server, ``python -m llama_cpp.server`` (needs ``llama-cpp-python[server]``);
+* ``transformers``: ``transformers serve --continuous-batching`` on the GGUF's converted safetensors folder.
+
+Load: 1, 4 and 16 concurrent streaming clients (the official ``openai`` client, greedy, ``--max-tokens`` tokens),
+each sending ``--requests`` requests. Per level: aggregate completion tokens/s, p50/p99 time to first token (TTFT),
+p50/p99 inter-token latency (ITL, the gaps between streamed chunks), errors. Mixed load: 8 streams running, then one
+prompt of about 4,000 tokens arrives; the running streams' ITL during its prefill, and its own TTFT. Each figure is
+the median over ``--repeats`` rounds (the machine is shared: the load average is printed with the figures).
+
+Targets: one client at least 0.9x llama-cpp-python's server; 16 clients at least 2x ``transformers serve
+--continuous-batching``; p50 TTFT under 1.5 s at 16 clients; no errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import itertools
 import os
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import openai
@@ -32,6 +52,47 @@ QUESTIONS = [
     "Summarize the plot of a heist movie you invent.",
     "How do vaccines train the immune system?",
 ]
+LEVELS = (1, 4, 16)
+
+
+@dataclass
+class Stats:
+    """What one load level measured."""
+
+    tokens: int = 0
+    wall: float = 0.0
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    usage_missing: bool = False
+    cpu: float = 0.0  # CPU seconds the server process used (all its threads)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.wall if self.wall else 0.0
+
+    @property
+    def per_cpu(self) -> float:
+        """Tokens per CPU second of the server: what the server costs, whatever else the machine is running."""
+        return self.tokens / self.cpu if self.cpu else float("nan")
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Peer:
+    name: str
+    command: list[str]
+    model: str
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _free_port() -> int:
@@ -40,115 +101,320 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _client(client: openai.AsyncOpenAI, prompts: list[str], max_tokens: int, stats: dict) -> None:
-    for question in prompts:
-        start = time.perf_counter()
-        first = None
-        try:
-            stream = await client.chat.completions.create(
-                model="default",
-                messages=[{"role": "user", "content": question}],
-                max_tokens=max_tokens,
-                temperature=0,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-            async for chunk in stream:
-                if first is None and chunk.choices and chunk.choices[0].delta.content:
-                    first = time.perf_counter() - start
-                if chunk.usage:
-                    stats["tokens"] += chunk.usage.completion_tokens
-            stats["ttft"].append(first if first is not None else time.perf_counter() - start)
-        except Exception as exc:  # noqa: BLE001 - counted and reported
-            stats["errors"].append(repr(exc))
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _level(url: str, clients: int, requests_each: int, max_tokens: int) -> dict:
-    stats: dict = {"tokens": 0, "ttft": [], "errors": []}
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+async def _stream(
+    client: openai.AsyncOpenAI,
+    model: str,
+    messages: list[dict],
+    max_tokens: int,
+    stats: Stats,
+    stamps: list[float] | None = None,
+) -> float | None:
+    """One streamed request; returns its TTFT (None on error). Chunk arrival times go to ``stamps``."""
     start = time.perf_counter()
-    await asyncio.gather(
-        *(
-            _client(client, [QUESTIONS[(c + r) % len(QUESTIONS)] for r in range(requests_each)], max_tokens, stats)
-            for c in range(clients)
+    first = last = None
+    counted = 0
+    try:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
         )
-    )
-    stats["wall"] = time.perf_counter() - start
+        usage = None
+        async for chunk in stream:
+            now = time.perf_counter()
+            if chunk.choices and chunk.choices[0].delta.content:
+                counted += 1
+                if first is None:
+                    first = now - start
+                elif last is not None:
+                    stats.itl.append(now - last)
+                last = now
+                if stamps is not None:
+                    stamps.append(now)
+            if getattr(chunk, "usage", None):
+                usage = chunk.usage.completion_tokens
+        if usage is None:
+            stats.usage_missing = True
+        stats.tokens += usage if usage is not None else counted
+        ttft = first if first is not None else time.perf_counter() - start
+        stats.ttft.append(ttft)
+        return ttft
+    except Exception as exc:  # noqa: BLE001 - counted and reported
+        stats.errors.append(repr(exc)[:200])
+        return None
+
+
+async def _level(
+    url: str, model: str, clients: int, requests_each: int, max_tokens: int, pid: int | None = None
+) -> Stats:
+    stats = Stats()
+    cpu = _cpu_seconds(pid)
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+
+    async def one_client(c: int) -> None:
+        for r in range(requests_each):
+            question = QUESTIONS[(c + r) % len(QUESTIONS)]
+            await _stream(client, model, [{"role": "user", "content": question}], max_tokens, stats)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one_client(c) for c in range(clients)))
+    stats.wall = time.perf_counter() - start
+    stats.cpu = _cpu_seconds(pid) - cpu
     await client.close()
     return stats
 
 
-def _direct(threads: int, requests: int, max_tokens: int) -> float:
-    import torch
+async def _mixed(url: str, model: str, long_text: str) -> tuple[float, float, float, int]:
+    """8 streams running, then a ~4,000-token prompt: (ITL p50 before, ITL max during its prefill, its TTFT, errors)."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    stats = Stats()
+    stamps: list[list[float]] = [[] for _ in range(8)]
+    runners = [
+        asyncio.create_task(_stream(client, model, [{"role": "user", "content": QUESTIONS[n]}], 160, stats, stamps[n]))
+        for n in range(8)
+    ]
+    deadline = time.perf_counter() + 120
+    while min(len(s) for s in stamps) < 5 and time.perf_counter() < deadline and not all(r.done() for r in runners):
+        await asyncio.sleep(0.02)
+    submitted = time.perf_counter()
+    long_stats = Stats()
+    ttft = await _stream(client, model, [{"role": "user", "content": long_text}], 8, long_stats)
+    first = submitted + (ttft or 0.0)
+    await asyncio.gather(*runners)
+    await client.close()
+    before, during = [], []
+    for times in stamps:
+        for a, b in itertools.pairwise(times):
+            if b < submitted:
+                before.append(b - a)
+            elif a <= first:  # a gap that overlaps the long prompt's prefill (a stall would be one long gap)
+                during.append(b - a)
+    errors = len(stats.errors) + len(long_stats.errors)
+    return _pct(before, 0.5), max(during, default=float("nan")), ttft or float("nan"), errors
 
+
+def _wait_up(url: str, process: subprocess.Popen, timeout: float = 600) -> str | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"exited with status {process.returncode}"
+        for path in ("/health", "/v1/models"):
+            try:
+                if httpx.get(url + path, timeout=2).status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.5)
+    return f"did not answer within {timeout:.0f} s"
+
+
+def _peers(gguf: Path, threads: int, port_of: Callable[[], int]) -> tuple[list[tuple[Peer, int]], list[str]]:
+    """The servers to run, each with its port, and a line for each one that cannot run."""
+    python = sys.executable
+    missing = []
+    peers = []
+    turnkit = [python, "-m", "turnkit.cli", "serve", "--model", str(gguf), "--threads", str(threads), "--no-ui"]
+    for engine in ("llama.cpp", "torch"):
+        port = port_of()
+        peers.append((Peer(f"turnkit/{engine}", [*turnkit, "--engine", engine, "--port", str(port)], "default"), port))
+    if all(
+        importlib.util.find_spec(m) for m in ("llama_cpp", "sse_starlette", "starlette_context", "pydantic_settings")
+    ):
+        port = port_of()
+        command = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--n_threads", str(threads)]
+        command += ["--n_threads_batch", str(threads), "--n_ctx", "8192", "--port", str(port), "--model_alias", "smol"]
+        peers.append((Peer("llama-cpp-python", command, "smol"), port))
+    else:
+        missing.append("llama-cpp-python server: needs pip install 'llama-cpp-python[server]==0.3.36'")
+    cli = shutil.which("transformers", path=str(Path(python).parent)) or shutil.which("transformers")
+    if cli:
+        folder = _transformers_folder(gguf)
+        port = port_of()
+        command = [cli, "serve", str(folder), "--continuous-batching", "--device", "cpu", "--port", str(port)]
+        command += ["--host", "127.0.0.1"]
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        peers.append((Peer("transformers", command, str(folder), env), port))
+    else:
+        missing.append("transformers serve: the transformers command is not installed")
+    return peers, missing
+
+
+def _transformers_folder(gguf: Path) -> Path:
+    """The GGUF's model as transformers serve loads it: turnkit's converted safetensors folder plus the tokenizer
+    (transformers serve cannot load this GGUF itself: its config names no architecture)."""
+    from transformers import AutoTokenizer
+
+    from turnkit.serve.torch_backend import _converted_gguf
+
+    converted = _converted_gguf(gguf)
+    folder = Path(tempfile.mkdtemp(prefix="turnkit-bench-model-"))
+    for item in converted.iterdir():
+        (folder / item.name).symlink_to(item)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+    return folder
+
+
+def _long_text() -> str:
     from turnkit import ChatFormat
     from turnkit.embedded import default_model_path
-    from turnkit.serve.torch_backend import TorchBackend
 
-    torch.set_num_threads(threads)
-    path = default_model_path()
-    backend = TorchBackend.load(path, threads=threads)
-    model = backend.model
-    backend.close()
-    fmt = ChatFormat.from_pretrained(path)
-    eos = list(fmt.stop_ids)
-    tokens, elapsed = 0, 0.0
-    for n in range(requests):
-        ids = fmt.encode([{"role": "user", "content": QUESTIONS[n % len(QUESTIONS)]}], add_generation_prompt=True)
-        prompt = torch.tensor([ids.input_ids.tolist()])
-        start = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(prompt, max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos)
-        elapsed += time.perf_counter() - start
-        tokens += out.shape[1] - prompt.shape[1]
-    return tokens / elapsed
+    fmt = ChatFormat.from_pretrained(default_model_path())
+    text = "Read this log and say which machine failed first.\n"
+    n = 0
+    while True:
+        chunk = "".join(f"{n + i:05d} machine-{(n + i) * 7 % 97} status ok load {(n + i) % 13}\n" for i in range(50))
+        n += 50
+        candidate = text + chunk
+        if len(fmt.encode([{"role": "user", "content": candidate}], add_generation_prompt=True).input_ids) > 4000:
+            return text
+        text = candidate
+
+
+class _Running:
+    """A started server: its process, log and URL."""
+
+    def __init__(self, peer: Peer, port: int, log_dir: Path) -> None:
+        self.peer, self.url = peer, f"http://127.0.0.1:{port}"
+        self.log_path = log_dir / f"{peer.name.replace('/', '-')}.log"
+        self.log = self.log_path.open("w")
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **peer.env}
+        self.process = subprocess.Popen(peer.command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def _median(rounds: list[Stats], pick: Callable[[Stats], float]) -> float:
+    return statistics.median(pick(s) for s in rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=4, help="requests per client")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per server; figures are medians")
+    parser.add_argument("--requests", type=int, default=2, help="requests per client")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
+    parser.add_argument("--no-mixed", action="store_true", help="skip the mixed load")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
 
-    direct = _direct(args.threads, 8, args.max_tokens)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", str(args.threads)]
-    server = subprocess.Popen(
-        command,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
+    from turnkit.embedded import default_model_path
+
+    gguf = default_model_path()
+    peers, missing = _peers(gguf, args.threads, _free_port)
+    if args.only:
+        peers = [(peer, port) for peer, port in peers if peer.name in args.only]
+    long_text = _long_text()
+    log_dir = Path(tempfile.mkdtemp(prefix="turnkit-bench-"))
+    print(f"{os.cpu_count()} cores, {args.threads} thread(s) per server, greedy, {args.max_tokens} max tokens; ")
+    print(f"all servers up at once, rounds interleaved, medians of {args.repeats} rounds; server logs in {log_dir}")
+    for line in missing:
+        print(f"not run: {line}")
+    servers = [_Running(peer, port, log_dir) for peer, port in peers]
+    results: dict[str, dict] = {}
+    loads = []
     try:
-        for _ in range(480):
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        asyncio.run(_level(url, 1, 1, 8))  # warm up
-        print(f"direct model.generate: {direct:.1f} tokens/s ({args.threads} torch threads)\n")
-        print(f"{'clients':>7} {'tokens/s':>9} {'p50 TTFT ms':>12} {'p99 TTFT ms':>12} {'errors':>7}")
-        results = {}
-        for clients in (1, 4, 16):
-            stats = asyncio.run(_level(url, clients, args.requests, args.max_tokens))
-            rate = stats["tokens"] / stats["wall"]
-            ttft = sorted(stats["ttft"]) or [float("nan")]
-            p99 = ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))]
-            results[clients] = rate
-            print(
-                f"{clients:>7} {rate:>9.1f} {statistics.median(ttft) * 1000:>12.0f} {p99 * 1000:>12.0f} "
-                f"{len(stats['errors']):>7}"
-            )
-            for error in stats["errors"][:3]:
-                print("   ", error)
-        print(f"\nsingle client / direct generate = {results[1] / direct:.2f} (target >= 0.9)")
-        print(f"4 clients / single client = {results[4] / results[1]:.2f} (target >= 2.0)")
+        ready = []
+        for server in servers:
+            why = _wait_up(server.url, server.process)
+            warm = None if why else asyncio.run(_level(server.url, server.peer.model, 1, 1, 8))
+            if why or (warm and warm.errors):
+                print(f"not run: {server.peer.name}: {why or warm.errors[0]} (log: {server.log_path})")
+                continue
+            ready.append(server)
+            results[server.peer.name] = {clients: [] for clients in LEVELS} | {"mixed": []}
+        for _ in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            for clients in LEVELS:
+                requests = args.requests if clients > 1 else args.requests * 2
+                for server in ready:
+                    stats = asyncio.run(
+                        _level(server.url, server.peer.model, clients, requests, args.max_tokens, server.process.pid)
+                    )
+                    results[server.peer.name][clients].append(stats)
+            if not args.no_mixed:
+                for server in ready:
+                    results[server.peer.name]["mixed"].append(
+                        asyncio.run(_mixed(server.url, server.peer.model, long_text))
+                    )
+        loads.append(os.getloadavg()[0])
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server in servers:
+            server.stop()
+    _report(results, loads)
+    _targets(results)
+
+
+def _report(results: dict[str, dict], loads: list[float]) -> None:
+    print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    print("tok/s: completion tokens per second of wall time; tok/CPU-s: per CPU second the server process used")
+    header = (
+        f"{'server':<18} {'clients':>7} {'tok/s':>7} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7} {'err':>4}"
+    )
+    print(header)
+    for name, outcome in results.items():
+        for clients in LEVELS:
+            rounds = outcome[clients]
+            errors = sum(len(s.errors) for s in rounds)
+            print(
+                f"{name:<18} {clients:>7} {_median(rounds, lambda s: s.rate):>7.1f} "
+                f"{_median(rounds, lambda s: s.per_cpu):>9.1f} "
+                f"{_median(rounds, lambda s: _pct(s.ttft, 0.5)) * 1000:>7.0f}ms "
+                f"{_median(rounds, lambda s: _pct(s.ttft, 0.99)) * 1000:>5.0f}ms "
+                f"{_median(rounds, lambda s: _pct(s.itl, 0.5)) * 1000:>6.0f}ms "
+                f"{_median(rounds, lambda s: _pct(s.itl, 0.99)) * 1000:>5.0f}ms {errors:>4}"
+                + ("  (no usage in stream: chunks counted)" if any(s.usage_missing for s in rounds) else "")
+            )
+            for error in [e for s in rounds for e in s.errors][:2]:
+                print("      ", error)
+    print("\nmixed load: 8 streams running, then a ~4,000-token prompt arrives")
+    for name, outcome in results.items():
+        if outcome["mixed"]:
+            before, during, ttft, errors = (statistics.median(m[i] for m in outcome["mixed"]) for i in range(4))
+            print(
+                f"  {name:<18} streams' ITL p50 {before * 1000:.0f} ms before it, longest gap during its prefill "
+                f"{during * 1000:.0f} ms; its TTFT {ttft:.1f} s; errors {errors:.0f}"
+            )
+
+
+def _targets(results: dict[str, dict]) -> None:
+    mine = results.get("turnkit/llama.cpp")
+    if not mine:
+        return
+    print("\ntargets (turnkit/llama.cpp):")
+
+    def rate(name: str, clients: int) -> float | None:
+        return _median(results[name][clients], lambda s: s.rate) if name in results else None
+
+    one, peer_one = rate("turnkit/llama.cpp", 1), rate("llama-cpp-python", 1)
+    if peer_one:
+        print(f"  1 client: {one:.1f} / llama-cpp-python {peer_one:.1f} = {one / peer_one:.2f}x (target >= 0.9)")
+    sixteen, peer_sixteen = rate("turnkit/llama.cpp", 16), rate("transformers", 16)
+    if peer_sixteen:
+        print(
+            f"  16 clients: {sixteen:.1f} / transformers serve {peer_sixteen:.1f} = {sixteen / peer_sixteen:.2f}x "
+            "(target >= 2)"
+        )
+    ttft = _median(mine[16], lambda s: _pct(s.ttft, 0.5))
+    print(f"  16 clients: p50 TTFT {ttft:.2f} s (target < 1.5 s)")
+    errors = sum(len(s.errors) for clients in LEVELS for s in mine[clients])
+    print(f"  errors: {errors} (target 0)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The server, tested with the official openai client over real HTTP on loopback.
 
-* ``server``: ``turnkit serve`` started as a subprocess on the real embedded SmolLM2 model (what the quick start runs).
+* ``server``: ``turnkit serve --engine torch`` started as a subprocess on the real embedded SmolLM2 model
+  (``test_serve_llama.py`` runs the same core tests on the llama.cpp engine, the default for GGUF files).
 * ``replay_server``: the same app in this process with a replay backend that emits scripted token ids through the real
   tokenizer (a 135M model does not call tools reliably), for tool calls, the API key, and a full queue.
 """
@@ -37,6 +38,8 @@ def server(smollm2_gguf):
         "serve",
         "--model",
         str(smollm2_gguf),
+        "--engine",
+        "torch",
         "--port",
         str(port),
         "--threads",

@@ -28,7 +28,8 @@ The hierarchy::
     ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
     ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
     ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
-    └── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
+    ├── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
+    └── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
+    "EngineError",
     "FamilyNotFoundError",
     "InputError",
     "MessageError",
@@ -224,3 +226,7 @@ class ChatMLError(TurnkitError):
 
 class ServeConfigError(TurnkitError, ValueError):
     """A ``--model`` argument, a ``--models`` folder or a models file that cannot be served (says which entry)."""
+
+
+class EngineError(TurnkitError):
+    """A serving engine cannot start (its library is missing, the model does not load) or cannot go on."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit.cli.common import UsageError
+from turnkit.serve.engines import ENGINES
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -26,6 +27,8 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
         if len(specs) != 1:
             raise UsageError("--model-id names a single model; with several, write --model NAME=PATH")
         specs = [replace(specs[0], name=args.model_id)]
+    if args.engine:  # for every model whose models-file entry names no engine of its own
+        specs = [replace(spec, engine=spec.engine or args.engine) for spec in specs]
     for spec in specs:
         if not spec.embedded and not Path(spec.path).exists():
             raise UsageError(
@@ -53,7 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     options = EngineOptions(threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
     first = registry.default_name
-    print(f"turnkit: reading {first} ({threads} torch threads)", file=sys.stderr, flush=True)
+    print(f"turnkit: reading {first} ({threads} engine threads)", file=sys.stderr, flush=True)
     from turnkit.serve.protocol import APIError
 
     try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy
@@ -108,7 +111,12 @@ def register(commands: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
-    serve.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    serve.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
+    )
+    serve.add_argument("--threads", type=int, metavar="N", help="engine threads (default: CPU cores - 1)")
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")

@@ -1,7 +1,9 @@
 """``turnkit serve``: an OpenAI-compatible server that renders exactly as training did.
 
 * :mod:`.backend`: the backend interface (and a replay backend for tests);
-* :mod:`.torch_backend`: transformers on torch with dynamic batching; :mod:`.engines`: which engine loads a model;
+* :mod:`.llama_backend`: llama.cpp's kernels with continuous batching, chunked prefill and prefix reuse (the default for
+  GGUF files; :mod:`.sampler` samples its logits); :mod:`.torch_backend`: transformers on torch with dynamic batching;
+  :mod:`.engines`: which engine loads a model;
 * :mod:`.modelspec`, :mod:`.models`: the models a server offers (by name, loaded lazily, least recently used
   unloaded); :mod:`.sampling`: each model's sampling defaults;
 * :mod:`.structured`: ``response_format`` by grammar-constrained decoding (llguidance);

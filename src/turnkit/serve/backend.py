@@ -5,7 +5,8 @@ A backend takes a :class:`GenerationRequest` (prompt token ids and sampling sett
 token budget) or when the server cancels it (a stop string matched, the client went away).
 
 :class:`ReplayBackend` plays scripted token ids; the tests use it for tool calls, which a 135M model does not make
-reliably. The real backend is :class:`turnkit.serve.torch_backend.TorchBackend`.
+reliably. The real engines are :class:`turnkit.serve.llama_backend.LlamaCppBackend` (llama.cpp, for GGUF files) and
+:class:`turnkit.serve.torch_backend.TorchBackend` (transformers on torch).
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ class TokenEvent:
 
 
 class Generation:
-    """The token stream of one request. Iterate it with ``async for``; ``cancel()`` stops it and frees its slot."""
+    """The token stream of one request. Iterate it with ``async for``; ``cancel()`` stops it and frees its slot.
+
+    ``cached_tokens``: how many prompt tokens the engine reused from its cache instead of computing them (set before
+    the first token; the server reports it as ``usage.prompt_tokens_details.cached_tokens``).
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -81,6 +86,7 @@ class Generation:
         #: With ``prompt_logprobs``: one event per prompt token (the first without a log-probability), set by the
         #: backend before its first token is put, so it is there when the first token arrives.
         self.prompt: tuple[TokenEvent, ...] | None = None
+        self.cached_tokens = 0
 
     # called from the backend's thread
     def put(self, event: TokenEvent) -> None:

@@ -1,7 +1,8 @@
 """Which engine runs a model: one small table, so that a new engine plugs in with one line.
 
 An engine is a function from a model path (and the server's batching and thread settings) to a
-:class:`~.backend.Backend`. ``torch`` (transformers) runs Hugging Face folders and GGUF files (dequantized once).
+:class:`~.backend.Backend`. ``llama.cpp`` (llama-cpp-python's kernels) runs GGUF files and is their default;
+``torch`` (transformers) runs Hugging Face folders and GGUF files (dequantized once).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ def _torch(path: Path, options: EngineOptions) -> Backend:
     return TorchBackend.load(path, threads=options.threads, max_batch=options.max_batch, max_queue=options.max_queue)
 
 
+def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
+    if path.suffix != ".gguf" or not path.is_file():
+        raise ServeConfigError(f"the llama.cpp engine serves .gguf files; {path} is not one (use the torch engine)")
+    from turnkit.serve.llama_backend import LlamaCppBackend
+
+    return LlamaCppBackend(path, threads=options.threads or 1, max_batch=options.max_batch, max_queue=options.max_queue)
+
+
 _LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {
+    "llama.cpp": _llama_cpp,
     "torch": _torch,
 }
 
@@ -41,8 +51,8 @@ ENGINES = tuple(_LOADERS)
 
 
 def default_engine(path: Path) -> str:
-    """The engine a model runs on when none is named."""
-    return "torch"
+    """The engine a model runs on when none is named: llama.cpp for a GGUF file, torch for a folder."""
+    return "llama.cpp" if path.suffix == ".gguf" and path.is_file() else "torch"
 
 
 def load_backend(path: str | Path, *, engine: str | None = None, options: EngineOptions | None = None) -> Backend:

@@ -47,11 +47,15 @@ def _head(session: Session, model: str, *, chat: bool) -> Chunk:
 
 
 def _usage_chunk(head: Chunk, session: Session) -> Chunk:
-    """The last chunk: no choices, the real token counts (sent in a stream only with ``include_usage``)."""
+    """The last chunk: no choices, the real token counts (sent in a stream only with ``include_usage``).
+
+    ``cached_tokens``: prompt tokens the engine reused from its cache (a shared system prompt, the conversation so
+    far) rather than computed."""
     usage = {
         "prompt_tokens": session.prompt_tokens,
         "completion_tokens": session.completion_tokens,
         "total_tokens": session.prompt_tokens + session.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": min(session.generation.cached_tokens, session.prompt_tokens)},
     }
     return {**head, "choices": [], "usage": usage}
 
