@@ -35,7 +35,7 @@ import numpy as np
 
 from turnkit.errors import EngineError
 from turnkit.serve.backend import BackendBusyError, Generation, GenerationRequest, TokenEvent
-from turnkit.serve.sampler import Sampler
+from turnkit.serve.sampler import Sampler, log_probability
 
 __all__ = ["LlamaCppBackend"]
 
@@ -57,6 +57,7 @@ class _Request:
     produced: int = 0
     wait_for: _Slot | None = None  # a slot still prefilling this request's prefix
     wait_shared: int = 0
+    scored: list[TokenEvent] | None = None  # with prompt_logprobs: the prompt's tokens scored so far
 
 
 @dataclass
@@ -214,11 +215,15 @@ class LlamaCppBackend:
         if not prompt or bad:
             generation.close(EngineError(f"prompt ids must be 1 or more ids below {self.n_vocab}, got {bad[:3]}"))
             return
-        self._place(_Request(request, generation, Sampler(request), prompt, []))
+        req = _Request(request, generation, Sampler(request), prompt, [])
+        if request.prompt_logprobs is not None:  # every prompt position is computed (no reuse): each one is scored
+            req.scored = [TokenEvent(prompt[0])]
+        self._place(req)
 
     def _place(self, req: _Request) -> None:
         prompt = req.prompt
-        limit = len(prompt) - 1  # the last prompt token is always computed: its logits give the first token
+        # The last prompt token is always computed (its logits give the first token); a prompt to score, all of them.
+        limit = 0 if req.scored is not None else len(prompt) - 1
         idle = [slot for slot in self._slots if slot.running is None]
         shared = {slot.seq_id: min(_common(slot.tokens, prompt), limit) for slot in self._slots}
         source = max(self._slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
@@ -296,6 +301,10 @@ class LlamaCppBackend:
         for (slot, chunk, wants_logits), row in zip(plan, rows, strict=True):
             req = slot.running
             assert req is not None
+            if req.scored is not None and not req.produced:
+                self._score(req, len(slot.tokens), row - len(chunk) + 1, len(chunk))
+                if wants_logits:
+                    req.generation.prompt = tuple(req.scored)
             slot.tokens.extend(chunk)
             del req.todo[: len(chunk)]
             if not req.produced:
@@ -315,12 +324,13 @@ class LlamaCppBackend:
         rows = []
         for slot, chunk, wants_logits in plan:
             start = len(slot.tokens)
+            scoring = slot.running is not None and slot.running.scored is not None and not slot.running.produced
             for offset, token in enumerate(chunk):
                 batch.token[n] = token
                 batch.pos[n] = start + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = slot.seq_id
-                batch.logits[n] = wants_logits and offset == len(chunk) - 1
+                batch.logits[n] = scoring or (wants_logits and offset == len(chunk) - 1)
                 n += 1
             rows.append(n - 1)
         batch.n_tokens = n
@@ -328,6 +338,16 @@ class LlamaCppBackend:
         if result not in (0, 1):
             raise EngineError(f"llama_decode failed with status {result} on a batch of {n} tokens")
         return rows if result == 0 else None
+
+    def _score(self, req: _Request, start: int, first_row: int, count: int) -> None:
+        """Score the prompt tokens that follow positions ``start .. start+count-1`` (``prompt_logprobs``)."""
+        assert req.scored is not None
+        top = req.request.prompt_logprobs or 0
+        for offset in range(count):
+            position = start + offset
+            if position + 1 >= len(req.prompt):
+                break
+            req.scored.append(log_probability(self._logits(first_row + offset), req.prompt[position + 1], top))
 
     def _logits(self, index: int) -> np.ndarray:
         pointer = self.ll.llama_get_logits_ith(self._ctx, index)

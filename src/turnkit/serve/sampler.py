@@ -8,8 +8,8 @@ tokens whose probability reaches ``top_p`` (the token that crosses the line is k
 per-request random generator, so a request with a ``seed`` draws the same tokens every time. Log-probabilities are of
 the model's own distribution (before any adjustment), as OpenAI reports them.
 
-Fields a request may not have (``top_k``, the penalties, ``logit_bias``) are read with their neutral defaults, so the
-sampler serves requests with or without them. The draw uses numpy's generator, not torch's: the same seed gives
+A ``response_format`` grammar (``request.constraint``) masks the tokens it does not allow and is told each token
+chosen, as on the torch engine. The draw uses numpy's generator, not torch's: the same seed gives
 reproducible replies on each engine, not the same reply on both (their logits differ anyway: llama.cpp computes with
 the quantized weights).
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from turnkit.serve.backend import GenerationRequest, TokenEvent
 
-__all__ = ["Sampler"]
+__all__ = ["Sampler", "log_probability"]
 
 
 class Sampler:
@@ -30,12 +30,12 @@ class Sampler:
         self.request = request
         self.rng = np.random.default_rng(request.seed) if request.temperature > 0 else None
         self.counts: dict[int, int] = {}  # generated token id -> times, for the penalties
-        self.top_k = int(getattr(request, "top_k", 0))
-        self.min_p = float(getattr(request, "min_p", 0.0))
-        self.repetition_penalty = float(getattr(request, "repetition_penalty", 1.0))
-        self.presence_penalty = float(getattr(request, "presence_penalty", 0.0))
-        self.frequency_penalty = float(getattr(request, "frequency_penalty", 0.0))
-        bias = dict(getattr(request, "logit_bias", None) or {})
+        self.top_k = request.top_k
+        self.min_p = request.min_p
+        self.repetition_penalty = request.repetition_penalty
+        self.presence_penalty = request.presence_penalty
+        self.frequency_penalty = request.frequency_penalty
+        bias = dict(request.logit_bias)
         self.bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self.bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         self.prompt_ids = set(request.prompt_ids) if self.repetition_penalty != 1.0 else set()
@@ -46,15 +46,11 @@ class Sampler:
         scores = self._adjusted(logits)
         token = int(np.argmax(scores)) if self.rng is None else self._draw(scores)
         self.counts[token] = self.counts.get(token, 0) + 1
+        if request.constraint is not None:
+            request.constraint.consume(token)
         if request.top_logprobs is None:
             return TokenEvent(token)
-        peak = float(logits.max())
-        log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
-        top: tuple[tuple[int, float], ...] = ()
-        if request.top_logprobs:
-            best = _largest(logits, request.top_logprobs)
-            top = tuple((int(i), float(logits[i]) - log_total) for i in best)
-        return TokenEvent(token, float(logits[token]) - log_total, top)
+        return log_probability(logits, token, request.top_logprobs)
 
     def _adjusted(self, logits: np.ndarray) -> np.ndarray:
         """The logits after bias and penalties (the row itself when none applies)."""
@@ -73,6 +69,8 @@ class Sampler:
             times = np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
             scores = scores.copy()
             scores[ids] -= times * self.frequency_penalty + self.presence_penalty
+        if self.request.constraint is not None:
+            scores = self.request.constraint.mask_array(scores)
         return scores
 
     def _draw(self, scores: np.ndarray) -> int:
@@ -91,6 +89,16 @@ class Sampler:
         index = int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right"))
         index = min(index, len(probs) - 1)
         return int(order[index]) if order is not None else index
+
+
+def log_probability(logits: np.ndarray, token: int, top: int) -> TokenEvent:
+    """``token`` with its log-probability under ``logits`` (the model's own distribution) and the ``top`` likeliest."""
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
+    best: tuple[tuple[int, float], ...] = ()
+    if top:
+        best = tuple((int(i), float(logits[i]) - log_total) for i in _largest(logits, top))
+    return TokenEvent(token, float(logits[token]) - log_total, best)
 
 
 # Sorting or partitioning the whole vocabulary costs milliseconds per token; comparing it with a threshold costs

@@ -51,16 +51,29 @@ class JsonConstraint:
         if self.matcher.is_error():
             raise APIError(400, f"response_format: {self.matcher.get_error()}", param="response_format")
 
-    def mask(self, scores: Any) -> Any:
-        """``scores`` (a 1-D torch tensor of logits) with every token the grammar forbids at ``-inf``."""
+    def _allowed(self, size: int) -> Any:
+        """A boolean array over ``size`` logits: True where the grammar allows the token (rows past the tokenizer's
+        vocabulary never are)."""
         import numpy as np
-        import torch
 
         bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
         allowed = np.unpackbits(bits, bitorder="little")[: self.size].astype(bool)
-        keep = torch.zeros(scores.shape[-1], dtype=torch.bool)
-        keep[: len(allowed)] = torch.from_numpy(allowed[: scores.shape[-1]])
+        keep = np.zeros(size, dtype=bool)
+        keep[: min(len(allowed), size)] = allowed[:size]
+        return keep
+
+    def mask(self, scores: Any) -> Any:
+        """``scores`` (a 1-D torch tensor of logits) with every token the grammar forbids at ``-inf``."""
+        import torch
+
+        keep = torch.from_numpy(self._allowed(scores.shape[-1]))
         return scores.masked_fill(~keep.to(scores.device), float("-inf"))
+
+    def mask_array(self, scores: Any) -> Any:
+        """The same for a 1-D numpy array of logits (the llama.cpp engine's sampler)."""
+        import numpy as np
+
+        return np.where(self._allowed(scores.shape[-1]), scores, -np.inf).astype(scores.dtype, copy=False)
 
     def consume(self, token_id: int) -> None:
         self.matcher.consume_token(token_id)
