@@ -16,6 +16,7 @@ from typing import Any
 
 from turnkit import families
 from turnkit.errors import (
+    ClusterError,
     EmbeddedModelError,
     EmptyMaskError,
     EncodeError,
@@ -56,6 +57,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ChatFormat",
+    "ClusterError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",

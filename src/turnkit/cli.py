@@ -237,6 +237,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     path = resolve_model(args.model)
     if not path.exists():
         raise UsageError(f"the model {path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')")
+    if args.ray:
+        return _serve_on_ray(args, path)
     import uvicorn
 
     from turnkit.serve.routes import Server
@@ -264,6 +266,56 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         backend.close()
     return 0
+
+
+def _serve_on_ray(args: argparse.Namespace, path: Path) -> int:
+    """``--ray``: the same app in every replica of a Ray Serve deployment (:mod:`turnkit.serve.replicas`)."""
+    import functools
+
+    from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
+
+    options = ReplicaOptions(
+        replicas=args.replicas,
+        autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
+        threads=args.threads or 1,
+        max_ongoing_requests=args.max_batch,
+        max_queued_requests=args.max_queue,
+        host=args.host,
+        port=args.port,
+        address=args.ray_address,
+    )
+    settings = {k: getattr(args, k) for k in ("model", "model_id", "api_key", "allow_template_override", "no_ui")}
+    settings.update(path=str(path), threads=options.threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    settings["default_max_tokens"] = args.default_max_tokens
+    run_on_ray(
+        functools.partial(_ray_replica_app, **settings),
+        options,
+        announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True),
+    )
+    return 0
+
+
+def _ray_replica_app(**settings: Any) -> Any:
+    """Runs inside each Ray replica: the same server ``turnkit serve`` builds, as an ASGI app."""
+    from turnkit.serve.routes import Server
+    from turnkit.serve.torch_backend import TorchBackend
+
+    fmt = ChatFormat.from_pretrained(settings["path"])
+    _ = fmt.tokenizer, fmt.stop_ids
+    backend = TorchBackend.load(
+        settings["path"], threads=settings["threads"], max_batch=settings["max_batch"], max_queue=settings["max_queue"]
+    )
+    model_id = settings["model_id"] or ("SmolLM2-135M-Instruct" if settings["model"] == "default" else backend.name)
+    server = Server(
+        fmt,
+        backend,
+        model_id=model_id,
+        api_key=settings["api_key"],
+        allow_template_override=settings["allow_template_override"],
+        default_max_tokens=settings["default_max_tokens"],
+        ui=not settings["no_ui"],
+    )
+    return server.app()
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -435,7 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
-    serve.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    serve.add_argument(
+        "--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1; with --ray: 1 per replica)"
+    )
     serve.add_argument("--model-id", metavar="NAME", help="the model name clients use (default: from the file)")
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
@@ -444,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
     )
     serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
+    serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
+    serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
+    serve.add_argument("--replicas", type=int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)")
+    serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
     serve.set_defaults(handler=_cmd_serve)
     return parser
 

@@ -25,7 +25,8 @@ The hierarchy::
     ├── RecordError (ValueError)             a dataset record cannot become a conversation: .field
     ├── InputError                           a dataset input cannot be read at all
     ├── PrepareError                         an output folder made with other options, and the like
-    └── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
+    └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
 __all__ = [
+    "ClusterError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
@@ -199,3 +201,7 @@ class PrepareError(TurnkitError):
 
 class EmbeddedModelError(TurnkitError):
     """The embedded model could not be fetched or failed its checksum."""
+
+
+class ClusterError(TurnkitError):
+    """``turnkit serve --ray``: Ray is missing, the cluster cannot be started or joined, or the replicas failed."""

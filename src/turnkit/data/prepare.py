@@ -200,7 +200,9 @@ def _ray(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: in
     if not ray.is_initialized():
         # "local" starts a private instance: without it ray.init joins any cluster left on this machine (or named by
         # RAY_ADDRESS), where num_cpus is refused and the run would share someone else's workers.
-        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     items = [
         {"shard": index, "records": json.dumps([asdict(r) for r in records])}
         for index, records in enumerate(_shards(inputs, size))
