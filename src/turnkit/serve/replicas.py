@@ -13,9 +13,11 @@ What Ray Serve gives, and how it is set:
   itself (:func:`ray.serve.ingress`), so server-sent events are the app's own bytes.
 * **Threads on purpose.** Each replica reserves ``threads`` CPUs (``num_cpus``) and pins torch to that many threads,
   so N replicas on N cores do not fight over them.
-* **Full queues.** A replica takes at most ``max_ongoing_requests`` requests (the engine's batch); the router holds
-  the rest and gives each to whichever replica frees a slot first (a request is never stuck behind a busy replica);
-  past ``max_queued_requests`` waiting requests the proxy answers 429 with ``Retry-After``.
+* **Spreading and full queues.** The proxy gives each request to the less busy of two replicas (Serve's node-locality
+  preference is turned off: it would fill the head node's replica first). A replica takes at most
+  ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
+  replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
+  ``Retry-After``.
 * **Dead replicas.** Ray Serve's controller replaces a replica whose process dies; the requests it was answering end
   with an error from the proxy (a 500 before the response started, a cut stream after), never a hang.
 * **Shutting down stops what it started and nothing else**: a local Ray instance it started is stopped; on a cluster
@@ -98,12 +100,17 @@ def parse_autoscale(text: str) -> tuple[int, int]:
 
 
 class RayService:
-    """A running deployment: its URL, and :meth:`stop`, which undoes exactly what :func:`serve_on_ray` did."""
+    """A running deployment: its URL, and :meth:`stop`, which undoes exactly what :func:`serve_on_ray` did.
 
-    def __init__(self, url: str, app_name: str, *, started_ray: bool, started_serve: bool) -> None:
+    ``started_ray``: a local Ray instance was started (stopping stops it, and Serve with it). ``connected``: this
+    process connected to Ray (stopping disconnects). ``started_serve``: Serve was not running on the cluster before.
+    """
+
+    def __init__(self, url: str, app_name: str, *, started_ray: bool, connected: bool, started_serve: bool) -> None:
         self.url = url
         self.app_name = app_name
         self.started_ray = started_ray
+        self.connected = connected
         self.started_serve = started_serve
         self._stopped = False
 
@@ -122,7 +129,8 @@ class RayService:
                 if self.started_serve and not serve.status().applications:
                     serve.shutdown()
         finally:
-            ray.shutdown()  # stops a local instance; on a cluster, only disconnects this driver
+            if self.connected:
+                ray.shutdown()  # stops a local instance; on a cluster, only disconnects this process
 
     def __enter__(self) -> RayService:
         return self
@@ -144,10 +152,12 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
     except ImportError:
         raise ClusterError("turnkit serve --ray needs Ray Serve: pip install 'turnkit[ray]'") from None
 
-    started_ray = not ray.is_initialized()
-    if started_ray:
+    connected = not ray.is_initialized()
+    started_ray = connected and options.address is None
+    if connected:
         _connect(ray, options)
     started_serve = not _serve_running(ray)
+    state = {"started_ray": started_ray, "connected": connected, "started_serve": started_serve}
     try:
         serve.start(
             proxy_location="HeadOnly",
@@ -156,14 +166,18 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
                 "port": options.port,
                 "request_timeout_s": options.request_timeout_s,
             },
+            # Serve's proxy sends every request to a replica on its own node until that one is full (max ongoing
+            # requests); a CPU engine is faster with the load spread, so the proxy picks the less busy of two
+            # replicas anywhere. Applies when this call starts Serve (a running Serve keeps its own settings).
+            controller_options={"runtime_env": {"env_vars": {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0"}}},
         )
         url = _proxy_url(serve, options)
         app = _deployment(options).bind(factory, options.threads)
         serve.run(app, name=options.app_name, route_prefix="/")
     except Exception as exc:
-        RayService("", options.app_name, started_ray=started_ray, started_serve=started_serve).stop()
+        RayService("", options.app_name, **state).stop()
         raise ClusterError(f"the Ray Serve deployment {options.app_name!r} failed to start: {exc}") from exc
-    return RayService(url, options.app_name, started_ray=started_ray, started_serve=started_serve)
+    return RayService(url, options.app_name, **state)
 
 
 def run_on_ray(factory: AppFactory, options: ReplicaOptions, *, announce: Callable[[str], None] = print) -> None:
@@ -178,7 +192,8 @@ def run_on_ray(factory: AppFactory, options: ReplicaOptions, *, announce: Callab
     try:
         with service:
             count = f"{options.autoscale[0]}-{options.autoscale[1]}" if options.autoscale else str(options.replicas)
-            where = "a local Ray instance" if service.started_ray else f"the Ray cluster at {options.address}"
+            where = f"the Ray cluster at {options.address}" if options.address else "the connected Ray instance"
+            where = "a local Ray instance" if service.started_ray else where
             announce(f"{count} replicas ({options.threads} torch threads each) on {where}; endpoint {service.url}/v1")
             done.wait()
             announce("stopping: " + ("the local Ray instance" if service.started_ray else f"{options.app_name!r}"))

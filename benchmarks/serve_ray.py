@@ -1,0 +1,100 @@
+"""Scaling out: aggregate tokens/s of ``turnkit serve --ray`` with 1 and 2 replicas (one torch thread each) at 16
+concurrent streaming clients, with plain ``turnkit serve --threads 1`` as the reference, in one run.
+
+Usage: python benchmarks/serve_ray.py [--clients 16] [--requests N] [--max-tokens T] [--no-plain]
+
+Each configuration is the real command in its own process (``--ray`` starts a private local Ray instance and stops
+it); the load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, fresh
+process per configuration). Target: 2 replicas at least 1.6x one replica. Prints a JSON line at the end for records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve import _free_port, _level  # the same load generator as benchmarks/serve.py
+
+
+def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> dict:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", "1", "--no-ui", *extra]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("RAY_ADDRESS", None)
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        start = time.monotonic()
+        while True:
+            if server.poll() is not None or time.monotonic() - start > 600:
+                raise RuntimeError(f"{' '.join(extra) or 'plain'} did not come up")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        ready = time.monotonic() - start
+        asyncio.run(_level(url, clients, 1, 8))  # warm up every replica
+        stats = asyncio.run(_level(url, clients, requests, max_tokens))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    ttft = sorted(stats["ttft"]) or [float("nan")]
+    return {
+        "tokens_per_s": stats["tokens"] / stats["wall"],
+        "ttft_p50_ms": statistics.median(ttft) * 1000,
+        "ttft_max_ms": ttft[-1] * 1000,
+        "errors": len(stats["errors"]),
+        "ready_s": ready,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=2, help="requests per client")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--no-plain", action="store_true", help="skip the plain turnkit serve reference")
+    args = parser.parse_args()
+
+    configs = {} if args.no_plain else {"plain, 1 thread": []}
+    configs["ray, 1 replica"] = ["--ray", "--replicas", "1"]
+    configs["ray, 2 replicas"] = ["--ray", "--replicas", "2"]
+    results = {}
+    print(
+        f"{args.clients} streaming clients x {args.requests} requests, {args.max_tokens} max tokens, greedy; "
+        f"{os.cpu_count()} CPU cores\n"
+    )
+    print(f"{'server':<18} {'tokens/s':>9} {'p50 TTFT ms':>12} {'max TTFT ms':>12} {'errors':>7} {'ready s':>8}")
+    for name, extra in configs.items():
+        r = results[name] = _measure(extra, args.clients, args.requests, args.max_tokens)
+        print(
+            f"{name:<18} {r['tokens_per_s']:>9.1f} {r['ttft_p50_ms']:>12.0f} {r['ttft_max_ms']:>12.0f} "
+            f"{r['errors']:>7} {r['ready_s']:>8.0f}",
+            flush=True,
+        )
+    ratio = results["ray, 2 replicas"]["tokens_per_s"] / results["ray, 1 replica"]["tokens_per_s"]
+    print(f"\n2 replicas / 1 replica = {ratio:.2f} (target >= 1.6)")
+    if "plain, 1 thread" in results:
+        overhead = results["ray, 1 replica"]["tokens_per_s"] / results["plain, 1 thread"]["tokens_per_s"]
+        print(f"1 replica / plain turnkit serve = {overhead:.2f}")
+    print(json.dumps({"results": results, "ratio_2_over_1": ratio}))
+
+
+if __name__ == "__main__":
+    main()
