@@ -13,8 +13,8 @@ What Ray Serve gives, and how it is set:
   itself (:func:`ray.serve.ingress`), so server-sent events are the app's own bytes.
 * **Threads on purpose.** Each replica reserves ``threads`` CPUs (``num_cpus``) and pins torch to that many threads,
   so N replicas on N cores do not fight over them.
-* **Spreading and full queues.** The proxy gives each request to the less busy of two replicas (Serve's node-locality
-  preference is turned off: it would fill the head node's replica first). A replica takes at most
+* **Spreading and full queues.** The proxy gives each request to the less busy of two replicas, asked at that moment
+  (see ``_ROUTING_ENV`` for the two Serve defaults this changes, and why). A replica takes at most
   ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
   replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
   ``Retry-After``.
@@ -40,6 +40,12 @@ __all__ = ["AppFactory", "RayService", "ReplicaOptions", "parse_autoscale", "run
 
 #: Builds the ASGI app inside a replica; called once per replica, in the replica's process.
 AppFactory = Callable[[], Any]
+
+# How Serve's proxy routes (applied when this process starts Serve; a running Serve keeps its own settings). By
+# default it sends every request to a replica on its own node until that one holds max_ongoing_requests, and it picks
+# by cached queue lengths, so a burst after a quiet spell all lands on the one replica whose entry is fresh. A
+# generation lasts seconds and a probe a millisecond: the proxy asks both candidates every time and takes the less busy.
+_ROUTING_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0", "RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0"}
 
 # what a replica's environment carries over from the command line's, when set
 _PASSED_ENV = ("TURNKIT_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -166,10 +172,7 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
                 "port": options.port,
                 "request_timeout_s": options.request_timeout_s,
             },
-            # Serve's proxy sends every request to a replica on its own node until that one is full (max ongoing
-            # requests); a CPU engine is faster with the load spread, so the proxy picks the less busy of two
-            # replicas anywhere. Applies when this call starts Serve (a running Serve keeps its own settings).
-            controller_options={"runtime_env": {"env_vars": {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0"}}},
+            controller_options={"runtime_env": {"env_vars": _ROUTING_ENV}},
         )
         url = _proxy_url(serve, options)
         app = _deployment(options).bind(factory, options.threads)
