@@ -48,6 +48,49 @@ def test_options_are_checked_before_any_cluster():
         ReplicaOptions(replicas=0)
 
 
+def test_deployment_options_reach_ray_serve():
+    from turnkit.serve.replicas import _deployment
+
+    fixed = _deployment(ReplicaOptions(replicas=3, threads=2, max_ongoing_requests=8, max_queued_requests=5))
+    assert fixed.num_replicas == 3 and fixed.ray_actor_options["num_cpus"] == 2
+    assert fixed.max_ongoing_requests == 8 and fixed.max_queued_requests == 5
+    scaled = _deployment(ReplicaOptions(autoscale=(1, 4), max_ongoing_requests=8))
+    config = scaled._deployment_config.autoscaling_config
+    assert (config.min_replicas, config.max_replicas, config.target_ongoing_requests) == (1, 4, 4)
+    assert scaled._deployment_config.backpressure_config.status_code == 429
+
+
+def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance():
+    """A local instance (no address), one replica taking one request at a time and holding one more: the rest are
+    429s with Retry-After. The app is a stand-in that sleeps: this is about Ray Serve's queue, not the model."""
+    import ray
+
+    from turnkit.serve.replicas import serve_on_ray
+
+    def factory():
+        import asyncio
+
+        from starlette.applications import Starlette
+        from starlette.responses import PlainTextResponse
+        from starlette.routing import Route
+
+        async def slow(request):
+            await asyncio.sleep(2)
+            return PlainTextResponse("done")
+
+        return Starlette(routes=[Route("/slow", slow)])
+
+    options = ReplicaOptions(port=free_port(), max_ongoing_requests=1, max_queued_requests=1, app_name="tk429")
+    with serve_on_ray(factory, options) as service:
+        assert service.started_ray and service.url == f"http://127.0.0.1:{options.port}"
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: httpx.get(service.url + "/slow", timeout=60), range(6)))
+    assert not ray.is_initialized()
+    codes = sorted(a.status_code for a in answers)
+    assert codes.count(200) >= 2 and set(codes) <= {200, 429} and 429 in codes, codes
+    assert all(a.headers["retry-after"] == "1" for a in answers if a.status_code == 429)
+
+
 # -- the cluster -------------------------------------------------------------------------------------------------------
 
 
