@@ -1,11 +1,13 @@
 """Scaling out: aggregate tokens/s of ``turnkit serve --ray`` with 1 and 2 replicas (one torch thread each) at 16
 concurrent streaming clients, with plain ``turnkit serve --threads 1`` as the reference, in one run.
 
-Usage: python benchmarks/serve_ray.py [--clients 16] [--requests N] [--max-tokens T] [--no-plain]
+Usage: python benchmarks/serve_ray.py [--clients 16] [--requests N] [--max-tokens T] [--rounds R] [--no-plain]
 
 Each configuration is the real command in its own process (``--ray`` starts a private local Ray instance and stops
 it); the load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, fresh
-process per configuration). Target: 2 replicas at least 1.6x one replica. Prints a JSON line at the end for records.
+process per configuration). Target: 2 replicas at least 1.6x one replica. The load average is printed with each
+measurement: on a machine shared with other work the figures are only as good as the spare cores. Prints a JSON line
+at the end for records.
 """
 
 from __future__ import annotations
@@ -69,31 +71,37 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=2, help="requests per client")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1, help="measure each configuration this many times, interleaved")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain turnkit serve reference")
     args = parser.parse_args()
 
     configs = {} if args.no_plain else {"plain, 1 thread": []}
     configs["ray, 1 replica"] = ["--ray", "--replicas", "1"]
     configs["ray, 2 replicas"] = ["--ray", "--replicas", "2"]
-    results = {}
+    runs: dict[str, list[dict]] = {name: [] for name in configs}
     print(
         f"{args.clients} streaming clients x {args.requests} requests, {args.max_tokens} max tokens, greedy; "
-        f"{os.cpu_count()} CPU cores\n"
+        f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start\n"
     )
-    print(f"{'server':<18} {'tokens/s':>9} {'p50 TTFT ms':>12} {'max TTFT ms':>12} {'errors':>7} {'ready s':>8}")
-    for name, extra in configs.items():
-        r = results[name] = _measure(extra, args.clients, args.requests, args.max_tokens)
-        print(
-            f"{name:<18} {r['tokens_per_s']:>9.1f} {r['ttft_p50_ms']:>12.0f} {r['ttft_max_ms']:>12.0f} "
-            f"{r['errors']:>7} {r['ready_s']:>8.0f}",
-            flush=True,
-        )
-    ratio = results["ray, 2 replicas"]["tokens_per_s"] / results["ray, 1 replica"]["tokens_per_s"]
-    print(f"\n2 replicas / 1 replica = {ratio:.2f} (target >= 1.6)")
-    if "plain, 1 thread" in results:
-        overhead = results["ray, 1 replica"]["tokens_per_s"] / results["plain, 1 thread"]["tokens_per_s"]
-        print(f"1 replica / plain turnkit serve = {overhead:.2f}")
-    print(json.dumps({"results": results, "ratio_2_over_1": ratio}))
+    header = ("server", "tokens/s", "p50 TTFT ms", "max TTFT ms", "errors", "ready s", "load")
+    print("{:<18} {:>9} {:>12} {:>12} {:>7} {:>8} {:>5}".format(*header))
+    for round_ in range(args.rounds):
+        order = list(configs) if round_ % 2 == 0 else list(reversed(configs))  # drift in load falls on both sides
+        for name in order:
+            r = _measure(configs[name], args.clients, args.requests, args.max_tokens)
+            r["load"] = os.getloadavg()[0]
+            runs[name].append(r)
+            print(
+                f"{name:<18} {r['tokens_per_s']:>9.1f} {r['ttft_p50_ms']:>12.0f} {r['ttft_max_ms']:>12.0f} "
+                f"{r['errors']:>7} {r['ready_s']:>8.0f} {r['load']:>5.1f}",
+                flush=True,
+            )
+    rate = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
+    ratio = rate["ray, 2 replicas"] / rate["ray, 1 replica"]
+    print(f"\n2 replicas / 1 replica = {ratio:.2f} (target >= 1.6; medians over {args.rounds} rounds)")
+    if "plain, 1 thread" in rate:
+        print(f"1 replica / plain turnkit serve = {rate['ray, 1 replica'] / rate['plain, 1 thread']:.2f}")
+    print(json.dumps({"runs": runs, "median_tokens_per_s": rate, "ratio_2_over_1": ratio}))
 
 
 if __name__ == "__main__":
