@@ -6,8 +6,9 @@ Usage: python benchmarks/serve_ray.py [--clients 16] [--requests N] [--max-token
 Each configuration is the real command in its own process (``--ray`` starts a private local Ray instance and stops
 it); the load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, fresh
 process per configuration). Target: 2 replicas at least 1.6x one replica. The load average is printed with each
-measurement: on a machine shared with other work the figures are only as good as the spare cores. Prints a JSON line
-at the end for records.
+measurement: on a machine shared with other work the figures are only as good as the spare cores. CPU ms per token
+(the server's whole process tree, Ray's processes included) does not depend on spare cores: it prices Ray's share.
+Prints a JSON line at the end for records.
 """
 
 from __future__ import annotations
@@ -27,6 +28,27 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve import _free_port, _level  # the same load generator as benchmarks/serve.py
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) used so far by a process and all its descendants (a local Ray instance's
+    processes descend from the ``turnkit serve`` that started it)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier and pid not in tree]
+        tree.update(children)
+        frontier = children
+    return sum(ticks.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> dict:
@@ -49,7 +71,9 @@ def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> 
             time.sleep(1)
         ready = time.monotonic() - start
         asyncio.run(_level(url, clients, 1, 8))  # warm up every replica
+        cpu = _tree_cpu_s(server.pid)
         stats = asyncio.run(_level(url, clients, requests, max_tokens))
+        cpu = _tree_cpu_s(server.pid) - cpu
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -63,6 +87,7 @@ def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> 
         "ttft_max_ms": ttft[-1] * 1000,
         "errors": len(stats["errors"]),
         "ready_s": ready,
+        "cpu_ms_per_token": 1000 * cpu / max(1, stats["tokens"]),
     }
 
 
@@ -83,8 +108,8 @@ def main() -> None:
         f"{args.clients} streaming clients x {args.requests} requests, {args.max_tokens} max tokens, greedy; "
         f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start\n"
     )
-    header = ("server", "tokens/s", "p50 TTFT ms", "max TTFT ms", "errors", "ready s", "load")
-    print("{:<18} {:>9} {:>12} {:>12} {:>7} {:>8} {:>5}".format(*header))
+    header = ("server", "tokens/s", "p50 TTFT ms", "max TTFT ms", "errors", "ready s", "load", "CPU ms/token")
+    print("{:<18} {:>9} {:>12} {:>12} {:>7} {:>8} {:>5} {:>13}".format(*header))
     for round_ in range(args.rounds):
         order = list(configs) if round_ % 2 == 0 else list(reversed(configs))  # drift in load falls on both sides
         for name in order:
@@ -93,7 +118,7 @@ def main() -> None:
             runs[name].append(r)
             print(
                 f"{name:<18} {r['tokens_per_s']:>9.1f} {r['ttft_p50_ms']:>12.0f} {r['ttft_max_ms']:>12.0f} "
-                f"{r['errors']:>7} {r['ready_s']:>8.0f} {r['load']:>5.1f}",
+                f"{r['errors']:>7} {r['ready_s']:>8.0f} {r['load']:>5.1f} {r['cpu_ms_per_token']:>13.1f}",
                 flush=True,
             )
     rate = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
