@@ -284,6 +284,7 @@ def _serve_on_ray(args: argparse.Namespace, path: Path) -> int:
         port=args.port,
         address=args.ray_address,
     )
+    _ = ChatFormat.from_pretrained(path).stop_ids  # a broken model fails here, in one line, before any replica
     settings = {k: getattr(args, k) for k in ("model", "model_id", "api_key", "allow_template_override", "no_ui")}
     settings.update(path=str(path), threads=options.threads, max_batch=args.max_batch, max_queue=args.max_queue)
     settings["default_max_tokens"] = args.default_max_tokens

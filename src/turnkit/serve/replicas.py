@@ -26,6 +26,7 @@ What Ray Serve gives, and how it is set:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -177,8 +178,11 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
         url = _proxy_url(serve, options)
         app = _deployment(options).bind(factory, options.threads)
         serve.run(app, name=options.app_name, route_prefix="/")
-    except Exception as exc:
-        RayService("", options.app_name, **state).stop()
+    except BaseException as exc:  # Ctrl-C while the replicas load cleans up too
+        with contextlib.suppress(Exception):
+            RayService("", options.app_name, **state).stop()
+        if not isinstance(exc, Exception):
+            raise
         raise ClusterError(f"the Ray Serve deployment {options.app_name!r} failed to start: {exc}") from exc
     return RayService(url, options.app_name, **state)
 
@@ -280,6 +284,7 @@ def _deployment(options: ReplicaOptions) -> Any:
         ray_actor_options={"num_cpus": options.threads},
         max_ongoing_requests=options.max_ongoing_requests,
         max_queued_requests=options.max_queued_requests,
+        max_constructor_retry_count=3,  # a replica that cannot build its app fails the deploy after 3 tries, not 20
         backpressure_config=BackpressureConfig(status_code=429, retry_after_s=1),
         **scaling,
     )
