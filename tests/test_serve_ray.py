@@ -48,6 +48,13 @@ def test_options_are_checked_before_any_cluster():
         ReplicaOptions(replicas=0)
 
 
+def test_the_command_line_reports_bad_options_in_one_line(capsys, smollm2_gguf):
+    from turnkit.cli import main
+
+    assert main(["serve", "--ray", "--model", str(smollm2_gguf), "--autoscale", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "turnkit: error: --autoscale takes MIN:MAX replicas, like 1:4, not '3'"
+
+
 def test_deployment_options_reach_ray_serve():
     from turnkit.serve.replicas import _deployment
 
