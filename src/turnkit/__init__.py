@@ -19,10 +19,12 @@ from typing import Any
 from turnkit import families
 from turnkit.errors import (
     ChatMLError,
+    ClusterError,
     DoctorInputError,
     EmbeddedModelError,
     EmptyMaskError,
     EncodeError,
+    EngineError,
     FamilyNotFoundError,
     InputError,
     MessageError,
@@ -66,11 +68,13 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ChatFormat",
     "ChatMLError",
+    "ClusterError",
     "DoctorInputError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
     "Encoding",
+    "EngineError",
     "FamilyNotFoundError",
     "FunctionCall",
     "InputError",

@@ -29,7 +29,8 @@ The hierarchy::
     ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
     ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
     ├── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
-    └── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
+    ├── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
+    └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatMLError",
+    "ClusterError",
     "DoctorInputError",
     "EmbeddedModelError",
     "EmptyMaskError",
@@ -230,3 +232,7 @@ class ServeConfigError(TurnkitError, ValueError):
 
 class EngineError(TurnkitError):
     """A serving engine cannot start (its library is missing, the model does not load) or cannot go on."""
+
+
+class ClusterError(TurnkitError):
+    """``turnkit serve --ray``: Ray is missing, the cluster cannot be started or joined, or the replicas failed."""

@@ -44,9 +44,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     specs = _model_specs(args)
+    if args.ray:
+        return _serve_on_ray(args, specs)
+    threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     import uvicorn
 
     from turnkit.serve.engines import EngineOptions
@@ -86,6 +88,54 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
+    """``--ray``: the same app in every replica of a Ray Serve deployment (:mod:`turnkit.serve.replicas`)."""
+    import functools
+
+    from turnkit.serve.engines import EngineOptions
+    from turnkit.serve.models import ModelRegistry
+    from turnkit.serve.protocol import APIError
+    from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
+
+    options = ReplicaOptions(
+        replicas=args.replicas,
+        autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
+        threads=args.threads or 1,
+        max_ongoing_requests=args.max_batch,
+        max_queued_requests=args.max_queue,
+        host=args.host,
+        port=args.port,
+        address=args.ray_address,
+    )
+    engine = EngineOptions(threads=options.threads, max_batch=args.max_batch, max_queue=args.max_queue)
+    try:  # a broken template or tokenizer fails here, in one line, before any replica starts
+        registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=engine)
+        for name in registry.names:
+            _ = registry.format(name).stop_ids
+    except APIError as exc:
+        raise UsageError(exc.message) from None
+    server = {
+        "api_key": args.api_key,
+        "allow_template_override": args.allow_template_override,
+        "default_max_tokens": args.default_max_tokens,
+        "ui": not args.no_ui,
+    }
+    factory = functools.partial(_replica_app, specs, args.max_loaded, engine, server, args.lazy)
+    run_on_ray(factory, options, announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True))
+    return 0
+
+
+def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[str, Any], lazy: bool) -> Any:
+    """Runs inside each Ray replica: the same server ``turnkit serve`` builds, as an ASGI app."""
+    from turnkit.serve.models import ModelRegistry
+    from turnkit.serve.routes import Server
+
+    registry = ModelRegistry(specs, max_loaded=max_loaded, options=engine)
+    if not lazy:
+        registry.preload(registry.default_name)
+    return Server(registry, **server).app()
+
+
 def register(commands: Any) -> None:
     """Add this module's command(s) to ``turnkit``'s subcommands."""
     serve = commands.add_parser("serve", help="an OpenAI-compatible server (default: the embedded SmolLM2 model)")
@@ -116,7 +166,9 @@ def register(commands: Any) -> None:
         choices=ENGINES,
         help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
     )
-    serve.add_argument("--threads", type=int, metavar="N", help="engine threads (default: CPU cores - 1)")
+    serve.add_argument(
+        "--threads", type=int, metavar="N", help="engine threads (default: CPU cores - 1; with --ray: 1 per replica)"
+    )
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
     serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
@@ -125,4 +177,8 @@ def register(commands: Any) -> None:
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
     )
     serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
+    serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
+    serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
+    serve.add_argument("--replicas", type=int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)")
+    serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
     serve.set_defaults(handler=_cmd_serve)

@@ -12,7 +12,8 @@
 * :mod:`.session`: one request's generation (prompt, backend stream, stream parser, stops, cancellation);
 * :mod:`.responses`: the OpenAI response and chunk shapes (a whole response is its chunks folded together);
 * :mod:`.routes`: the HTTP API (:class:`~.routes.Server`): routes, the API key, errors as OpenAI error objects;
-* :mod:`.ui`: the playground page at ``/`` (``--no-ui`` leaves it out), with :mod:`turnkit.inspect`'s token chips.
+* :mod:`.ui`: the playground page at ``/`` (``--no-ui`` leaves it out), with :mod:`turnkit.inspect`'s token chips;
+* :mod:`.replicas`: ``--ray``, the app as a Ray Serve deployment; it gets a factory and imports nothing of the server.
 
 Layering: ``routes`` -> ``ui``, ``models``, ``structured`` and ``responses`` -> ``session`` -> ``protocol`` and
 ``backend``; ``terminal`` -> ``models`` and ``session``; nothing imports ``routes`` but the command line, and

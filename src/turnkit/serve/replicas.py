@@ -1,0 +1,302 @@
+"""``turnkit serve --ray``: the same OpenAI app as N replicas of a Ray Serve deployment, behind Ray Serve's proxy.
+
+Why a factory: every replica builds its own app (model, tokenizer, chat format) in its own process, so this module
+never sees the server's constructor. It receives a zero-argument callable that returns an ASGI app and runs it inside
+each replica (Ray pickles it with cloudpickle); whatever the server becomes, only that callable changes. turnkit's own
+package is shipped with the deployment (``py_modules``), so every replica renders, encodes and parses with exactly
+the code the command line runs, and a cluster needs only turnkit's dependencies installed.
+
+What Ray Serve gives, and how it is set:
+
+* **One endpoint.** Ray Serve's proxy, on the head node only (``HeadOnly``), listens on ``--host``/``--port`` and
+  spreads requests over the replicas. Streaming responses pass through untouched: the replica runs the ASGI app
+  itself (:func:`ray.serve.ingress`), so server-sent events are the app's own bytes.
+* **Threads on purpose.** Each replica reserves ``threads`` CPUs (``num_cpus``) and pins torch to that many threads,
+  so N replicas on N cores do not fight over them.
+* **Spreading and full queues.** The proxy gives each request to the less busy of two replicas, asked at that moment
+  (see ``_ROUTING_ENV`` for the two Serve defaults this changes, and why). A replica takes at most
+  ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
+  replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
+  ``Retry-After``.
+* **Dead replicas.** Ray Serve's controller replaces a replica whose process dies; the requests it was answering end
+  with an error from the proxy (a 500 before the response started, a cut stream after), never a hang.
+* **Shutting down stops what it started and nothing else**: a local Ray instance it started is stopped; on a cluster
+  it joined, it deletes its own application, and stops Serve only if it started Serve and no other application runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnkit.errors import ClusterError
+
+__all__ = ["AppFactory", "RayService", "ReplicaOptions", "parse_autoscale", "run_on_ray", "serve_on_ray"]
+
+#: Builds the ASGI app inside a replica; called once per replica, in the replica's process.
+AppFactory = Callable[[], Any]
+
+# How Serve's proxy routes (applied when this process starts Serve; a running Serve keeps its own settings). By
+# default it sends every request to a replica on its own node until that one holds max_ongoing_requests, and it picks
+# by cached queue lengths, so a burst after a quiet spell all lands on the one replica whose entry is fresh. A
+# generation lasts seconds and a probe a millisecond: the proxy asks both candidates every time and takes the less busy.
+_ROUTING_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0", "RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0"}
+
+# what a replica's environment carries over from the command line's, when set
+_PASSED_ENV = ("TURNKIT_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+@dataclass(frozen=True)
+class ReplicaOptions:
+    """How the deployment runs.
+
+    Args:
+        replicas: Fixed number of replicas (ignored with ``autoscale``).
+        autoscale: ``(min, max)`` replicas, scaled by Ray Serve on ongoing and queued requests.
+        threads: torch threads (and reserved CPUs) per replica.
+        max_ongoing_requests: Requests one replica takes at once (its engine's batch).
+        max_queued_requests: Requests waiting for a replica before the proxy answers 429.
+        host: Where the proxy listens.
+        port: The proxy's port.
+        address: A Ray cluster to join (``auto``, ``HOST:PORT``, ``ray://...``); ``None`` starts a local instance.
+        app_name: The Serve application's name (one cluster may run several).
+        request_timeout_s: The proxy's end-to-end limit on a request (``None``: none).
+    """
+
+    replicas: int = 1
+    autoscale: tuple[int, int] | None = None
+    threads: int = 1
+    max_ongoing_requests: int = 16
+    max_queued_requests: int = 64
+    host: str = "127.0.0.1"
+    port: int = 8000
+    address: str | None = None
+    app_name: str = "turnkit"
+    request_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ClusterError(f"--replicas must be at least 1, not {self.replicas}")
+        if self.threads < 1:
+            raise ClusterError(f"--threads must be at least 1 per replica, not {self.threads}")
+        if self.autoscale is not None:
+            low, high = self.autoscale
+            if low < 1 or high < low:
+                raise ClusterError(f"--autoscale MIN:MAX needs 1 <= MIN <= MAX, not {low}:{high}")
+
+    @property
+    def most_replicas(self) -> int:
+        return self.autoscale[1] if self.autoscale else self.replicas
+
+
+def parse_autoscale(text: str) -> tuple[int, int]:
+    """``"1:4"`` -> ``(1, 4)``."""
+    low, sep, high = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(low), int(high)
+    except ValueError:
+        raise ClusterError(f"--autoscale takes MIN:MAX replicas, like 1:4, not {text!r}") from None
+
+
+class RayService:
+    """A running deployment: its URL, and :meth:`stop`, which undoes exactly what :func:`serve_on_ray` did.
+
+    ``started_ray``: a local Ray instance was started (stopping stops it, and Serve with it). ``connected``: this
+    process connected to Ray (stopping disconnects). ``started_serve``: Serve was not running on the cluster before.
+    """
+
+    def __init__(self, url: str, app_name: str, *, started_ray: bool, connected: bool, started_serve: bool) -> None:
+        self.url = url
+        self.app_name = app_name
+        self.started_ray = started_ray
+        self.connected = connected
+        self.started_serve = started_serve
+        self._stopped = False
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        import ray
+        from ray import serve
+
+        try:
+            if self.started_ray:
+                serve.shutdown()
+            else:
+                serve.delete(self.app_name)
+                if self.started_serve and not serve.status().applications:
+                    serve.shutdown()
+        finally:
+            if self.connected:
+                ray.shutdown()  # stops a local instance; on a cluster, only disconnects this process
+
+    def __enter__(self) -> RayService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
+    """Deploy the app built by ``factory`` as a Ray Serve application and wait until its replicas answer.
+
+    Raises:
+        ClusterError: Ray is not installed, the cluster cannot be joined, or the replicas failed to start (the
+            replica's own error is in the message).
+    """
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        raise ClusterError("turnkit serve --ray needs Ray Serve: pip install 'turnkit[ray]'") from None
+
+    connected = not ray.is_initialized()
+    started_ray = connected and options.address is None
+    if connected:
+        _connect(ray, options)
+    started_serve = not _serve_running(ray)
+    state = {"started_ray": started_ray, "connected": connected, "started_serve": started_serve}
+    try:
+        serve.start(
+            proxy_location="HeadOnly",
+            http_options={
+                "host": options.host,
+                "port": options.port,
+                "request_timeout_s": options.request_timeout_s,
+            },
+            controller_options={"runtime_env": {"env_vars": _ROUTING_ENV}},
+        )
+        url = _proxy_url(serve, options)
+        app = _deployment(options).bind(factory, options.threads)
+        serve.run(app, name=options.app_name, route_prefix="/")
+    except BaseException as exc:  # Ctrl-C while the replicas load cleans up too
+        with contextlib.suppress(Exception):
+            RayService("", options.app_name, **state).stop()
+        if not isinstance(exc, Exception):
+            raise
+        raise ClusterError(f"the Ray Serve deployment {options.app_name!r} failed to start: {exc}") from exc
+    return RayService(url, options.app_name, **state)
+
+
+def run_on_ray(factory: AppFactory, options: ReplicaOptions, *, announce: Callable[[str], None] = print) -> None:
+    """:func:`serve_on_ray`, then wait for Ctrl-C or SIGTERM and stop.
+
+    The signal handlers are installed after Ray is up: ``ray.init`` installs its own SIGTERM handler, which would
+    end the process without deleting the application from a cluster it joined.
+    """
+    service = serve_on_ray(factory, options)
+    done = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: done.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with service:
+            count = f"{options.autoscale[0]}-{options.autoscale[1]}" if options.autoscale else str(options.replicas)
+            where = f"the Ray cluster at {options.address}" if options.address else "the connected Ray instance"
+            where = "a local Ray instance" if service.started_ray else where
+            announce(f"{count} replicas ({options.threads} torch threads each) on {where}; endpoint {service.url}/v1")
+            done.wait()
+            announce("stopping: " + ("the local Ray instance" if service.started_ray else f"{options.app_name!r}"))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _connect(ray: Any, options: ReplicaOptions) -> None:
+    runtime_env = _runtime_env(options.threads)
+    try:
+        if options.address is None:
+            # "local" starts a private instance even when a cluster runs on this machine or RAY_ADDRESS is set
+            cpus = max(os.cpu_count() or 1, options.most_replicas * options.threads)
+            ray.init(
+                address="local",
+                num_cpus=cpus,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+                runtime_env=runtime_env,
+            )
+        else:
+            ray.init(address=options.address, configure_logging=False, log_to_driver=False, runtime_env=runtime_env)
+    except Exception as exc:
+        where = (
+            "start a local Ray instance" if options.address is None else f"join the Ray cluster at {options.address}"
+        )
+        raise ClusterError(f"could not {where}: {exc}") from exc
+
+
+def _runtime_env(threads: int) -> dict[str, Any]:
+    """turnkit's own package travels with the job; thread counts and caches are set in every replica."""
+    import turnkit
+
+    env = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
+    return {"py_modules": [str(Path(turnkit.__file__).resolve().parent)], "env_vars": env}
+
+
+def _serve_running(ray: Any) -> bool:
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+def _proxy_url(serve: Any, options: ReplicaOptions) -> str:
+    """Where the proxy listens: ours, or (on a cluster whose Serve was already running) the one it has."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    if client is None:
+        raise ClusterError("Ray Serve is not running on this cluster (its controller is gone)")
+    http = client.http_config
+    host = "127.0.0.1" if http.host in ("0.0.0.0", "::") else http.host  # all interfaces: this one answers too
+    return f"http://{host}:{http.port}"
+
+
+def _deployment(options: ReplicaOptions) -> Any:
+    """The Serve deployment: a replica that builds its ASGI app with the factory, after pinning its threads."""
+    from ray import serve
+    from ray.serve.config import BackpressureConfig
+
+    class TurnkitReplica:
+        def __init__(self, factory: AppFactory, threads: int) -> None:
+            _pin_threads(threads)
+            self._factory = factory
+
+        def __serve_build_asgi_app__(self) -> Any:
+            return self._factory()
+
+    scaling: dict[str, Any] = {"num_replicas": options.replicas}
+    if options.autoscale:
+        low, high = options.autoscale
+        target = max(1, options.max_ongoing_requests // 2)  # scale out when replicas run half their batch
+        scaling = {"autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": target}}
+    return serve.deployment(
+        serve.ingress()(TurnkitReplica),
+        name="TurnkitReplica",
+        ray_actor_options={"num_cpus": options.threads},
+        max_ongoing_requests=options.max_ongoing_requests,
+        max_queued_requests=options.max_queued_requests,
+        max_constructor_retry_count=3,  # a replica that cannot build its app fails the deploy after 3 tries, not 20
+        backpressure_config=BackpressureConfig(status_code=429, retry_after_s=1),
+        **scaling,
+    )
+
+
+def _pin_threads(threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        import torch
+    except ImportError:  # an engine without torch
+        return
+    torch.set_num_threads(threads)
