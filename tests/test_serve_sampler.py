@@ -63,3 +63,47 @@ def test_draws_follow_the_distribution():
     counts = np.bincount([sampler(logits).token_id for _ in range(4000)], minlength=4)
     # top-p 0.7 keeps 0.5 and 0.3 (the token that crosses the line stays): 5/8 and 3/8
     assert counts[2:].sum() == 0 and counts[0] / 4000 == pytest.approx(0.625, abs=0.03)
+
+
+def test_bias_and_penalties_adjust_the_logits_as_the_torch_engine():
+    """Logit bias, then transformers' repetition penalty (prompt and reply), then OpenAI's presence and frequency
+    penalties (reply only): the same arithmetic as ``TorchBackend._adjusted``, on chosen ids."""
+    logits = _logits(3, 2.0, size=64)
+    request = GenerationRequest(
+        [5, 6],
+        8,
+        temperature=0,
+        logit_bias={9: -100.0, 10: 3.0},
+        repetition_penalty=2.0,
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+    )
+    sampler = Sampler(request)
+    sampler.counts = {7: 2, 8: 1}  # the reply so far: 7 twice, 8 once
+    adjusted = sampler._adjusted(logits.copy())
+    expected = logits.astype(np.float64).copy()
+    expected[9] -= 100.0
+    expected[10] += 3.0
+    for token in (5, 6, 7, 8):
+        expected[token] = expected[token] / 2.0 if expected[token] > 0 else expected[token] * 2.0
+    expected[7] -= 2 * 0.25 + 0.5
+    expected[8] -= 1 * 0.25 + 0.5
+    assert adjusted == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_grammar_masks_what_it_forbids_and_hears_each_token():
+    class OnlyEven:
+        def __init__(self):
+            self.heard = []
+
+        def mask_array(self, scores):
+            return np.where(np.arange(len(scores)) % 2 == 0, scores, -np.inf).astype(scores.dtype)
+
+        def consume(self, token):
+            self.heard.append(token)
+
+    grammar = OnlyEven()
+    logits = _logits(4, 3.0, size=32)
+    event = Sampler(GenerationRequest([1], 4, temperature=0, constraint=grammar))(logits)
+    assert event.token_id % 2 == 0 and event.token_id == int(np.argmax(logits[::2])) * 2
+    assert grammar.heard == [event.token_id]

@@ -25,7 +25,10 @@ MODEL = "SmolLM2-135M-Instruct"
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
     port = free_port()
+    # The torch engine: its replies are what these cases were measured on (the llama.cpp engine's sampler has the same
+    # arithmetic, checked on logits in test_serve_sampler.py; its Q4 greedy text differs, so its repeats differ).
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", "1", "--no-ui"]
+    command += ["--engine", "torch"]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-sampling-{port}.log"
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)

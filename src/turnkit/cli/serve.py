@@ -51,14 +51,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     import uvicorn
 
-    from turnkit.serve.engines import EngineOptions
+    from turnkit.embedded import resolve_model
+    from turnkit.serve.engines import EngineOptions, default_engine
     from turnkit.serve.models import ModelRegistry
     from turnkit.serve.routes import Server
 
     options = EngineOptions(threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
     first = registry.default_name
-    print(f"turnkit: reading {first} ({threads} engine threads)", file=sys.stderr, flush=True)
+    spec = registry.spec(first)
+    engine = spec.engine or default_engine(resolve_model(spec.path))
+    print(f"turnkit: reading {first} ({engine} engine, {threads} threads)", file=sys.stderr, flush=True)
     from turnkit.serve.protocol import APIError
 
     try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy

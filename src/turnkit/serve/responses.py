@@ -248,13 +248,14 @@ async def choices(
     """The chunks of ``n`` choices, one after the other, each with its own ``index``, then one usage chunk: the
     prompt counted once, the completions summed (as OpenAI counts). Every generation is cancelled on the way out,
     so a client that leaves early frees the slots of the choices not yet sent too."""
-    completion, usage = 0, None
+    completion, usage, first_usage = 0, None, None
     try:
         for index, session in enumerate(sessions):
             async with aclosing(chunks(session, model)) as stream:
                 async for chunk in stream:
                     if not chunk["choices"]:
                         usage = chunk
+                        first_usage = first_usage or chunk["usage"]
                         completion += chunk["usage"]["completion_tokens"]
                         continue
                     if index:
@@ -263,9 +264,10 @@ async def choices(
     finally:
         for session in sessions:
             session.generation.cancel()
-    assert usage is not None
+    assert usage is not None and first_usage is not None
     prompt = usage["usage"]["prompt_tokens"]
     total = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    total["prompt_tokens_details"] = first_usage["prompt_tokens_details"]  # the prompt is read once: the first's
     yield {**usage, "usage": total}
 
 
