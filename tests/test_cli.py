@@ -118,12 +118,9 @@ def test_encode_family_with_tokenizer_and_errors(tmp_path, capsys, smollm2_hf_fo
 
 
 def _qwen3_template():
-    from corpus import llamacpp_template_dir
+    from corpus import TEMPLATES, require
 
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / "Qwen-Qwen3-0.6B.jinja").is_file():
-        pytest.skip("the Qwen3 template is not available (llama-cpp-python sdist not fetched)")
-    return folder / "Qwen-Qwen3-0.6B.jinja"
+    return require(TEMPLATES / "Qwen-Qwen3-0.6B.jinja")
 
 
 TWO_TURNS = [
@@ -163,14 +160,11 @@ def test_errors_name_the_flags_not_python_arguments(tmp_path, capsys):
 
 
 def test_a_missing_marker_is_one_warning_line(tmp_path, capsys, smollm2_hf_folder):
-    from corpus import llamacpp_template_dir
+    from corpus import TEMPLATES, require
 
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / "meta-llama-Llama-3.1-8B-Instruct.jinja").is_file():
-        pytest.skip("the Llama 3.1 template is not available (llama-cpp-python sdist not fetched)")
     conversation = tmp_path / "c.json"
     conversation.write_text(json.dumps(TWO_TURNS))
-    template = folder / "meta-llama-Llama-3.1-8B-Instruct.jinja"
+    template = require(TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja")
     command = ["encode", "--template", str(template), "--tokenizer", str(smollm2_hf_folder), str(conversation)]
     assert main([*command, "--token", "bos_token=<|begin_of_text|>", "--json"]) == 0
     err = capsys.readouterr().err
@@ -197,9 +191,9 @@ def _library_errors(smollm2_hf_folder):
         ChatFormat.from_family("chatml").encode(TWO_TURNS)
 
     def not_prefix_stable():
-        from corpus import llamacpp_template_dir
+        from corpus import template_text
 
-        template = (llamacpp_template_dir() / "Qwen-Qwen3-0.6B.jinja").read_text()
+        template = template_text("Qwen-Qwen3-0.6B.jinja")
         ChatFormat.from_template(template, tokenizer=smollm2_hf_folder, eos_token="<|im_end|>").encode(TWO_TURNS)
 
     def several_templates():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from corpus import llamacpp_template_dir, tokenizer_with_markers
+from corpus import template_text, tokenizer_with_markers
 
 from turnkit import ChatFormat
 from turnkit.encode import EncodeError, MissingControlTokenWarning
@@ -26,10 +26,7 @@ NO_REASONING = [
 
 
 def _template(name: str) -> str:
-    folder = llamacpp_template_dir()
-    if folder is None or not (folder / name).is_file():
-        pytest.skip(f"{name} is not available (llama-cpp-python sdist not fetched)")
-    return (folder / name).read_text()
+    return template_text(name)
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +116,14 @@ def test_the_warning_is_exported_from_turnkit():
 
     assert turnkit.MissingControlTokenWarning is MissingControlTokenWarning
     assert "MissingControlTokenWarning" in turnkit.__all__
+
+
+def test_a_turn_no_example_can_train_says_so_instead_of_advising_split_turns(smollm2_hf_folder):
+    """QwQ's generation prompt opens ``<think>\n``, which its rendered turns never contain: even as the last message
+    (as every split_turns example has it) the trained text cannot follow the served prompt, so the error must not send
+    the user to split_turns, which they may already be using."""
+    tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])
+    qwq = ChatFormat.from_template(_template("Qwen-QwQ-32B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
+    with pytest.raises(EncodeError, match="cannot be trained in its inference context by any example") as caught:
+        qwq.encode(NO_REASONING, split_turns=True)
+    assert "split_turns" not in str(caught.value)

@@ -73,6 +73,14 @@ class History:
         """Where turn ``index`` starts: the end of its serving prompt, which must be a prefix of the full render."""
         prompt = serving_prompt(self._renderer(job), job.chat, index)
         check = compare_turn(index, job.text, prompt=prompt)
+        if not check.prompt_stable and index == len(job.chat) - 1:
+            # The turn is already the last message (as each split_turns example is): splitting cannot help.
+            raise EncodeError(
+                f"message {index} cannot be trained in its inference context by any example: the prompt the model is "
+                "served for it (the conversation before it and the generation prompt) is not how the template writes "
+                "the turn itself, so the trained text would never follow the served prompt; leave this turn out "
+                f"(\"train\": false) or use a template whose generation prompt starts the turn; {_where(check)}"
+            )
         if not check.prompt_stable:
             raise EncodeError(
                 f"the template is not prefix-stable at message {index}: the prompt the model sees for this turn is "
