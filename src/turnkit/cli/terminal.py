@@ -9,18 +9,10 @@ from typing import Any
 
 from turnkit import families
 from turnkit.cli.common import UsageError
+from turnkit.serve.modelspec import SAMPLING_KEYS
 
-_SAMPLING_FLAGS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "max_tokens",
-)
+#: The request fields generate and chat take as flags: a models file's sampling keys, the seed and the budget.
+_SAMPLING_FLAGS = (*SAMPLING_KEYS, "seed", "max_tokens")
 
 
 def _conversation(args: argparse.Namespace) -> Any:

@@ -79,7 +79,7 @@ class History:
                 f"message {index} cannot be trained in its inference context by any example: the prompt the model is "
                 "served for it (the conversation before it and the generation prompt) is not how the template writes "
                 "the turn itself, so the trained text would never follow the served prompt; leave this turn out "
-                f"(\"train\": false) or use a template whose generation prompt starts the turn; {_where(check)}"
+                f'("train": false) or use a template whose generation prompt starts the turn; {_where(check)}'
             )
         if not check.prompt_stable:
             raise EncodeError(
