@@ -148,14 +148,24 @@ def _baseline(tokenizer, records: list[dict]) -> tuple[float, int]:
 def _memory(work: Path, model: Path, count: int, workers: int) -> None:
     """Peak RSS of ``turnkit prepare`` on ``count`` records, in a fresh process: the main process and its workers."""
     data = work / "memory.jsonl"
-    _write(data, count, seed=12345)
+    rng = random.Random(12345)
+    with data.open("w") as handle:  # streamed: this process stays small (a child inherits its peak RSS on Linux)
+        for _ in range(count):
+            handle.write(json.dumps(conversation(rng)) + "\n")
     script = (
         "import json, resource, sys\n"
+        "from pathlib import Path\n"
+        "try:\n"
+        "    Path('/proc/self/clear_refs').write_text('5')  # the peak RSS mark starts here, not in the parent\n"
+        "except OSError:\n"
+        "    pass\n"
         "from turnkit.data import PrepareConfig, prepare\n"
         "m = prepare([sys.argv[1]], sys.argv[2], PrepareConfig(model=sys.argv[3]), workers=int(sys.argv[4]), "
         "progress=False)\n"
+        "status = Path('/proc/self/status').read_text() if Path('/proc/self/status').exists() else ''\n"
+        "peak = [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith('VmHWM')]\n"
         "print(json.dumps({'written': m['counts']['written'], 'seconds': m['seconds'], "
-        "'main_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        "'main_mib': peak[0] if peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
         "'worker_mib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n"
     )
     command = [sys.executable, "-c", script, str(data), str(work / "memory-out"), str(model), str(workers)]
