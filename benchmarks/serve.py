@@ -365,7 +365,8 @@ def _report(results: dict[str, dict], loads: list[float]) -> None:
     print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
     print("tok/s: completion tokens per second of wall time; tok/CPU-s: per CPU second the server process used")
     header = (
-        f"{'server':<18} {'clients':>7} {'tok/s':>7} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7} {'err':>4}"
+        f"{'server':<18} {'clients':>7} {'tok/s':>7} {'tok/CPU-s':>9} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} "
+        f"{'p99':>7} {'err':>4}"
     )
     print(header)
     for name, outcome in results.items():
