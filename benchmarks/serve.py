@@ -311,6 +311,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
     parser.add_argument("--no-mixed", action="store_true", help="skip the mixed load")
+    parser.add_argument("--levels", type=int, nargs="*", default=list(LEVELS), help="concurrent clients (1 4 16)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
 
@@ -338,10 +339,10 @@ def main() -> None:
                 print(f"not run: {server.peer.name}: {why or warm.errors[0]} (log: {server.log_path})")
                 continue
             ready.append(server)
-            results[server.peer.name] = {clients: [] for clients in LEVELS} | {"mixed": []}
+            results[server.peer.name] = {clients: [] for clients in args.levels} | {"mixed": []}
         for _ in range(args.repeats):
             loads.append(os.getloadavg()[0])
-            for clients in LEVELS:
+            for clients in args.levels:
                 requests = args.requests if clients > 1 else args.requests * 2
                 for server in ready:
                     stats = asyncio.run(
@@ -365,11 +366,12 @@ def _report(results: dict[str, dict], loads: list[float]) -> None:
     print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
     print("tok/s: completion tokens per second of wall time; tok/CPU-s: per CPU second the server process used")
     header = (
-        f"{'server':<18} {'clients':>7} {'tok/s':>7} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7} {'err':>4}"
+        f"{'server':<18} {'clients':>7} {'tok/s':>7} {'tok/CPU-s':>9} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} "
+        f"{'p99':>7} {'err':>4}"
     )
     print(header)
     for name, outcome in results.items():
-        for clients in LEVELS:
+        for clients in [level for level in LEVELS if outcome.get(level)]:
             rounds = outcome[clients]
             errors = sum(len(s.errors) for s in rounds)
             print(
@@ -400,20 +402,21 @@ def _targets(results: dict[str, dict]) -> None:
     print("\ntargets (turnkit/llama.cpp):")
 
     def rate(name: str, clients: int) -> float | None:
-        return _median(results[name][clients], lambda s: s.rate) if name in results else None
+        return _median(results[name][clients], lambda s: s.rate) if results.get(name, {}).get(clients) else None
 
     one, peer_one = rate("turnkit/llama.cpp", 1), rate("llama-cpp-python", 1)
-    if peer_one:
+    if one and peer_one:
         print(f"  1 client: {one:.1f} / llama-cpp-python {peer_one:.1f} = {one / peer_one:.2f}x (target >= 0.9)")
     sixteen, peer_sixteen = rate("turnkit/llama.cpp", 16), rate("transformers", 16)
-    if peer_sixteen:
+    if sixteen and peer_sixteen:
         print(
             f"  16 clients: {sixteen:.1f} / transformers serve {peer_sixteen:.1f} = {sixteen / peer_sixteen:.2f}x "
             "(target >= 2)"
         )
-    ttft = _median(mine[16], lambda s: _pct(s.ttft, 0.5))
-    print(f"  16 clients: p50 TTFT {ttft:.2f} s (target < 1.5 s)")
-    errors = sum(len(s.errors) for clients in LEVELS for s in mine[clients])
+    if mine.get(16):
+        ttft = _median(mine[16], lambda s: _pct(s.ttft, 0.5))
+        print(f"  16 clients: p50 TTFT {ttft:.2f} s (target < 1.5 s)")
+    errors = sum(len(s.errors) for clients in LEVELS for s in mine.get(clients, []))
     print(f"  errors: {errors} (target 0)")
 
 

@@ -8,8 +8,9 @@ and its key/value cache are used; sampling is :mod:`turnkit.serve.sampler` over 
 How a step works. One worker thread owns the llama.cpp context. The cache has one sequence id per slot
 (``max_batch`` slots) in one unified buffer. Every step builds one ``llama_batch``: the last sampled token of every
 decoding request (each under its own sequence id, with logits), then prompt tokens of requests still being prefilled,
-up to ``prefill_chunk`` tokens in all, so a 4,000-token prompt is read in chunks between decoding steps and the
-running streams keep flowing. One ``llama_decode`` computes it all. New requests take a free slot between steps;
+up to ``prefill_chunk`` tokens in all (128 by default: about a second of one core of this machine kind, which
+bounds the running streams' inter-token gap), so a 4,000-token prompt is read in chunks between decoding steps and
+the running streams keep flowing. One ``llama_decode`` computes it all. New requests take a free slot between steps;
 finished or cancelled ones leave the batch at once.
 
 Prefix reuse. A slot's cache stays after its request leaves (an idle slot), like llama-server's prompt cache: the
@@ -81,7 +82,7 @@ class LlamaCppBackend:
         max_batch: int = 16,
         max_queue: int = 64,
         kv_tokens: int | None = None,
-        prefill_chunk: int = 256,
+        prefill_chunk: int = 128,
     ) -> None:
         try:
             import llama_cpp
