@@ -235,7 +235,7 @@ def _peers(gguf: Path, threads: int, port_of: Callable[[], int]) -> tuple[list[t
         command += ["--n_threads_batch", str(threads), "--n_ctx", "8192", "--port", str(port), "--model_alias", "smol"]
         peers.append((Peer("llama-cpp-python", command, "smol"), port))
     else:
-        missing.append("llama-cpp-python server: needs pip install 'llama-cpp-python[server]==0.3.36'")
+        missing.append("llama-cpp-python server: needs pip install -e '.[bench]' (llama-cpp-python[server])")
     cli = shutil.which("transformers", path=str(Path(python).parent)) or shutil.which("transformers")
     if cli:
         folder = _transformers_folder(gguf)
