@@ -147,7 +147,7 @@ def test_deepseek_r1_serving_prompt_differs_at_the_first_token_after_the_header(
     # serving writes <think> where training goes on with the reply: the first different token, on both rows
     assert highlighted[:2] == ["<think>", "No"]
     # the untrainable conversation is still shown, untrained, with the reason
-    assert model.trained == 0 and any("split_turns" in note for note in model.notes)
+    assert model.trained == 0 and any("cannot be trained in its inference context" in note for note in model.notes)
 
 
 def test_a_conversation_without_a_reply_is_shown_as_served(tool_format):

@@ -213,11 +213,11 @@ def _ray(
     import ray
     from ray.util import ActorPool
 
-    joined = False
+    connected = False  # by this call: then it disconnects (and a local instance it started stops) when done
     if not ray.is_initialized():
+        connected = True
         if address:  # an existing cluster: its own resources; turnkit must be importable on its nodes
             ray.init(address=address, log_to_driver=False, configure_logging=False)
-            joined = True
         else:
             # "local" starts a private instance: without it ray.init joins any cluster left on this machine (or named
             # by RAY_ADDRESS), where num_cpus is refused and the run would share someone else's workers.
@@ -254,7 +254,7 @@ def _ray(
     finally:
         for actor in actors:
             ray.kill(actor)  # type: ignore[arg-type]  # ray types a remote class and its handle alike
-        if joined:
+        if connected:
             ray.shutdown()
 
 
