@@ -70,9 +70,9 @@ def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> 
                 pass
             time.sleep(1)
         ready = time.monotonic() - start
-        asyncio.run(_level(url, clients, 1, 8))  # warm up every replica
+        asyncio.run(_level(url, "default", clients, 1, 8))  # warm up every replica
         cpu = _tree_cpu_s(server.pid)
-        stats = asyncio.run(_level(url, clients, requests, max_tokens))
+        stats = asyncio.run(_level(url, "default", clients, requests, max_tokens))
         cpu = _tree_cpu_s(server.pid) - cpu
     finally:
         server.send_signal(signal.SIGTERM)
@@ -80,14 +80,14 @@ def _measure(extra: list[str], clients: int, requests: int, max_tokens: int) -> 
             server.wait(timeout=120)
         except subprocess.TimeoutExpired:
             server.kill()
-    ttft = sorted(stats["ttft"]) or [float("nan")]
+    ttft = sorted(stats.ttft) or [float("nan")]
     return {
-        "tokens_per_s": stats["tokens"] / stats["wall"],
+        "tokens_per_s": stats.rate,
         "ttft_p50_ms": statistics.median(ttft) * 1000,
         "ttft_max_ms": ttft[-1] * 1000,
-        "errors": len(stats["errors"]),
+        "errors": len(stats.errors),
         "ready_s": ready,
-        "cpu_ms_per_token": 1000 * cpu / max(1, stats["tokens"]),
+        "cpu_ms_per_token": 1000 * cpu / max(1, stats.tokens),
     }
 
 
