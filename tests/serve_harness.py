@@ -3,12 +3,15 @@ uvicorn in a thread (real HTTP, keep-alive connections included) for the tests t
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +27,24 @@ TOOLS = [
         },
     }
 ]
+
+
+@contextmanager
+def turnkit_serve(*arguments: str, name: str = "serve") -> Iterator[tuple[str, Path]]:
+    """``turnkit serve ARGUMENTS --port P`` as a subprocess, its output in a log file; yields (URL, log) once it answers
+    ``/health``, and stops it on the way out."""
+    port = free_port()
+    command = [sys.executable, "-m", "turnkit.cli", "serve", *arguments, "--port", str(port)]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-{name}-{port}.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, process)
+        yield url, log
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def free_port() -> int:

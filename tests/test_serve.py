@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from corpus import tokenizer_with_markers
-from serve_harness import TOOLS, free_port, serving, wait_until_up
+from serve_harness import TOOLS, serving, turnkit_serve
 
 from turnkit import ChatFormat
 from turnkit.serve import ReplayBackend
@@ -30,33 +26,10 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "turnkit.cli",
-        "serve",
-        "--model",
-        str(smollm2_gguf),
-        "--engine",
-        "torch",
-        "--port",
-        str(port),
-        "--threads",
-        "1",
-        "--model-id",
-        "smollm2",
-    ]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with turnkit_serve(
+        "--model", str(smollm2_gguf), "--engine", "torch", "--threads", "1", "--model-id", "smollm2", name="serve"
+    ) as (url, log):
         yield url, log
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

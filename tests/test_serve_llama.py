@@ -10,17 +10,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import test_serve as core
-from serve_harness import free_port, serving, wait_until_up
+from serve_harness import serving, turnkit_serve
 
 from turnkit import ChatFormat
 from turnkit.serve import GenerationRequest
@@ -39,19 +35,18 @@ SYSTEM = (
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    port = free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", str(smollm2_gguf), "--engine", "llama.cpp"]
-    command += ["--port", str(port), "--threads", "1", "--model-id", "smollm2"]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-llama-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with turnkit_serve(
+        "--model",
+        str(smollm2_gguf),
+        "--engine",
+        "llama.cpp",
+        "--threads",
+        "1",
+        "--model-id",
+        "smollm2",
+        name="serve-llama",
+    ) as (url, log):
         yield url, log
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,11 @@ say. The server runs as ``turnkit serve`` on the real embedded SmolLM2, served t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from serve_harness import free_port, wait_until_up
+from serve_harness import turnkit_serve
 
 from turnkit.errors import ServeConfigError
 from turnkit.serve import modelspec
@@ -114,19 +110,18 @@ def test_the_command_line_refuses_bad_model_arguments(tmp_path):
 def server(smollm2_gguf, tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     (folder / "models.toml").write_text(MODELS_TOML)
-    port = free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--models", str(folder / "models.toml")]
-    command += ["--port", str(port), "--threads", "1", "--max-loaded", "1", "--lazy", "--no-ui"]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-models-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with turnkit_serve(
+        "--models",
+        str(folder / "models.toml"),
+        "--threads",
+        "1",
+        "--max-loaded",
+        "1",
+        "--lazy",
+        "--no-ui",
+        name="serve-models",
+    ) as (url, _log):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,10 @@ the embedded model), ``n`` gives that many choices, each penalty changes greedy 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import httpx
 import openai
 import pytest
-from serve_harness import free_port, wait_until_up
+from serve_harness import turnkit_serve
 
 QUESTION = [{"role": "user", "content": "Say hello in Spanish."}]
 REPEAT = "the the the the the the the the"
@@ -24,21 +19,8 @@ MODEL = "SmolLM2-135M-Instruct"
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    port = free_port()
-    # The torch engine: its replies are what these cases were measured on (the llama.cpp engine's sampler has the same
-    # arithmetic, checked on logits in test_serve_sampler.py; its Q4 greedy text differs, so its repeats differ).
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", "1", "--no-ui"]
-    command += ["--engine", "torch"]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-sampling-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with turnkit_serve("--threads", "1", "--no-ui", "--engine", "torch", name="serve-sampling") as (url, _log):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,12 @@ On ``turnkit serve`` with the real embedded SmolLM2 and the official openai clie
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import jsonschema
 import openai
 import pytest
-from serve_harness import TOOLS, free_port, wait_until_up
+from serve_harness import TOOLS, turnkit_serve
 
 MODEL = "SmolLM2-135M-Instruct"
 PERSON = {
@@ -37,19 +33,17 @@ def _schema_format(schema=PERSON):
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    port = free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", "1", "--no-ui"]
-    command += ["--model", f"{MODEL}=default", "--model", "qwen-tools=default:qwen2.5"]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-serve-structured-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
+    with turnkit_serve(
+        "--threads",
+        "1",
+        "--no-ui",
+        "--model",
+        f"{MODEL}=default",
+        "--model",
+        "qwen-tools=default:qwen2.5",
+        name="serve-structured",
+    ) as (url, _log):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
