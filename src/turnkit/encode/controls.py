@@ -82,18 +82,19 @@ class ControlCheck:
 
     def __init__(self, binding: TokenizerBinding) -> None:
         self.binding = binding
-        size = max([binding.backend.get_vocab_size(with_added_tokens=True), *binding.by_id]) + 1
-        self._is_control = np.zeros(size, dtype=bool)
+        size = max([binding.backend.get_vocab_size(with_added_tokens=True), *binding.by_id]) + 2
+        self._is_control = np.zeros(size, dtype=bool)  # the last entry stands for any id past the vocabulary
         self._is_control[list(binding.by_id)] = True
 
     def __call__(self, ids: np.ndarray, counts: Counter[str]) -> None:
         written = sum(counts.values())
-        found = int(self._is_control[ids[ids < len(self._is_control)]].sum())
-        if found == written and all(int((ids == self.binding.added[t].id).sum()) == n for t, n in counts.items()):
+        found = Counter(ids[np.take(self._is_control, ids, mode="clip")].tolist())
+        added = self.binding.added
+        if found == Counter({added[t].id: n for t, n in counts.items()}):
             return
         raise EncodeError(
-            f"internal check failed: the template wrote {written} control tokens but the encoding holds {found} "
-            f"({dict(counts)}); please report this with the template and the tokenizer"
+            f"internal check failed: the template wrote {written} control tokens but the encoding holds "
+            f"{sum(found.values())} ({dict(counts)}); please report this with the template and the tokenizer"
         )
 
 
@@ -127,6 +128,7 @@ class MissingMarkers:
         self.origin = origin or binding.origin or "the tokenizer"
         self.declared = sorted({m for m in declared if m and m not in binding.added})
         self.warned: set[str] = set()
+        self._scanned: set[str] = set()  # template text already searched (renders repeat it across a dataset)
 
     def check(self, text: str, data_spans: Sequence[tuple[int, int, int]], *, stacklevel: int) -> None:
         """Warn about each marker of the template's own text (between the data spans) the tokenizer lacks."""
@@ -139,6 +141,12 @@ class MissingMarkers:
             self._scan(text, pos, len(text), stacklevel + 1)
 
     def _scan(self, text: str, start: int, end: int, stacklevel: int) -> None:
+        piece = text[start:end]
+        if piece in self._scanned:
+            return
+        if len(self._scanned) >= 65_536:
+            self._scanned.clear()
+        self._scanned.add(piece)
         for match in MARKER_SHAPES.finditer(text, start, end):
             marker = match.group(0)
             if marker not in self.added:

@@ -18,7 +18,8 @@ from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
-from turnkit.template.render import Rendered, render_prepared
+from turnkit.template.render import Rendered
+from turnkit.template.splice import SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
@@ -72,6 +73,8 @@ class Stage:
         self.template = template
         self.binding = binding
         self.marker = DataMarker(binding)
+        #: Renders reused across conversations of one shape (off where the marker needs every reserved character).
+        self.renders = SplicingRenderer(enabled=self.marker.leaves_sentinels_free)
         bos_eos = (template.special_tokens.get("bos_token"), template.eos_token)
         self.missing = MissingMarkers(binding, [*template.end_markers, *(t for t in bos_eos if isinstance(t, str))])
 
@@ -105,7 +108,7 @@ class Stage:
             **self.template.special_tokens,
             **prepared.variables,
         }
-        rendered = render_prepared(source, context, limits=self.template.limits, track_generation=use_blocks)
+        rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
         self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text

@@ -52,6 +52,8 @@ class DataMarker:
         if len(edge_chars) > len(_NONCHARACTERS):
             raise TokenizerError(f"the tokenizer's added tokens start or end in {len(edge_chars)} different characters")
         self._substitute = dict(zip(edge_chars, _NONCHARACTERS, strict=False))
+        #: Whether U+FFFE and U+FFFF (the last noncharacters) stay unused, free for the sentinels of spliced renders.
+        self.leaves_sentinels_free = len(self._substitute) <= len(_NONCHARACTERS) - 2
         self._restore = str.maketrans({v: k for k, v in self._substitute.items()})
         self._reserved = re.compile("[\ufdd0-\ufdef\ufffe\uffff]")
         self._pattern = binding.added_pattern
@@ -65,6 +67,9 @@ class DataMarker:
         self._first_chars = sorted({token[0] for token in binding.added})
         self._last_chars = sorted({token[-1] for token in binding.added})
         self.active = bool(binding.added)
+        # Text with none of the characters markers start or end with holds no marker and no fragment of one.
+        edge_class = "".join(re.escape(c) for c in sorted({*self._first_chars, *self._last_chars}))
+        self._any_edge = re.compile(f"[{edge_class}]") if edge_class else None
         self._tool_cache: dict[tuple[bool, str], tuple[Any, int]] = {}
 
     def restore(self, text: str) -> str:
@@ -72,6 +77,8 @@ class DataMarker:
         return text.translate(self._restore)
 
     def _break(self, text: str) -> tuple[str, int]:
+        if self._any_edge is None or not self._any_edge.search(text):
+            return text, 0
         count = 0
         # Every added token starts with one of a few characters ("<", "[" ...): text without any needs no search.
         if any(c in text for c in self._first_chars) and self._pattern.search(text):

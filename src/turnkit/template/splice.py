@@ -1,0 +1,264 @@
+"""Renders reused by splicing: a conversation of a known shape costs a string join, not a template run.
+
+A dataset repeats a handful of conversation *shapes* (the roles in order, the fields each message has, which strings
+are empty, the tool schemas, the template's variables) with different text. When the template only outputs the text
+of a message (it never compares, measures, cuts or looks it up), every conversation of one shape renders to the same
+*skeleton*: the template's own text with holes that the message strings fill. :mod:`turnkit.template.tracing` decides
+that for each shape, by rendering it once with a sentinel in place of every string and recording what the template
+observed. Then each conversation of that shape is the skeleton filled with its strings, and the loss-mask spans and
+data spans of the render are the skeleton's, shifted by the strings' lengths.
+
+When the template does observe some strings (``content.split('</think>')``, ``arguments|tojson``, ``content|trim``),
+those become part of the key: the skeleton is reused only for conversations whose observed strings are equal, and the
+render is traced again otherwise (it may then observe more). A shape whose every string is observed, or whose
+skeletons are not reused, is rendered directly from then on; so is anything unusual (a render that raises, text over
+a million characters). Renders are checked against a direct render: the first two uses of every skeleton, then one
+in 256; a difference (a turnkit bug) turns splicing off for the renderer with a warning, and the direct render is used.
+"""
+
+from __future__ import annotations
+
+import warnings
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnkit.template.render import Rendered, RenderLimits, _guarded_run, render_prepared
+from turnkit.template.taint import DataStr, tainted
+from turnkit.template.tracing import CLOSE, OPEN, SENTINEL, UNTRACEABLE, compile_traced, observing, sentinel
+
+__all__ = ["SpliceMismatchWarning", "SplicingRenderer"]
+
+_SLOT = ("\x00slot",)  # where a shape has a string to fill (a tuple: never equal to a string or a scalar's key)
+_DICT, _LIST, _TUPLE = ("\x00dict",), ("\x00list",), ("\x00tuple",)
+_OWN = frozenset({"messages", "tools"})  # keyed apart: the messages by shape, the tools by identity
+_MAX_SPLICED_CHARS = 1_000_000  # beyond this, render directly (the size limits then apply as in any render)
+_MAX_SHAPES = 4096
+_MAX_SKELETONS_PER_SHAPE = 256
+_CHECK_EVERY = 256
+
+
+class SpliceMismatchWarning(RuntimeWarning):
+    """A spliced render differed from the template's own render (a turnkit bug): splicing is now off."""
+
+
+def _shape(value: Any, slots: list[str] | None) -> Any:
+    """A hashable key of ``value`` with every data string (a :class:`DataStr` tagged as a whole) replaced by a slot,
+    appended to ``slots``; with ``slots=None``, every string is part of the key."""
+    kind = type(value)
+    if kind is DataStr:
+        if slots is not None:
+            spans = value._spans
+            if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(value):
+                slots.append(value)
+                return _SLOT
+        return str.__str__(value)
+    if kind is str:
+        return value
+    if kind is dict:
+        out: list[Any] = [_DICT]
+        for k, v in value.items():
+            out.append(k if type(k) is str else _shape(k, None))
+            out.append(v if type(v) is str else _shape(v, slots))  # a plain str (a role) is part of the key
+        return tuple(out)
+    if kind is list or kind is tuple:
+        return (_LIST if kind is list else _TUPLE, *[_shape(v, slots) for v in value])
+    return (kind, value)
+
+
+def _fill(value: Any, keep: frozenset[int], at: list[int]) -> Any:
+    """``value`` with each slot (in the order :func:`_shape` finds them) replaced by its sentinel, unless kept."""
+    kind = type(value)
+    if kind is DataStr:
+        spans = value._spans
+        if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(value):
+            index = at[0]
+            at[0] += 1
+            if index in keep:
+                return value
+            text = sentinel(index)
+            return tainted(text, ((0, len(text), spans[0][2]),))
+        return value
+    if kind is dict:
+        return {k: _fill(v, keep, at) for k, v in value.items()}
+    if kind is list:
+        return [_fill(v, keep, at) for v in value]
+    if kind is tuple:
+        return tuple(_fill(v, keep, at) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Skeleton:
+    """A render with holes: ``literals[0] + text[slots[0]] + literals[1] + ... + literals[-1]``. Span ends are
+    ``(literal index, offset in it)``, so they move with the lengths of the strings filled in."""
+
+    literals: tuple[str, ...]
+    slots: tuple[int, ...]
+    generation: tuple[tuple[int, int, int, int], ...]
+    data: tuple[tuple[int, int, int, int, int], ...]
+
+    @staticmethod
+    def build(rendered: Rendered) -> Skeleton | None:
+        """The skeleton of a render of sentinels; None when a sentinel was not output whole."""
+        parts = SENTINEL.split(rendered.text)
+        literals = parts[0::2]
+        if any(OPEN in lit or CLOSE in lit for lit in literals):
+            return None
+        starts, ends, pos = [], [], 0
+        for n, lit in enumerate(literals):
+            starts.append(pos)
+            pos += len(lit)
+            ends.append(pos)
+            if n < len(parts) // 2:
+                pos += len(parts[2 * n + 1]) + 2
+
+        def where(offset: int) -> tuple[int, int]:
+            index = bisect_right(starts, offset) - 1
+            if offset > ends[index]:
+                raise ValueError  # inside a sentinel: the render split it without observing it
+            return index, offset - starts[index]
+
+        try:
+            generation = tuple((*where(a), *where(b)) for a, b in rendered.generation_spans)
+            data = tuple((*where(a), *where(b), source) for a, b, source in rendered.data_spans)
+        except ValueError:
+            return None
+        return Skeleton(tuple(literals), tuple(int(n) for n in parts[1::2]), generation, data)
+
+    def fill(self, slots: list[str]) -> Rendered:
+        literals = self.literals
+        pieces = [literals[0]]
+        starts = [0]
+        pos = len(literals[0])
+        for n, slot in enumerate(self.slots):
+            text = slots[slot]
+            pieces.append(text)
+            pos += len(text)
+            starts.append(pos)
+            literal = literals[n + 1]
+            pieces.append(literal)
+            pos += len(literal)
+        generation = tuple((starts[i] + o, starts[j] + p) for i, o, j, p in self.generation)
+        data = tuple((starts[i] + o, starts[j] + p, source) for i, o, j, p, source in self.data)
+        return Rendered("".join(pieces), generation, data)
+
+
+@dataclass
+class _Shape:
+    """What is known about one conversation shape."""
+
+    tools: Any  # the tools object whose id is in the key (kept alive, and compared, so the id stays its own)
+    observed: tuple[int, ...] = ()  # slots the template reads: their text is part of a skeleton's key
+    direct: bool = False  # render directly from now on
+    #: by the text of the observed slots: the skeleton and how often it was filled
+    skeletons: dict[tuple[str, ...], list[Any]] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+
+class SplicingRenderer:
+    """``render_prepared`` with provenance, reusing skeletons across conversations of one shape (see the module)."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._shapes: dict[Any, _Shape] = {}
+        self._fills = 0
+
+    def render(self, source: str, context: dict[str, Any], *, limits: RenderLimits, track_generation: bool) -> Rendered:
+        """The render of ``context`` (prepared data) through ``source``: spliced where that is proven equal."""
+        spliced = self._spliced(source, context, limits, track_generation) if self.enabled else None
+        if spliced is not None:
+            return spliced
+        return render_prepared(source, context, limits=limits, track_generation=track_generation)
+
+    def _spliced(
+        self, source: str, context: dict[str, Any], limits: RenderLimits, track_generation: bool
+    ) -> Rendered | None:
+        if OPEN in source or CLOSE in source:
+            return None
+        slots: list[str] = []
+        tools = context.get("tools")
+        try:
+            rest = tuple([(k, v if type(v) is str else _shape(v, None)) for k, v in context.items() if k not in _OWN])
+            key = (source, track_generation, id(tools), rest, _shape(context.get("messages"), slots))
+            shape = self._shapes.get(key)
+        except TypeError:  # an unhashable value in the data
+            return None
+        if shape is None or shape.tools is not tools:
+            if len(self._shapes) >= _MAX_SHAPES:
+                self._shapes.pop(next(iter(self._shapes)))
+            shape = self._shapes[key] = _Shape(tools)
+        if shape.direct or sum(map(len, slots)) > _MAX_SPLICED_CHARS:
+            return None
+        while True:
+            entry = shape.skeletons.get(tuple(slots[i] for i in shape.observed))
+            if entry is not None:
+                shape.hits += 1
+                return self._filled(entry, slots, source, context, limits, track_generation)
+            shape.misses += 1
+            if shape.misses > 32 and shape.hits < shape.misses:
+                shape.direct = True  # its skeletons are not reused: tracing would only cost
+                return None
+            traced = self._trace(source, context, frozenset(shape.observed), limits, track_generation)
+            if traced is None or UNTRACEABLE in traced[0]:
+                shape.direct = True
+                return None
+            seen, rendered = traced
+            if seen:  # the template reads these strings: key the skeletons by their text, and trace again
+                shape.observed = tuple(sorted(set(shape.observed) | seen))
+                shape.skeletons.clear()
+                if len(shape.observed) >= len(slots):
+                    shape.direct = True
+                    return None
+                continue
+            skeleton = Skeleton.build(rendered)
+            if skeleton is None:
+                shape.direct = True
+                return None
+            if len(shape.skeletons) >= _MAX_SKELETONS_PER_SHAPE:
+                shape.skeletons.pop(next(iter(shape.skeletons)))
+            entry = shape.skeletons[tuple(slots[i] for i in shape.observed)] = [skeleton, 0]
+            return self._filled(entry, slots, source, context, limits, track_generation)
+
+    @staticmethod
+    def _trace(
+        source: str, context: dict[str, Any], keep: frozenset[int], limits: RenderLimits, track_generation: bool
+    ) -> tuple[set[int], Rendered] | None:
+        """Render the shape with sentinels for the strings not in ``keep``; what was observed, and the render."""
+        traced = dict(context)
+        traced["messages"] = _fill(context.get("messages"), keep, [0])
+        try:
+            template = compile_traced(source)
+            with observing() as seen:
+                rendered = _guarded_run(template, traced, limits, track_generation)
+        except Exception:  # noqa: BLE001 - any failure: the direct render gives the real result or the real error
+            return None
+        return seen, rendered
+
+    def _filled(
+        self,
+        entry: list[Any],
+        slots: list[str],
+        source: str,
+        context: dict[str, Any],
+        limits: RenderLimits,
+        track_generation: bool,
+    ) -> Rendered | None:
+        out = entry[0].fill(slots)
+        if len(out.text) > limits.max_output_chars:
+            return None  # the direct render reports the limit as any render does
+        entry[1] += 1
+        self._fills += 1
+        if entry[1] <= 2 or self._fills % _CHECK_EVERY == 0:
+            direct = render_prepared(source, context, limits=limits, track_generation=track_generation)
+            if direct != out:
+                self.enabled = False
+                warnings.warn(
+                    "turnkit: a spliced render differed from the template's own render; splicing is now off for "
+                    "this format (please report this as a bug, with the template)",
+                    SpliceMismatchWarning,
+                    stacklevel=4,
+                )
+                return direct
+        return out

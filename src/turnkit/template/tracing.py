@@ -1,0 +1,259 @@
+"""A render that reports which data strings the template *looked at*, for renders reused by splicing.
+
+Most chat templates never read the text of a message: they output it, joined to their own text. For such a template
+the render of a conversation is a fixed *skeleton* (template text, with holes) filled with the message strings, and
+every conversation of the same shape (roles, fields, which strings are empty) fills the same skeleton
+(:mod:`turnkit.template.splice`). What decides it is whether the template branched on, measured, transformed or
+looked up a data string. This module runs a template with each data string replaced by a unique *sentinel* and
+records every such observation.
+
+A sentinel is ``U+FFFE <digits> U+FFFF``: Unicode noncharacters, which turnkit refuses in data, so a sentinel (or any
+string built from one) is recognised wherever it goes. The observations are recorded where a template can read text:
+
+* the sandbox's ``getattr`` and ``getitem`` on a string holding a sentinel (every string method, indexing, slicing),
+  and ``getitem`` with such a string as the key (a lookup by content);
+* every filter and test applied to a value holding a sentinel, except the few that only see structure (``length`` of
+  a list, ``map(attribute=...)``, ``join``, ``default``; type tests such as ``is string``);
+* every call of a function or method with such a value among its arguments (not the template's own macros);
+* the operands of every comparison (``==``, ``in``, ``<``...), the keys of dict literals, the iterable of every
+  ``for`` loop, the ``*``, ``%`` and ``**`` operators, ``+`` with a ``Markup`` operand (which escapes the other one),
+  and ``str()`` of a container (its ``repr``) in output or ``~``.
+
+What is left is output, concatenation, truthiness (a sentinel and the string it stands for are both non-empty) and
+type tests, which cannot tell a sentinel from the text it stands for. A render that raises is never reused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from contextvars import ContextVar
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.nodes as nodes
+from jinja2.runtime import Macro
+from jinja2.utils import Namespace
+from jinja2.visitor import NodeTransformer
+from markupsafe import Markup
+
+from turnkit.template.sandbox import ProvenanceSandbox, _TemplateNamespace
+
+__all__ = ["CLOSE", "OPEN", "SENTINEL", "UNTRACEABLE", "compile_traced", "observing", "sentinel"]
+
+OPEN, CLOSE = "\ufffe", "\uffff"
+SENTINEL = re.compile(f"{OPEN}(\\d+){CLOSE}")
+#: Recorded when a value is too deeply nested to search: the render cannot be reused.
+UNTRACEABLE = -1
+
+_observed: ContextVar[set[int] | None] = ContextVar("turnkit_observed", default=None)
+
+#: Tests that only see a value's type: a sentinel and its text answer them alike.
+_TYPE_TESTS = frozenset(
+    {"defined", "undefined", "none", "string", "mapping", "sequence", "iterable", "number", "integer", "float",
+     "boolean", "true", "false", "callable", "escaped"}
+)  # fmt: skip
+#: Filters that only see the structure of a list or dict (never the text inside), with the arguments that are output
+#: verbatim rather than read (join's separator, default's fallback).
+_STRUCTURAL_FILTERS = {
+    "length": (), "count": (), "first": (), "last": (), "reverse": (), "list": (), "map": (), "select": (),
+    "reject": (), "selectattr": (), "rejectattr": (), "batch": (), "slice": (), "items": (),
+    "join": (1, "d"), "default": (1, "default_value"), "d": (1, "default_value"),
+}  # fmt: skip
+_TEXT_PRIMARY_OK = frozenset({"default", "d"})
+
+
+def sentinel(slot: int) -> str:
+    """The stand-in for data string number ``slot``."""
+    return f"{OPEN}{slot}{CLOSE}"
+
+
+def _find(value: Any, found: set[int], depth: int = 0) -> None:
+    """Add the slot of every sentinel inside ``value`` (strings, and strings in lists, tuples and dicts)."""
+    if isinstance(value, str):
+        if OPEN in value:
+            found.update(int(n) for n in SENTINEL.findall(value))
+        return
+    if depth > 12:
+        if isinstance(value, list | tuple | dict):
+            found.add(UNTRACEABLE)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _find(key, found, depth + 1)
+            _find(item, found, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _find(item, found, depth + 1)
+    elif isinstance(value, Namespace):
+        _find(object.__getattribute__(value, "_Namespace__attrs"), found, depth + 1)
+
+
+def _note(*values: Any) -> None:
+    observed = _observed.get()
+    if observed is not None:
+        for value in values:
+            _find(value, observed)
+
+
+def _text_with_sentinel(value: Any) -> bool:
+    return isinstance(value, str) and OPEN in value
+
+
+def _observing_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    skip_context = 1 if hasattr(function, "jinja_pass_arg") else 0
+    verbatim = _STRUCTURAL_FILTERS.get(name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        args_only = args[skip_context:]
+        if verbatim is None:
+            _note(*args_only, *kwargs.values())
+        else:
+            primary = args_only[0] if args_only else None
+            if _text_with_sentinel(primary) and name not in _TEXT_PRIMARY_OK:
+                _note(primary)
+            elif name == "join" and primary is not None and not isinstance(primary, str):
+                # only strings join verbatim: anything else prints its repr (a generator is read once, here)
+                primary = list(primary)
+                _note(*(item for item in primary if not isinstance(item, str)))
+                args = (*args[:skip_context], primary, *args_only[1:])
+            for position, arg in enumerate(args_only[1:], start=1):
+                if position not in verbatim:
+                    _note(arg)
+            for key, arg in kwargs.items():
+                if key not in verbatim:
+                    _note(arg)
+        return function(*args, **kwargs)
+
+    wrapped.__name__ = getattr(function, "__name__", name)
+    if skip_context:
+        wrapped.jinja_pass_arg = function.jinja_pass_arg  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _observing_test(name: str, function: Any) -> Callable[..., Any]:
+    if name in _TYPE_TESTS:
+        return function
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        _note(*args, *kwargs.values())
+        return function(*args, **kwargs)
+
+    wrapped.__name__ = getattr(function, "__name__", name)
+    if hasattr(function, "jinja_pass_arg"):
+        wrapped.jinja_pass_arg = function.jinja_pass_arg  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _seen(node: Any, how: str = "tk_seen") -> nodes.Expr:
+    """``node`` wrapped in the ``tk_seen`` filter: its value is read (jinja2 refuses custom node types)."""
+    return nodes.Filter(node, how, [], [], None, None, lineno=node.lineno)
+
+
+class _MarkReads(NodeTransformer):
+    """Marks the expressions a template reads: comparison operands, dict keys, loop iterables."""
+
+    def visit_Compare(self, node: nodes.Compare) -> nodes.Node:  # noqa: N802 - jinja2's visitor naming
+        self.generic_visit(node)
+        node.expr = _seen(node.expr)
+        for operand in node.ops:
+            operand.expr = _seen(operand.expr)
+        return node
+
+    def visit_Pair(self, node: nodes.Pair) -> nodes.Node:  # noqa: N802
+        self.generic_visit(node)
+        node.key = _seen(node.key)
+        return node
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:  # noqa: N802
+        self.generic_visit(node)
+        node.iter = _seen(node.iter, "tk_iterated")  # a list's items are not read by looping
+        return node
+
+
+class TracingSandbox(ProvenanceSandbox):
+    """The provenance sandbox (same text, same spans), recording which sentinels the template observed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name, function in list(self.filters.items()):
+            self.filters[name] = _observing_filter(name, function)
+        for name, function in list(self.tests.items()):
+            self.tests[name] = _observing_test(name, function)
+        self.filters["tk_seen"] = self.tk_seen
+        self.filters["tk_iterated"] = self.tk_iterated
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        return _MarkReads().visit(tree)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def tk_seen(value: Any) -> Any:
+        _note(value)
+        return value
+
+    @staticmethod
+    def tk_iterated(value: Any) -> Any:
+        if isinstance(value, str):
+            _note(value)  # looping over the characters of a string
+        return value
+
+    @staticmethod
+    def tk_str(value: Any) -> str:
+        if not isinstance(value, str):
+            _note(value)  # str() of a list or dict is its repr, which escapes noncharacters
+        return ProvenanceSandbox.tk_str(value)
+
+    @staticmethod
+    def checked_concat(parts: tuple[Any, ...]) -> str:
+        _note(*(p for p in parts if not isinstance(p, str)))
+        return ProvenanceSandbox.checked_concat(parts)
+
+    @staticmethod
+    def checked_add(left: Any, right: Any) -> Any:
+        if isinstance(left, Markup) or isinstance(right, Markup):
+            _note(left, right)  # Markup + text escapes the text ('<' becomes '&lt;')
+        return ProvenanceSandbox.checked_add(left, right)
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _note(left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if _text_with_sentinel(obj):
+            _note(obj)
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if _text_with_sentinel(obj):
+            _note(obj)
+        if not isinstance(argument, int | slice):
+            _note(argument)
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if not isinstance(__obj, Macro) and __obj is not _TemplateNamespace:
+            _note(*args, *kwargs.values())
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+_TRACING_ENVIRONMENT = TracingSandbox()
+
+
+@lru_cache(maxsize=64)
+def compile_traced(source: str) -> jinja2.Template:
+    """The template compiled for tracing (the caller has compiled it once normally, so the text is valid)."""
+    return _TRACING_ENVIRONMENT.from_string(source)
+
+
+class observing:  # noqa: N801 - used as a context manager, named like one
+    """``with observing() as seen:`` records, in ``seen``, the slots of the sentinels a render observes."""
+
+    def __enter__(self) -> set[int]:
+        self.seen: set[int] = set()
+        self.token = _observed.set(self.seen)
+        return self.seen
+
+    def __exit__(self, *exc: object) -> None:
+        _observed.reset(self.token)

@@ -1,0 +1,123 @@
+"""Spliced renders equal the template's own renders: every corpus template, every conversation, texts that templates
+branch on (reasoning tags, padding, JSON, markers' neighbours), one string changed or all of them.
+
+The renderer checks its first uses against a direct render itself and warns on a difference; here that warning is an
+error, and every render is also compared by the test (the renderer stops checking after two uses of a skeleton).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from conversations import conversations
+from corpus import Case, all_templates
+
+from turnkit.errors import TurnkitError
+from turnkit.messages import normalize_conversation, plain_data
+from turnkit.template.render import RenderLimits, render_prepared
+from turnkit.template.splice import SpliceMismatchWarning, SplicingRenderer
+from turnkit.template.taint import SOURCE_TOOLS, DataStr
+from turnkit.template.tools import tool_schemas
+
+TEMPLATES = all_templates()
+LIMITS = RenderLimits()
+
+#: Texts put in place of every string of a conversation (the shape stays: no string becomes empty).
+VARIANTS = [
+    lambda text: text + " (and more)",
+    lambda text: "<think>\nweighing it\n</think>\n\n" + text,
+    lambda text: "  \n" + text + " \t\n",
+    lambda text: '{"city": "Oslo", "n": [1, 2]}',
+    lambda text: "x",
+    lambda text: text.upper() + "\n\nQ: next?",
+]
+
+
+def _tag(value: Any, source: int) -> Any:
+    """Data as the encoder hands it to a render: every non-empty string tagged with where it came from."""
+    if isinstance(value, str):
+        if not value:
+            return value
+        out = DataStr(value)
+        out._spans = ((0, len(value), source),)
+        return out
+    if isinstance(value, dict):
+        return {k: (v if k == "role" else _tag(v, source)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tag(v, source) for v in value]
+    return value
+
+
+def _rewrite(value: Any, change, only: int | None, at: list[int]) -> Any:
+    """``value`` with its strings (not roles, not keys) changed by ``change``; only string number ``only`` if given."""
+    if isinstance(value, str):
+        if not value:
+            return value
+        index = at[0]
+        at[0] += 1
+        return change(value) if only is None or index == only else value
+    if isinstance(value, dict):
+        return {k: (v if k == "role" else _rewrite(v, change, only, at)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rewrite(v, change, only, at) for v in value]
+    return value
+
+
+def _context(messages, tools, add_generation_prompt: bool, variables: dict[str, Any]) -> dict[str, Any]:
+    chat = normalize_conversation(messages)
+    return {
+        "messages": [_tag(m, index) for index, m in enumerate(chat)],
+        "tools": _tag(plain_data(tool_schemas(tools)), SOURCE_TOOLS),
+        "documents": None,
+        "add_generation_prompt": add_generation_prompt,
+        **variables,
+    }
+
+
+def _outcome(render, source: str, context: dict[str, Any], track: bool) -> Any:
+    try:
+        out = render(source, context, limits=LIMITS, track_generation=track)
+    except TurnkitError as exc:
+        return ("raised", type(exc).__name__, str(exc))
+    return (out.text, out.generation_spans, out.data_spans)
+
+
+def _cases(template) -> list[Case]:
+    own = [Case(f"own {c.name}", c.messages, c.tools, c.add_generation_prompt, c.variables) for c in template.own_cases]
+    standard = [Case(name, messages, tools, gen) for name, messages, tools in conversations() for gen in (False, True)]
+    return [*standard, *own]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
+def test_spliced_renders_equal_direct_renders(template):
+    source = template.source
+    track = "generation" in source
+    renderer = SplicingRenderer()
+    compared = spliced = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpliceMismatchWarning)
+        for case in _cases(template):
+            variables = {**template.special_tokens, **case.variables}
+            strings = [0]
+            _rewrite(case.messages, str, None, strings)
+            inputs = [case.messages]
+            inputs += [_rewrite(case.messages, change, None, [0]) for change in VARIANTS]
+            inputs += [_rewrite(case.messages, VARIANTS[1], only, [0]) for only in range(min(strings[0], 6))]
+            for messages in inputs:
+                try:
+                    context = _context(messages, case.tools, case.add_generation_prompt, variables)
+                except TurnkitError:
+                    continue  # refused before any render (both ways)
+                expected = _outcome(render_prepared, source, context, track)
+                got = _outcome(renderer.render, source, context, track)
+                assert got == expected, f"{case.name}: spliced render differs"
+                compared += 1
+    assert renderer.enabled
+    spliced = sum(shape.hits for shape in renderer._shapes.values())
+    assert compared
+    # most templates only output text: their renders must actually be spliced, not all rendered directly
+    if not any(shape.direct for shape in renderer._shapes.values()):
+        assert spliced, "no render was spliced"
