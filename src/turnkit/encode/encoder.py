@@ -57,7 +57,7 @@ class Encoder:
         #: Control tokens that end a turn: the format's declared end markers and EOS, the checkpoint's EOS ids.
         self.stop_texts = stops.texts
         self.check_controls = ControlCheck(binding)
-        self.masks = Masks(History(template), self.stop_texts)
+        self.masks = Masks(History(template, splicing=self.stage.renders.enabled), self.stop_texts)
 
     # -- public ---------------------------------------------------------------------------------------------------
 

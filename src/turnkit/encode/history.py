@@ -13,6 +13,10 @@ what the prefix check reports):
   history fail this: Qwen3 drops the reasoning of a turn once a later user turn follows, and without reasoning it
   writes an empty ``<think>\\n\\n</think>\\n\\n`` before the *last* assistant turn only. Training such turns in the
   full conversation teaches two shapes of reply at once; ``split_turns=True`` trains each in its own context.
+
+These renders are most of an encode's cost for a template without ``{% generation %}`` blocks (one per trained turn
+followed by later messages), so where the job's data needed no marker broken they go through a
+:class:`~turnkit.template.splice.SplicingRenderer` over the job's prepared data, as stage 1's render does.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from turnkit.encode.prefix import TurnCheck, as_generated, compare_turn, serving_prompt
 from turnkit.errors import EncodeError, TemplateError
 from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.splice import SplicingRenderer
 
 if TYPE_CHECKING:
     from turnkit.encode.job import Job
@@ -33,12 +38,27 @@ __all__ = ["History"]
 class History:
     """Renders of a conversation cut short, for one template; the generation-prompt header is cached per set-up."""
 
-    def __init__(self, template: ChatTemplate) -> None:
+    def __init__(self, template: ChatTemplate, *, splicing: bool = True) -> None:
         self.template = template
         self._headers: dict[tuple[str, str], str | None] = {}
+        self.renders = SplicingRenderer(enabled=splicing)
 
     def render(self, job: Job, chat: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
-        """A plain render (no provenance) of ``chat`` with the job's tools, template and variables."""
+        """The render of ``chat`` (the job's first messages) with the job's tools, template and variables (but not its
+        documents), as ``ChatTemplate.render`` gives it."""
+        prepared = job.prepared
+        if not prepared.broken and all(a is b for a, b in zip(chat, job.chat, strict=False)):
+            # Nothing was broken, so the prepared data is the job's data, tagged: splice.
+            context = {
+                "messages": prepared.chat[: len(chat)],
+                "tools": prepared.tools,
+                "documents": None,
+                "add_generation_prompt": add_generation_prompt,
+                **self.template.special_tokens,
+                **prepared.variables,
+            }
+            source = self.template.source(job.template_name, tools=job.tools)
+            return self.renders.render(source, context, limits=self.template.limits, track_generation=False).text
         return self.template.render(
             chat,
             tools=job.tools,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
@@ -26,6 +27,11 @@ from turnkit.tokenizer import TokenizerBinding
 __all__ = ["Job", "Stage", "TrustedDataWarning", "take_train_flags"]
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+@lru_cache(maxsize=64)
+def _has_generation_blocks(source: str) -> bool:
+    return bool(_GENERATION_TAG.search(source))
 
 
 class TrustedDataWarning(UserWarning):
@@ -96,7 +102,7 @@ class Stage:
         docs = plain_data(list(documents)) if documents is not None else None
         variables = plain_data(dict(options.template_kwargs))
         prepared = self.marker.prepare(chat, schemas, docs, variables, neutralize=not options.trust_data)
-        has_blocks = bool(_GENERATION_TAG.search(source))
+        has_blocks = _has_generation_blocks(source)
         if options.masks == "generation" and not has_blocks:
             raise EncodeError("masks='generation' but the template has no {% generation %} blocks")
         use_blocks = has_blocks and options.masks != "turns"

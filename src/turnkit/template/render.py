@@ -38,7 +38,7 @@ from turnkit.template.taint import DataStr, Span
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
 
-__all__ = ["RenderLimits", "Rendered", "render_prepared", "render_template"]
+__all__ = ["RenderLimits", "Rendered", "render_prepared", "render_template", "run_compiled"]
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
@@ -107,9 +107,10 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
     return Rendered("".join(chunks), tuple(state.spans or ()), tuple(data_spans))
 
 
-def _guarded_run(
+def run_compiled(
     template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
 ) -> Rendered:
+    """Run a compiled template on a prepared context, every failure as a :class:`~turnkit.TurnkitError`."""
     try:
         return _run(template, context, limits, track_generation)
     except TurnkitError:
@@ -182,7 +183,7 @@ def render_prepared(
     """Render an already prepared context (``messages``, ``tools``, ``documents``, ``add_generation_prompt`` and the
     variables), normally with provenance: the encoder's entry point."""
     template = compile_template(source, provenance=provenance)
-    return _guarded_run(template, context, limits, track_generation)
+    return run_compiled(template, context, limits, track_generation)
 
 
 def render_template(
@@ -231,7 +232,7 @@ def render_template(
         "add_generation_prompt": add_generation_prompt,
         **kwargs,
     }
-    rendered = _guarded_run(template, context, limits, track_generation)
+    rendered = run_compiled(template, context, limits, track_generation)
     if final is not None:
         return Rendered(_cut_at_continuation(rendered.text, final), rendered.generation_spans)
     return rendered

@@ -18,12 +18,13 @@ in 256; a difference (a turnkit bug) turns splicing off for the renderer with a 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnkit.template.render import Rendered, RenderLimits, _guarded_run, render_prepared
+from turnkit.template.render import Rendered, RenderLimits, render_prepared, run_compiled
 from turnkit.template.taint import DataStr, tainted
 from turnkit.template.tracing import CLOSE, OPEN, SENTINEL, UNTRACEABLE, compile_traced, observing, sentinel
 
@@ -33,8 +34,9 @@ _SLOT = ("\x00slot",)  # where a shape has a string to fill (a tuple: never equa
 _DICT, _LIST, _TUPLE = ("\x00dict",), ("\x00list",), ("\x00tuple",)
 _OWN = frozenset({"messages", "tools"})  # keyed apart: the messages by shape, the tools by identity
 _MAX_SPLICED_CHARS = 1_000_000  # beyond this, render directly (the size limits then apply as in any render)
-_MAX_SHAPES = 4096
-_MAX_SKELETONS_PER_SHAPE = 256
+_MAX_SHAPES = 1024
+_MAX_SKELETONS_PER_SHAPE = 32
+_MAX_STORED_CHARS = 32_000_000  # all skeletons' text together; past it the cache starts again (memory stays bounded)
 _CHECK_EVERY = 256
 
 
@@ -86,6 +88,12 @@ def _fill(value: Any, keep: frozenset[int], at: list[int]) -> Any:
     if kind is tuple:
         return tuple(_fill(v, keep, at) for v in value)
     return value
+
+
+def _evict_oldest(cache: dict[Any, Any]) -> None:
+    """Drop the oldest entry (another thread may be doing the same: losing that race is harmless)."""
+    with contextlib.suppress(StopIteration, RuntimeError):
+        cache.pop(next(iter(cache)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +172,7 @@ class SplicingRenderer:
         self.enabled = enabled
         self._shapes: dict[Any, _Shape] = {}
         self._fills = 0
+        self._stored_chars = 0
 
     def render(self, source: str, context: dict[str, Any], *, limits: RenderLimits, track_generation: bool) -> Rendered:
         """The render of ``context`` (prepared data) through ``source``: spliced where that is proven equal."""
@@ -187,7 +196,7 @@ class SplicingRenderer:
             return None
         if shape is None or shape.tools is not tools:
             if len(self._shapes) >= _MAX_SHAPES:
-                self._shapes.pop(next(iter(self._shapes)))
+                _evict_oldest(self._shapes)
             shape = self._shapes[key] = _Shape(tools)
         if shape.direct or sum(map(len, slots)) > _MAX_SPLICED_CHARS:
             return None
@@ -217,7 +226,11 @@ class SplicingRenderer:
                 shape.direct = True
                 return None
             if len(shape.skeletons) >= _MAX_SKELETONS_PER_SHAPE:
-                shape.skeletons.pop(next(iter(shape.skeletons)))
+                _evict_oldest(shape.skeletons)
+            self._stored_chars += sum(map(len, skeleton.literals))
+            if self._stored_chars > _MAX_STORED_CHARS:
+                self._shapes.clear()  # what is still in use is traced again
+                self._stored_chars = 0
             entry = shape.skeletons[tuple(slots[i] for i in shape.observed)] = [skeleton, 0]
             return self._filled(entry, slots, source, context, limits, track_generation)
 
@@ -231,7 +244,7 @@ class SplicingRenderer:
         try:
             template = compile_traced(source)
             with observing() as seen:
-                rendered = _guarded_run(template, traced, limits, track_generation)
+                rendered = run_compiled(template, traced, limits, track_generation)
         except Exception:  # noqa: BLE001 - any failure: the direct render gives the real result or the real error
             return None
         return seen, rendered
