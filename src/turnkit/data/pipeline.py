@@ -9,10 +9,12 @@ and emit rows. Anything that goes wrong becomes a reject with the record's id an
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -22,7 +24,7 @@ from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
 from turnkit.errors import TurnkitError
 
-__all__ = ["PrepareConfig", "ShardResult", "process_records"]
+__all__ = ["PrepareConfig", "ShardResult", "fewer_collections", "process_records"]
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,26 @@ def _fit(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> tu
 
 
 _BATCH = 128  # conversations per encode_batch call: big enough to pipeline, small enough to redo one by one
+
+
+FEWER_COLLECTIONS = 50_000  # allocations between young-generation collections (Python's default: 700)
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector, run less often while records are prepared.
+
+    A batch allocates millions of short-lived containers (parsed records, message dicts, tagged strings), none of them
+    in reference cycles, while the caches hold hundreds of thousands of long-lived ones; with the default threshold
+    (a young-generation collection every 700 allocations) collecting took a third of the time. Nothing is leaked:
+    collections still run, 70x less often.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], FEWER_COLLECTIONS), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> ShardResult:
