@@ -8,6 +8,7 @@ error, and every render is also compared by the test (the renderer stops checkin
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -121,3 +122,65 @@ def test_spliced_renders_equal_direct_renders(template):
     # most templates only output text: their renders must actually be spliced, not all rendered directly
     if not any(shape.direct for shape in renderer._shapes.values()):
         assert spliced, "no render was spliced"
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _chat(*texts: str) -> list[dict[str, str]]:
+    roles = ["system", "user", "assistant", "user"]
+    return [{"role": roles[n % 4], "content": text} for n, text in enumerate(texts)]
+
+
+def test_one_shape_is_traced_once_and_filled_after():
+    renderer = SplicingRenderer()
+    for n in range(20):
+        context = _context(_chat("Be brief.", f"question {n} " * n + "?", f"answer {n}"), None, False, {})
+        assert renderer.render(CHATML, context, limits=LIMITS, track_generation=False) == render_prepared(
+            CHATML, context, limits=LIMITS
+        )
+    (shape,) = renderer._shapes.values()
+    assert (shape.misses, shape.hits, shape.observed, shape.direct) == (1, 19, (), False)
+
+
+def test_strings_the_template_reads_are_part_of_the_key():
+    source = "{% for m in messages %}{% if m.content.startswith('!') %}LOUD {% endif %}{{ m.content }}|{% endfor %}"
+    renderer = SplicingRenderer()
+    for texts in [("!a", "b"), ("c", "d"), ("!a", "e"), ("c", "!f")]:
+        context = _context(_chat(*texts), None, False, {})
+        spliced = renderer.render(source, context, limits=LIMITS, track_generation=False)
+        assert spliced == render_prepared(source, context, limits=LIMITS)
+    (shape,) = renderer._shapes.values()
+    assert shape.observed == (0, 1)  # both strings are read: every different pair is its own skeleton
+
+
+def test_a_size_limit_the_real_text_would_hit_is_not_spliced_past():
+    source = (
+        "{% set ns = namespace(s='') %}{% for i in range(50) %}{% set ns.s = ns.s ~ messages[0].content %}"
+        "{% endfor %}{{ messages[0].content }}"
+    )
+    limits = RenderLimits(max_output_chars=70_000)
+    renderer = SplicingRenderer()
+    small = _context(_chat("tiny"), None, False, {})
+    assert renderer.render(source, small, limits=limits, track_generation=False).text == "tiny"
+    big = _context(_chat("x" * 2_000), None, False, {})  # 50 copies: 100,000 characters built, over the limit
+    with pytest.raises(TurnkitError, match="70,000"):
+        render_prepared(source, big, limits=limits)
+    with pytest.raises(TurnkitError, match="70,000"):
+        renderer.render(source, big, limits=limits, track_generation=False)
+
+
+def test_a_wrong_skeleton_is_caught_and_splicing_turns_off():
+    renderer = SplicingRenderer()
+    context = _context(_chat("Be brief.", "hi"), None, False, {})
+    renderer.render(CHATML, context, limits=LIMITS, track_generation=False)
+    (shape,) = renderer._shapes.values()
+    entry = next(iter(shape.skeletons.values()))
+    entry[0] = replace(entry[0], literals=("broken", *entry[0].literals[1:]))
+    with pytest.warns(SpliceMismatchWarning):
+        out = renderer.render(CHATML, context, limits=LIMITS, track_generation=False)
+    assert out == render_prepared(CHATML, context, limits=LIMITS)
+    assert not renderer.enabled

@@ -26,7 +26,7 @@ from typing import Any
 
 from turnkit.template.render import Rendered, RenderLimits, render_prepared, run_compiled
 from turnkit.template.taint import DataStr, tainted
-from turnkit.template.tracing import CLOSE, OPEN, SENTINEL, UNTRACEABLE, compile_traced, observing, sentinel
+from turnkit.template.tracing import CLOSE, OPEN, SENTINEL, UNTRACEABLE, Trace, compile_traced, observing, sentinel
 
 __all__ = ["SpliceMismatchWarning", "SplicingRenderer"]
 
@@ -105,9 +105,12 @@ class Skeleton:
     slots: tuple[int, ...]
     generation: tuple[tuple[int, int, int, int], ...]
     data: tuple[tuple[int, int, int, int, int], ...]
+    #: The most sentinels, and other characters, one string built by the render held (see tracing.Trace).
+    copies: int = 0
+    literal: int = 0
 
     @staticmethod
-    def build(rendered: Rendered) -> Skeleton | None:
+    def build(rendered: Rendered, trace: Trace) -> Skeleton | None:
         """The skeleton of a render of sentinels; None when a sentinel was not output whole."""
         parts = SENTINEL.split(rendered.text)
         literals = parts[0::2]
@@ -132,7 +135,8 @@ class Skeleton:
             data = tuple((*where(a), *where(b), source) for a, b, source in rendered.data_spans)
         except ValueError:
             return None
-        return Skeleton(tuple(literals), tuple(int(n) for n in parts[1::2]), generation, data)
+        slots = tuple(int(n) for n in parts[1::2])
+        return Skeleton(tuple(literals), slots, generation, data, trace.copies, trace.literal)
 
     def fill(self, slots: list[str]) -> Rendered:
         literals = self.literals
@@ -210,10 +214,11 @@ class SplicingRenderer:
                 shape.direct = True  # its skeletons are not reused: tracing would only cost
                 return None
             traced = self._trace(source, context, frozenset(shape.observed), limits, track_generation)
-            if traced is None or UNTRACEABLE in traced[0]:
+            if traced is None or UNTRACEABLE in traced[0].seen:
                 shape.direct = True
                 return None
-            seen, rendered = traced
+            trace, rendered = traced
+            seen = trace.seen
             if seen:  # the template reads these strings: key the skeletons by their text, and trace again
                 shape.observed = tuple(sorted(set(shape.observed) | seen))
                 shape.skeletons.clear()
@@ -221,7 +226,7 @@ class SplicingRenderer:
                     shape.direct = True
                     return None
                 continue
-            skeleton = Skeleton.build(rendered)
+            skeleton = Skeleton.build(rendered, trace)
             if skeleton is None:
                 shape.direct = True
                 return None
@@ -237,17 +242,17 @@ class SplicingRenderer:
     @staticmethod
     def _trace(
         source: str, context: dict[str, Any], keep: frozenset[int], limits: RenderLimits, track_generation: bool
-    ) -> tuple[set[int], Rendered] | None:
-        """Render the shape with sentinels for the strings not in ``keep``; what was observed, and the render."""
+    ) -> tuple[Trace, Rendered] | None:
+        """Render the shape with sentinels for the strings not in ``keep``; what it observed, and the render."""
         traced = dict(context)
         traced["messages"] = _fill(context.get("messages"), keep, [0])
         try:
             template = compile_traced(source)
-            with observing() as seen:
+            with observing() as trace:
                 rendered = run_compiled(template, traced, limits, track_generation)
         except Exception:  # noqa: BLE001 - any failure: the direct render gives the real result or the real error
             return None
-        return seen, rendered
+        return trace, rendered
 
     def _filled(
         self,
@@ -258,7 +263,11 @@ class SplicingRenderer:
         limits: RenderLimits,
         track_generation: bool,
     ) -> Rendered | None:
-        out = entry[0].fill(slots)
+        skeleton = entry[0]
+        longest = max(map(len, slots), default=0)
+        if skeleton.literal + skeleton.copies * longest > limits.max_output_chars:
+            return None  # some string of the real render might pass the size limit: the direct render tells
+        out = skeleton.fill(slots)
         if len(out.text) > limits.max_output_chars:
             return None  # the direct render reports the limit as any render does
         entry[1] += 1

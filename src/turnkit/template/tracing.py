@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -47,7 +48,21 @@ SENTINEL = re.compile(f"{OPEN}(\\d+){CLOSE}")
 #: Recorded when a value is too deeply nested to search: the render cannot be reused.
 UNTRACEABLE = -1
 
-_observed: ContextVar[set[int] | None] = ContextVar("turnkit_observed", default=None)
+
+@dataclass
+class Trace:
+    """What a traced render observed, and the most a string it built held: sentinels, and other characters.
+
+    The sizes bound every string the same render builds from real text (``literal + copies * longest text``), which
+    decides whether the real render could have hit a size limit that the render of sentinels did not.
+    """
+
+    seen: set[int] = field(default_factory=set)
+    copies: int = 0
+    literal: int = 0
+
+
+_trace: ContextVar[Trace | None] = ContextVar("turnkit_trace", default=None)
 
 #: Tests that only see a value's type: a sentinel and its text answer them alike.
 _TYPE_TESTS = frozenset(
@@ -91,10 +106,21 @@ def _find(value: Any, found: set[int], depth: int = 0) -> None:
 
 
 def _note(*values: Any) -> None:
-    observed = _observed.get()
-    if observed is not None:
+    trace = _trace.get()
+    if trace is not None:
         for value in values:
-            _find(value, observed)
+            _find(value, trace.seen)
+
+
+def _built(text: Any) -> Any:
+    """Record the size of a string the render built (see :class:`Trace`)."""
+    trace = _trace.get()
+    if trace is not None and isinstance(text, str):
+        copies = text.count(OPEN)
+        sentinels = sum(len(m) for m in SENTINEL.findall(text)) + 2 * copies if copies else 0
+        trace.copies = max(trace.copies, copies)
+        trace.literal = max(trace.literal, len(text) - sentinels)
+    return text
 
 
 def _text_with_sentinel(value: Any) -> bool:
@@ -124,7 +150,7 @@ def _observing_filter(name: str, function: Callable[..., Any]) -> Callable[..., 
             for key, arg in kwargs.items():
                 if key not in verbatim:
                     _note(arg)
-        return function(*args, **kwargs)
+        return _built(function(*args, **kwargs))
 
     wrapped.__name__ = getattr(function, "__name__", name)
     if skip_context:
@@ -208,13 +234,17 @@ class TracingSandbox(ProvenanceSandbox):
     @staticmethod
     def checked_concat(parts: tuple[Any, ...]) -> str:
         _note(*(p for p in parts if not isinstance(p, str)))
-        return ProvenanceSandbox.checked_concat(parts)
+        return _built(ProvenanceSandbox.checked_concat(parts))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def concat(parts: Any) -> str:  # type: ignore[override]  # jinja joins macro and block output with it
+        return _built(ProvenanceSandbox.concat(parts))  # type: ignore[no-any-return]
 
     @staticmethod
     def checked_add(left: Any, right: Any) -> Any:
         if isinstance(left, Markup) or isinstance(right, Markup):
             _note(left, right)  # Markup + text escapes the text ('<' becomes '&lt;')
-        return ProvenanceSandbox.checked_add(left, right)
+        return _built(ProvenanceSandbox.checked_add(left, right))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _note(left, right)
@@ -248,12 +278,12 @@ def compile_traced(source: str) -> jinja2.Template:
 
 
 class observing:  # noqa: N801 - used as a context manager, named like one
-    """``with observing() as seen:`` records, in ``seen``, the slots of the sentinels a render observes."""
+    """``with observing() as trace:`` records in ``trace`` what a render observes and the sizes it built."""
 
-    def __enter__(self) -> set[int]:
-        self.seen: set[int] = set()
-        self.token = _observed.set(self.seen)
-        return self.seen
+    def __enter__(self) -> Trace:
+        self.trace = Trace()
+        self.token = _trace.set(self.trace)
+        return self.trace
 
     def __exit__(self, *exc: object) -> None:
-        _observed.reset(self.token)
+        _trace.reset(self.token)
