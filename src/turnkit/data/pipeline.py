@@ -22,6 +22,7 @@ from typing import Any, Literal
 from turnkit.data.accounting import reason_key, record_id, reject
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
+from turnkit.encode.options import EncodeOptions
 from turnkit.errors import TurnkitError
 
 __all__ = ["PrepareConfig", "ShardResult", "fewer_collections", "process_records"]
@@ -174,8 +175,11 @@ def fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> ShardResult:
+def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spare_core: bool = True) -> ShardResult:
     """Rows and rejects for a run of records. Deterministic: the same records give the same result.
+
+    ``spare_core``: whether a core is free for the tokenizer to work in its own thread while templates render (not
+    where every core already runs a worker: there the thread only adds contention).
 
     Records are converted and scanned one by one, then encoded through ``encode_batch`` in runs of ``_BATCH`` (the
     template renders while the tokenizer works, and repeated system prompts and tool schemas are tokenized once); a
@@ -211,7 +215,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig) -> Shar
         outcomes.append([rid, source, messages, tools])
     todo = [o for o in outcomes if isinstance(o, list)]
     for start in range(0, len(todo), _BATCH):
-        _encode_run(fmt, todo[start : start + _BATCH], config)
+        _encode_run(fmt, todo[start : start + _BATCH], config, spare_core)
     for outcome in outcomes:
         if isinstance(outcome, dict):
             result.rejects.append(outcome)
@@ -243,15 +247,19 @@ def _rejected(rid: str, source: str, exc: Exception) -> dict[str, Any]:
     return reject(rid, source, reason, where)
 
 
-def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig) -> None:
+def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_core: bool) -> None:
     """Encode a run of converted records; appends ``(encodings, truncated)`` or a reject to each."""
+    options = EncodeOptions(
+        turns=config.turns,
+        train_end_marker=config.train_end_marker,
+        split_turns=config.split_turns,
+        attribution=False,  # rows hold ids, labels and masks only
+    )
     try:
-        batch = fmt.encode_batch(
+        batch = fmt.encoder.encode_batch(
             [{"messages": messages, "tools": tools} for _, _, messages, tools in run],
-            turns=config.turns,
-            train_end_marker=config.train_end_marker,
-            split_turns=config.split_turns,
-            attribution=False,  # rows hold ids, labels and masks only
+            options,
+            tokenizer_thread=spare_core,
         )
     except (TurnkitError, ValueError):
         batch = None  # some record of the run fails: encode them one by one to know which

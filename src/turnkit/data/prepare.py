@@ -108,9 +108,11 @@ def _write_shard(folder: Path, index: int, table: Any, summary: dict[str, Any]) 
     write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
 
 
-def run_shard(index: int, records: list[RawRecord], config: PrepareConfig, folder: str) -> dict[str, Any]:
+def run_shard(
+    index: int, records: list[RawRecord], config: PrepareConfig, folder: str, spare_core: bool = True
+) -> dict[str, Any]:
     """Process one shard and write it (Parquet, then its done-file). Returns the shard's summary."""
-    result = process_records(records, config)
+    result = process_records(records, config, spare_core=spare_core)
     summary = _summary(index, config, result)
     _write_shard(Path(folder), index, _table(result.rows), summary)
     return summary
@@ -168,6 +170,7 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
         # load the format and its tokenizer paths once, before the workers fork: they start with them loaded
         _format(config.model).tokenizer.data  # noqa: B018 - a cached property, built here
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
+    spare_core = workers < (os.cpu_count() or 1)  # else the tokenizer thread of each worker only adds contention
     try:
         for index, records in enumerate(_shards(inputs, size)):
             summary = _done(folder, index, fingerprint)
@@ -175,9 +178,9 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
                 progress.update(summary)
                 continue
             if pool is None:
-                progress.update(run_shard(index, records, config, str(folder)))
+                progress.update(run_shard(index, records, config, str(folder), spare_core))
                 continue
-            pending.add(pool.submit(run_shard, index, records, config, str(folder)))
+            pending.add(pool.submit(run_shard, index, records, config, str(folder), spare_core))
             while len(pending) >= 2 * workers:  # bounded: the input streams, memory stays flat
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -200,7 +203,7 @@ class _ShardWorker:
     def run(self, index: int, records: list[RawRecord]) -> tuple[int, Any, dict[str, Any]]:
         import ray
 
-        result = process_records(records, self.config)
+        result = process_records(records, self.config, spare_core=False)  # the actor reserved one CPU
         summary = _summary(index, self.config, result)
         summary["ray_node"] = ray.get_runtime_context().get_node_id()  # where it ran (not in the manifest's totals)
         return index, _table(result.rows), summary

@@ -80,6 +80,7 @@ class Encoder:
         options: EncodeOptions,
         *,
         chunk_size: int = 16,
+        tokenizer_thread: bool = True,
     ) -> list[Encoding] | list[list[Encoding]]:
         """Encode many conversations: templates render here, tokenization runs in the tokenizer's threads.
 
@@ -88,6 +89,7 @@ class Encoder:
         each piece is tokenized once and kept in a cache, so system prompts and tool schemas that repeat across a
         dataset are tokenized once. (For tokenizers where cutting could change the result, whole texts are
         tokenized instead.) With ``options.split_turns`` each conversation gives a list, as :meth:`encode` does.
+        ``tokenizer_thread=False`` tokenizes in this thread (where every core is busy already).
         """
         items: list[tuple[Any, EncodeOptions]] = []
         for item in conversations:
@@ -123,6 +125,13 @@ class Encoder:
                 assembled = self.segment_cache.assemble(self.binding, job.text, job.controls, cut)
                 out.append(self.finish(job, assembled.ids, assembled.char_to_token))
 
+        if not tokenizer_thread:
+            for chunk in chunks:
+                jobs = render(chunk)
+                cuts = [segments(job.text, job.controls) for job in jobs]
+                self.segment_cache.fill([piece for cut in cuts for _, piece in cut], self.binding.data)
+                finish(jobs, cuts)
+            return out
         pending: tuple[list[Job], list[list[tuple[int, str]]]] | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnkit-tokenize") as pool:
             for chunk in chunks:
