@@ -184,3 +184,17 @@ def test_a_wrong_skeleton_is_caught_and_splicing_turns_off():
         out = renderer.render(CHATML, context, limits=LIMITS, track_generation=False)
     assert out == render_prepared(CHATML, context, limits=LIMITS)
     assert not renderer.enabled
+
+
+def test_trimmed_text_is_spliced_and_whitespace_only_text_is_rendered_directly():
+    source = (
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content | trim }}{% if m.content.rstrip() %}.{% endif %}"
+        "<|end|>{% endfor %}"
+    )
+    renderer = SplicingRenderer()
+    for texts in [("  Be brief. ", "hi\n"), ("x", "\n\n  long question \t"), ("Be brief.", "   ")]:
+        context = _context(_chat(*texts), None, False, {})
+        spliced = renderer.render(source, context, limits=LIMITS, track_generation=False)
+        assert spliced == render_prepared(source, context, limits=LIMITS)
+    (shape,) = renderer._shapes.values()
+    assert shape.observed == () and shape.hits == 2  # the third: "   " trims to "", rendered directly

@@ -26,7 +26,17 @@ from typing import Any
 
 from turnkit.template.render import Rendered, RenderLimits, render_prepared, run_compiled
 from turnkit.template.taint import DataStr, tainted
-from turnkit.template.tracing import CLOSE, OPEN, SENTINEL, UNTRACEABLE, Trace, compile_traced, observing, sentinel
+from turnkit.template.tracing import (
+    CLOSE,
+    OPEN,
+    SENTINEL,
+    TRANSFORMS,
+    UNTRACEABLE,
+    Trace,
+    compile_traced,
+    observing,
+    sentinel,
+)
 
 __all__ = ["SpliceMismatchWarning", "SplicingRenderer"]
 
@@ -103,17 +113,20 @@ class Skeleton:
 
     literals: tuple[str, ...]
     slots: tuple[int, ...]
+    kinds: tuple[str, ...]  # the transform of each hole ("" for none; see tracing.TRANSFORMS)
     generation: tuple[tuple[int, int, int, int], ...]
     data: tuple[tuple[int, int, int, int, int], ...]
     #: The most sentinels, and other characters, one string built by the render held (see tracing.Trace).
     copies: int = 0
     literal: int = 0
+    #: (slot, transform) pairs the render made: the transformed text must be non-empty, as a sentinel's is
+    nonempty: tuple[tuple[int, str], ...] = ()
 
     @staticmethod
     def build(rendered: Rendered, trace: Trace) -> Skeleton | None:
         """The skeleton of a render of sentinels; None when a sentinel was not output whole."""
-        parts = SENTINEL.split(rendered.text)
-        literals = parts[0::2]
+        parts = SENTINEL.split(rendered.text)  # literal, slot, transform, literal, slot, transform, ..., literal
+        literals = parts[0::3]
         if any(OPEN in lit or CLOSE in lit for lit in literals):
             return None
         starts, ends, pos = [], [], 0
@@ -121,8 +134,8 @@ class Skeleton:
             starts.append(pos)
             pos += len(lit)
             ends.append(pos)
-            if n < len(parts) // 2:
-                pos += len(parts[2 * n + 1]) + 2
+            if n < len(literals) - 1:
+                pos += len(parts[3 * n + 1]) + len(parts[3 * n + 2]) + 2
 
         def where(offset: int) -> tuple[int, int]:
             index = bisect_right(starts, offset) - 1
@@ -135,16 +148,26 @@ class Skeleton:
             data = tuple((*where(a), *where(b), source) for a, b, source in rendered.data_spans)
         except ValueError:
             return None
-        slots = tuple(int(n) for n in parts[1::2])
-        return Skeleton(tuple(literals), slots, generation, data, trace.copies, trace.literal)
+        slots = tuple(int(n) for n in parts[1::3])
+        nonempty = tuple(sorted(trace.transformed))
+        return Skeleton(
+            tuple(literals), slots, tuple(parts[2::3]), generation, data, trace.copies, trace.literal, nonempty
+        )
 
-    def fill(self, slots: list[str]) -> Rendered:
+    def fill(self, slots: list[str]) -> Rendered | None:
+        """The render of these texts; None where a transformed text is empty (the template may branch on that)."""
+        for slot, kind in self.nonempty:
+            if not TRANSFORMS[kind](slots[slot]):
+                return None
         literals = self.literals
+        kinds = self.kinds
         pieces = [literals[0]]
         starts = [0]
         pos = len(literals[0])
         for n, slot in enumerate(self.slots):
             text = slots[slot]
+            if kinds[n]:
+                text = TRANSFORMS[kinds[n]](text)
             pieces.append(text)
             pos += len(text)
             starts.append(pos)
@@ -268,7 +291,7 @@ class SplicingRenderer:
         if skeleton.literal + skeleton.copies * longest > limits.max_output_chars:
             return None  # some string of the real render might pass the size limit: the direct render tells
         out = skeleton.fill(slots)
-        if len(out.text) > limits.max_output_chars:
+        if out is None or len(out.text) > limits.max_output_chars:
             return None  # the direct render reports the limit as any render does
         entry[1] += 1
         self._fills += 1

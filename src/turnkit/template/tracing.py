@@ -40,11 +40,18 @@ from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
 
 from turnkit.template.sandbox import ProvenanceSandbox, _TemplateNamespace
+from turnkit.template.taint import DataStr, tainted
 
-__all__ = ["CLOSE", "OPEN", "SENTINEL", "UNTRACEABLE", "compile_traced", "observing", "sentinel"]
+__all__ = ["CLOSE", "OPEN", "SENTINEL", "TRANSFORMS", "UNTRACEABLE", "Trace", "compile_traced", "observing", "sentinel"]
 
 OPEN, CLOSE = "\ufffe", "\uffff"
-SENTINEL = re.compile(f"{OPEN}(\\d+){CLOSE}")
+SENTINEL = re.compile(f"{OPEN}(\\d+)([slr]?){CLOSE}")  # a slot, and the transform applied to it (see TRANSFORMS)
+_PLAIN_SENTINEL = re.compile(f"{OPEN}(\\d+){CLOSE}")
+#: Transforms a skeleton's hole may apply to its text: ``strip()``, ``lstrip()``, ``rstrip()`` without arguments (and
+#: the ``trim`` filter). Templates trim message text all the time (Llama 3: ``message['content'] | trim``); the output
+#: then depends on the text only through the trimmed text, which the hole computes.
+TRANSFORMS: dict[str, Callable[[str], str]] = {"s": str.strip, "l": str.lstrip, "r": str.rstrip}
+_TRANSFORM_OF_METHOD = {"strip": "s", "lstrip": "l", "rstrip": "r"}
 #: Recorded when a value is too deeply nested to search: the render cannot be reused.
 UNTRACEABLE = -1
 
@@ -60,6 +67,8 @@ class Trace:
     seen: set[int] = field(default_factory=set)
     copies: int = 0
     literal: int = 0
+    #: (slot, transform) of every transformed sentinel made: the transformed real text must not be empty either
+    transformed: set[tuple[int, str]] = field(default_factory=set)
 
 
 _trace: ContextVar[Trace | None] = ContextVar("turnkit_trace", default=None)
@@ -88,7 +97,7 @@ def _find(value: Any, found: set[int], depth: int = 0) -> None:
     """Add the slot of every sentinel inside ``value`` (strings, and strings in lists, tuples and dicts)."""
     if isinstance(value, str):
         if OPEN in value:
-            found.update(int(n) for n in SENTINEL.findall(value))
+            found.update(int(n) for n, _ in SENTINEL.findall(value))
         return
     if depth > 12:
         if isinstance(value, list | tuple | dict):
@@ -117,7 +126,7 @@ def _built(text: Any) -> Any:
     trace = _trace.get()
     if trace is not None and isinstance(text, str):
         copies = text.count(OPEN)
-        sentinels = sum(len(m) for m in SENTINEL.findall(text)) + 2 * copies if copies else 0
+        sentinels = sum(len(n) + len(t) + 2 for n, t in SENTINEL.findall(text)) if copies else 0
         trace.copies = max(trace.copies, copies)
         trace.literal = max(trace.literal, len(text) - sentinels)
     return text
@@ -127,12 +136,26 @@ def _text_with_sentinel(value: Any) -> bool:
     return isinstance(value, str) and OPEN in value
 
 
+def _transformed(value: Any, kind: str) -> Any:
+    """A whole, untransformed sentinel with ``kind`` applied (see TRANSFORMS); None for anything else."""
+    trace = _trace.get()
+    match = _PLAIN_SENTINEL.fullmatch(value) if type(value) is DataStr else None
+    if trace is None or match is None:
+        return None
+    trace.transformed.add((int(match.group(1)), kind))
+    return tainted(f"{OPEN}{match.group(1)}{kind}{CLOSE}", ((0, len(value) + 1, value._spans[0][2]),))
+
+
 def _observing_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     skip_context = 1 if hasattr(function, "jinja_pass_arg") else 0
     verbatim = _STRUCTURAL_FILTERS.get(name)
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         args_only = args[skip_context:]
+        if name == "trim" and len(args_only) == 1 and not kwargs:
+            trimmed = _transformed(args_only[0], "s")
+            if trimmed is not None:
+                return trimmed
         if verbatim is None:
             _note(*args_only, *kwargs.values())
         else:
@@ -184,7 +207,9 @@ class _MarkReads(NodeTransformer):
         self.generic_visit(node)
         node.expr = _seen(node.expr)
         for operand in node.ops:
-            operand.expr = _seen(operand.expr)
+            # `key in mapping` reads the mapping's keys only (keys are part of a shape's key, never a slot)
+            how = "tk_container" if operand.op in ("in", "notin") else "tk_seen"
+            operand.expr = _seen(operand.expr, how)
         return node
 
     def visit_Pair(self, node: nodes.Pair) -> nodes.Node:  # noqa: N802
@@ -209,6 +234,7 @@ class TracingSandbox(ProvenanceSandbox):
             self.tests[name] = _observing_test(name, function)
         self.filters["tk_seen"] = self.tk_seen
         self.filters["tk_iterated"] = self.tk_iterated
+        self.filters["tk_container"] = self.tk_container
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
@@ -217,6 +243,12 @@ class TracingSandbox(ProvenanceSandbox):
     @staticmethod
     def tk_seen(value: Any) -> Any:
         _note(value)
+        return value
+
+    @staticmethod
+    def tk_container(value: Any) -> Any:
+        if not isinstance(value, dict):
+            _note(value)  # a substring search, or a comparison with each item
         return value
 
     @staticmethod
@@ -252,7 +284,19 @@ class TracingSandbox(ProvenanceSandbox):
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if _text_with_sentinel(obj):
+            kind = _TRANSFORM_OF_METHOD.get(attribute)
+            method = super().getattr(obj, attribute)
+            if kind is not None and _PLAIN_SENTINEL.fullmatch(obj):
+
+                def transform(*args: Any, **kwargs: Any) -> Any:
+                    if not args and not kwargs:
+                        return _transformed(obj, kind)
+                    _note(obj)  # strip(chars): the result depends on the text
+                    return method(*args, **kwargs)
+
+                return transform
             _note(obj)
+            return method
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
