@@ -198,3 +198,28 @@ def test_trimmed_text_is_spliced_and_whitespace_only_text_is_rendered_directly()
         assert spliced == render_prepared(source, context, limits=LIMITS)
     (shape,) = renderer._shapes.values()
     assert shape.observed == () and shape.hits == 2  # the third: "   " trims to "", rendered directly
+
+
+def test_a_render_that_writes_the_date_is_reused_only_while_the_date_holds(monkeypatch):
+    import turnkit.template.splice as splice
+
+    source = "Today: {{ strftime_now('%Y-%m-%d') }}\n{% for m in messages %}{{ m.content }}\n{% endfor %}"
+    renderer = SplicingRenderer()
+    context = _context(_chat("a", "b"), None, False, {})
+    first = renderer.render(source, context, limits=LIMITS, track_generation=False)
+    (shape,) = renderer._shapes.values()
+    (entry,) = shape.skeletons.values()
+    assert entry[0].clock and entry[0].current()
+
+    class Tomorrow:
+        @staticmethod
+        def now():
+            from datetime import datetime, timedelta
+
+            return datetime.now() + timedelta(days=1)
+
+    monkeypatch.setattr(splice, "datetime", Tomorrow)
+    assert not entry[0].current()
+    renderer.render(source, context, limits=LIMITS, track_generation=False)
+    assert shape.misses == 2  # traced again
+    assert first.text.startswith("Today: ")

@@ -22,6 +22,7 @@ import contextlib
 import warnings
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from turnkit.template.render import Rendered, RenderLimits, render_prepared, run_compiled
@@ -121,6 +122,8 @@ class Skeleton:
     literal: int = 0
     #: (slot, transform) pairs the render made: the transformed text must be non-empty, as a sentinel's is
     nonempty: tuple[tuple[int, str], ...] = ()
+    #: (format, text) of the dates the render wrote (``strftime_now``): reused while the clock gives the same text
+    clock: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def build(rendered: Rendered, trace: Trace) -> Skeleton | None:
@@ -150,9 +153,13 @@ class Skeleton:
             return None
         slots = tuple(int(n) for n in parts[1::3])
         nonempty = tuple(sorted(trace.transformed))
-        return Skeleton(
-            tuple(literals), slots, tuple(parts[2::3]), generation, data, trace.copies, trace.literal, nonempty
-        )
+        clock = tuple(sorted(trace.clock))
+        kinds = tuple(parts[2::3])
+        return Skeleton(tuple(literals), slots, kinds, generation, data, trace.copies, trace.literal, nonempty, clock)
+
+    def current(self) -> bool:
+        """Whether the dates the render wrote (``strftime_now``) are still what the clock gives."""
+        return all(datetime.now().strftime(fmt) == text for fmt, text in self.clock)
 
     def fill(self, slots: list[str]) -> Rendered | None:
         """The render of these texts; None where a transformed text is empty (the template may branch on that)."""
@@ -228,7 +235,11 @@ class SplicingRenderer:
         if shape.direct or sum(map(len, slots)) > _MAX_SPLICED_CHARS:
             return None
         while True:
-            entry = shape.skeletons.get(tuple(slots[i] for i in shape.observed))
+            texts = tuple(slots[i] for i in shape.observed)
+            entry = shape.skeletons.get(texts)
+            if entry is not None and entry[0].clock and not entry[0].current():
+                shape.skeletons.pop(texts, None)  # the date changed since it was traced: trace again
+                entry = None
             if entry is not None:
                 shape.hits += 1
                 return self._filled(entry, slots, source, context, limits, track_generation)

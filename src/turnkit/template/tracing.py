@@ -20,7 +20,8 @@ string built from one) is recognised wherever it goes. The observations are reco
   and ``str()`` of a container (its ``repr``) in output or ``~``.
 
 What is left is output, concatenation, truthiness (a sentinel and the string it stands for are both non-empty) and
-type tests, which cannot tell a sentinel from the text it stands for. A render that raises is never reused.
+type tests, which cannot tell a sentinel from the text it stands for. A render that raises is never reused; one that
+called ``strftime_now`` records the dates it wrote, and is reused only while the clock gives the same.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
 
-from turnkit.template.sandbox import ProvenanceSandbox, _TemplateNamespace
+from turnkit.template.sandbox import ProvenanceSandbox, _strftime_now, _TemplateNamespace
 from turnkit.template.taint import DataStr, tainted
 
 __all__ = ["CLOSE", "OPEN", "SENTINEL", "TRANSFORMS", "UNTRACEABLE", "Trace", "compile_traced", "observing", "sentinel"]
@@ -69,6 +70,8 @@ class Trace:
     literal: int = 0
     #: (slot, transform) of every transformed sentinel made: the transformed real text must not be empty either
     transformed: set[tuple[int, str]] = field(default_factory=set)
+    #: (format, result) of every ``strftime_now`` call: the render holds the date, valid while the clock agrees
+    clock: set[tuple[str, str]] = field(default_factory=set)
 
 
 _trace: ContextVar[Trace | None] = ContextVar("turnkit_trace", default=None)
@@ -223,6 +226,15 @@ class _MarkReads(NodeTransformer):
         return node
 
 
+def _traced_strftime_now(fmt: Any) -> str:
+    _note(fmt)
+    result = _strftime_now(fmt)
+    trace = _trace.get()
+    if trace is not None:
+        trace.clock.add((fmt, result))
+    return result
+
+
 class TracingSandbox(ProvenanceSandbox):
     """The provenance sandbox (same text, same spans), recording which sentinels the template observed."""
 
@@ -232,6 +244,7 @@ class TracingSandbox(ProvenanceSandbox):
             self.filters[name] = _observing_filter(name, function)
         for name, function in list(self.tests.items()):
             self.tests[name] = _observing_test(name, function)
+        self.globals["strftime_now"] = _traced_strftime_now
         self.filters["tk_seen"] = self.tk_seen
         self.filters["tk_iterated"] = self.tk_iterated
         self.filters["tk_container"] = self.tk_container
