@@ -201,7 +201,7 @@ def _print_cpu(name: str, r: dict) -> None:
     print(f"    CPU during {name} ({wall:.1f} s of load, {total / wall:.2f} cores busy in all):")
     for role, seconds in parts:
         per_token = 1000 * seconds / max(1, r["tokens"])
-        print(f"      {role[:32]:<32} {seconds:>6.1f} s  {seconds / wall:>5.2f} cores  {per_token:>5.1f} ms/token")
+        print(f"      {role[:44]:<44} {seconds:>6.1f} s  {seconds / wall:>5.2f} cores  {per_token:>5.1f} ms/token")
 
 
 def main() -> None:

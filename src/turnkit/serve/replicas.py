@@ -173,7 +173,7 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
                 "port": options.port,
                 "request_timeout_s": options.request_timeout_s,
             },
-            controller_options={"runtime_env": {"env_vars": _ROUTING_ENV}},
+            controller_options={"runtime_env": {"env_vars": _serve_env()}},
         )
         url = _proxy_url(serve, options)
         app = _deployment(options).bind(factory, options.threads)
@@ -230,6 +230,11 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
             "start a local Ray instance" if options.address is None else f"join the Ray cluster at {options.address}"
         )
         raise ClusterError(f"could not {where}: {exc}") from exc
+
+
+def _serve_env() -> dict[str, str]:
+    """The controller's (and so the proxy's) settings: turnkit's routing choices, unless set in the environment."""
+    return {name: os.environ.get(name, value) for name, value in _ROUTING_ENV.items()}
 
 
 def _runtime_env(threads: int) -> dict[str, Any]:
