@@ -48,6 +48,16 @@ AppFactory = Callable[[], Any]
 # generation lasts seconds and a probe a millisecond: the proxy asks both candidates every time and takes the less busy.
 _ROUTING_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0", "RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0"}
 
+# What Serve costs per token and per second, cut where nothing turnkit promises depends on it (measured with
+# benchmarks/serve_ray.py --cpu on 2 cores). The proxy streams from the replicas over gRPC rather than Ray's streaming
+# generator (a quarter less proxy CPU per streamed chunk); the controller's reconcile loop runs twice a second, not
+# ten times (it polled at 0.03 cores while idle; a dead replica is still noticed at once, its replacement starts
+# at most 0.5 s later). Each one can be set back in the environment.
+_COST_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+
+# Ray's metrics, off in a local instance turnkit starts (no dashboard there) unless this is "1"
+_METRICS = "RAY_enable_metrics_collection"
+
 # what a replica's environment carries over from the command line's, when set
 _PASSED_ENV = ("TURNKIT_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -219,6 +229,8 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
                 address="local",
                 num_cpus=cpus,
                 include_dashboard=False,
+                # no dashboard reads them: Ray's metrics cost 0.03 cores of 2 idle ones (1 in _METRICS keeps them)
+                _system_config={"enable_metrics_collection": os.environ.get(_METRICS) == "1"},
                 configure_logging=False,
                 log_to_driver=False,
                 runtime_env=runtime_env,
@@ -233,8 +245,8 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
 
 
 def _serve_env() -> dict[str, str]:
-    """The controller's (and so the proxy's) settings: turnkit's routing choices, unless set in the environment."""
-    return {name: os.environ.get(name, value) for name, value in _ROUTING_ENV.items()}
+    """The controller's (and so the proxy's) settings: turnkit's choices, unless set in the environment."""
+    return {name: os.environ.get(name, value) for name, value in {**_ROUTING_ENV, **_COST_ENV}.items()}
 
 
 def _runtime_env(threads: int) -> dict[str, Any]:
