@@ -18,7 +18,9 @@ average is printed with each measurement: on a machine shared with other work th
 spare cores. CPU ms per token (the servers' whole process trees, Ray's processes included) does not depend on spare
 cores: it prices Ray's share. ``--cpu`` prints, for each configuration, where the CPU went during the measured load
 (each replica, Ray Serve's proxy, Ray's other processes, the load generator, the rest of the machine), from /proc tick
-counts before and after. Prints a JSON line at the end for records.
+counts before and after. The CPU ceiling (tokens/s with every core to the servers and the load generator, from their
+CPU per token) is printed too: on a shared machine it moves much less than tokens/s. Prints a JSON line at the end for
+records.
 """
 
 from __future__ import annotations
@@ -246,6 +248,19 @@ def main() -> None:
             if args.cpu:
                 _print_cpu(name, r)
     rate = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
+    # What each configuration would do with every core to itself (the servers' and the load generator's CPU per token
+    # only): a figure the other work on a shared machine barely moves, unlike tokens/s. One replica or one plain
+    # server cannot use it (one engine thread is about one core): their measured rate is their figure.
+    cores = os.cpu_count() or 1
+    ceiling = {
+        name: statistics.median(
+            1000
+            * cores
+            / (r["cpu_ms_per_token"] + 1000 * r["cpu_s_by_role"]["load generator (this process)"] / r["tokens"])
+            for r in rs
+        )
+        for name, rs in runs.items()
+    }
     ratio = rate["ray, 2 replicas"] / rate["ray, 1 replica"]
     print(f"\nmedians over {args.rounds} rounds:")
     print(f"  2 replicas / 1 replica = {ratio:.2f} (target >= 1.6)")
@@ -257,7 +272,18 @@ def main() -> None:
             print(f"  bound: 2 plain servers / 1 plain server = {bound / plain:.2f} (what any replica scheme could do)")
             print(f"  2 replicas / the bound = {rate['ray, 2 replicas'] / bound:.2f}")
             print(f"  2 replicas / 1 plain server = {rate['ray, 2 replicas'] / plain:.2f}")
-    print(json.dumps({"runs": runs, "median_tokens_per_s": rate, "ratio_2_over_1": ratio}))
+    print(f"  CPU ceiling (all {cores} cores to the servers and the load generator, from CPU ms per token):")
+    for name, value in ceiling.items():
+        print(f"    {name:<18} {value:>6.0f} tokens/s")
+    print(
+        f"  2 replicas' ceiling / 1 replica measured = {ceiling['ray, 2 replicas'] / rate['ray, 1 replica']:.2f} "
+        "(an estimate for an otherwise idle machine, not a measurement)"
+    )
+    if "2 plain, 8+8" in ceiling:
+        print(
+            f"  2 replicas' ceiling / the bound's ceiling = {ceiling['ray, 2 replicas'] / ceiling['2 plain, 8+8']:.2f}"
+        )
+    print(json.dumps({"runs": runs, "median_tokens_per_s": rate, "ratio_2_over_1": ratio, "cpu_ceiling": ceiling}))
 
 
 if __name__ == "__main__":
