@@ -13,14 +13,14 @@ it):
 * ``ray, 1 replica`` and ``ray, 2 replicas``: ``turnkit serve --ray --replicas N``.
 
 The load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, one asyncio load
-generator in this process, on the same cores as the servers). Target: 2 replicas at least 1.6x one replica. The load
-average is printed with each measurement: on a machine shared with other work the figures are only as good as the
-spare cores. CPU ms per token (the servers' whole process trees, Ray's processes included) does not depend on spare
-cores: it prices Ray's share. ``--cpu`` prints, for each configuration, where the CPU went during the measured load
-(each replica, Ray Serve's proxy, Ray's other processes, the load generator, the rest of the machine), from /proc tick
-counts before and after. The CPU ceiling (tokens/s with every core to the servers and the load generator, from their
-CPU per token) is printed too: on a shared machine it moves much less than tokens/s. Prints a JSON line at the end for
-records.
+generator in this process, on the same cores as the servers). Target: 2 replicas at least 1.6x one replica. With each
+measurement: the load average, and "others", the cores that work outside this benchmark took during the measured load
+(from /proc/stat): on a machine shared with other work, tokens/s is only as good as the spare cores, and a figure is
+clean when "others" is near 0. CPU ms per token (the servers' whole process trees, Ray's processes included) depends
+much less on spare cores: it prices Ray's share. ``--cpu`` prints, for each configuration, where the CPU went during
+the measured load (each replica, Ray Serve's proxy, Ray's other processes, the load generator, the rest of the
+machine), from /proc tick counts before and after. The CPU ceiling (tokens/s with every core to the servers and the
+load generator, from their CPU per token) is printed too. Prints a JSON line at the end for records.
 """
 
 from __future__ import annotations
@@ -231,8 +231,8 @@ def main() -> None:
         f"{args.clients} streaming clients x {args.requests} requests, {args.max_tokens} max tokens, greedy; "
         f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f} at the start\n"
     )
-    header = ("server", "tokens/s", "p50 TTFT ms", "max TTFT ms", "errors", "ready s", "load", "CPU ms/token")
-    print("{:<18} {:>9} {:>12} {:>12} {:>7} {:>8} {:>5} {:>13}".format(*header))
+    header = ("server", "tokens/s", "p50 TTFT ms", "max TTFT ms", "errors", "ready s", "load", "others", "CPU ms/token")
+    print("{:<18} {:>9} {:>12} {:>12} {:>7} {:>8} {:>5} {:>6} {:>13}".format(*header))
     for round_ in range(args.rounds):
         order = list(configs) if round_ % 2 == 0 else list(reversed(configs))  # drift in load falls on both sides
         for name in order:
@@ -240,9 +240,11 @@ def main() -> None:
             r = _measure(extra, servers, args.clients, args.requests, args.max_tokens)
             r["load"] = os.getloadavg()[0]
             runs[name].append(r)
+            others = r["cpu_s_by_role"]["rest of the machine"] / r["wall_s"]  # cores other work took meanwhile
             print(
                 f"{name:<18} {r['tokens_per_s']:>9.1f} {r['ttft_p50_ms']:>12.0f} {r['ttft_max_ms']:>12.0f} "
-                f"{r['errors']:>7} {r['ready_s']:>8.0f} {r['load']:>5.1f} {r['cpu_ms_per_token']:>13.1f}",
+                f"{r['errors']:>7} {r['ready_s']:>8.0f} {r['load']:>5.1f} {others:>6.2f} "
+                f"{r['cpu_ms_per_token']:>13.1f}",
                 flush=True,
             )
             if args.cpu:

@@ -18,6 +18,8 @@ What Ray Serve gives, and how it is set:
   ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
   replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
   ``Retry-After``.
+* **What Serve costs** (see ``_COST_ENV``): the proxy streams from the replicas over gRPC, the controller reconciles
+  twice a second, and a private local instance records no metrics; ``benchmarks/serve_ray.py --cpu`` prices each part.
 * **Dead replicas.** Ray Serve's controller replaces a replica whose process dies; the requests it was answering end
   with an error from the proxy (a 500 before the response started, a cut stream after), never a hang.
 * **Shutting down stops what it started and nothing else**: a local Ray instance it started is stopped; on a cluster
