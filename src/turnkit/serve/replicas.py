@@ -18,6 +18,8 @@ What Ray Serve gives, and how it is set:
   ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
   replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
   ``Retry-After``.
+* **What Serve costs** (see ``_COST_ENV``): the proxy streams from the replicas over gRPC, the controller reconciles
+  twice a second, and a private local instance records no metrics; ``benchmarks/serve_ray.py --cpu`` prices each part.
 * **Dead replicas.** Ray Serve's controller replaces a replica whose process dies; the requests it was answering end
   with an error from the proxy (a 500 before the response started, a cut stream after), never a hang.
 * **Shutting down stops what it started and nothing else**: a local Ray instance it started is stopped; on a cluster
@@ -47,6 +49,16 @@ AppFactory = Callable[[], Any]
 # by cached queue lengths, so a burst after a quiet spell all lands on the one replica whose entry is fresh. A
 # generation lasts seconds and a probe a millisecond: the proxy asks both candidates every time and takes the less busy.
 _ROUTING_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0", "RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0"}
+
+# What Serve costs per token and per second, cut where nothing turnkit promises depends on it (measured with
+# benchmarks/serve_ray.py --cpu on 2 cores). The proxy streams from the replicas over gRPC rather than Ray's streaming
+# generator (a quarter less proxy CPU per streamed chunk); the controller's reconcile loop runs twice a second, not
+# ten times (it polled at 0.03 cores while idle; a dead replica is still noticed at once, its replacement starts
+# at most 0.5 s later). Each one can be set back in the environment.
+_COST_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+
+# Ray's metrics, off in a local instance turnkit starts (no dashboard there) unless this is "1"
+_METRICS = "RAY_enable_metrics_collection"
 
 # what a replica's environment carries over from the command line's, when set
 _PASSED_ENV = ("TURNKIT_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -173,7 +185,7 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
                 "port": options.port,
                 "request_timeout_s": options.request_timeout_s,
             },
-            controller_options={"runtime_env": {"env_vars": _ROUTING_ENV}},
+            controller_options={"runtime_env": {"env_vars": _serve_env()}},
         )
         url = _proxy_url(serve, options)
         app = _deployment(options).bind(factory, options.threads)
@@ -219,6 +231,8 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
                 address="local",
                 num_cpus=cpus,
                 include_dashboard=False,
+                # no dashboard reads them: Ray's metrics cost 0.03 cores of 2 idle ones (1 in _METRICS keeps them)
+                _system_config={"enable_metrics_collection": os.environ.get(_METRICS) == "1"},
                 configure_logging=False,
                 log_to_driver=False,
                 runtime_env=runtime_env,
@@ -230,6 +244,11 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
             "start a local Ray instance" if options.address is None else f"join the Ray cluster at {options.address}"
         )
         raise ClusterError(f"could not {where}: {exc}") from exc
+
+
+def _serve_env() -> dict[str, str]:
+    """The controller's (and so the proxy's) settings: turnkit's choices, unless set in the environment."""
+    return {name: os.environ.get(name, value) for name, value in {**_ROUTING_ENV, **_COST_ENV}.items()}
 
 
 def _runtime_env(threads: int) -> dict[str, Any]:
