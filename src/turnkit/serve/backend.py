@@ -12,6 +12,8 @@ reliably. The real engines are :class:`turnkit.serve.llama_backend.LlamaCppBacke
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +24,13 @@ __all__ = [
     "BackendBusyError",
     "Generation",
     "GenerationRequest",
+    "Inbox",
     "ReplayBackend",
     "TokenEvent",
 ]
+
+
+log = logging.getLogger("turnkit.serve")
 
 
 class BackendBusyError(Exception):
@@ -106,6 +112,68 @@ class Generation:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+
+class Inbox:
+    """Requests on their way from the server's event loop to an engine's own thread, and how many are waiting.
+
+    Both engines (llama.cpp, torch) take requests the same way: :meth:`submit` refuses one past the engine's batch
+    and queue (:class:`BackendBusyError`, the server's 429) and counts it as waiting until the engine started it, so
+    that it never looks idle in between; :meth:`admit`, in the engine's thread, starts requests while it has room.
+    """
+
+    def __init__(self, max_batch: int, max_queue: int) -> None:
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.waiting = 0
+        self.closed = False
+        self._queue: queue.Queue[tuple[GenerationRequest, Generation] | None] = queue.Queue()
+        self._lock = threading.Lock()
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, running: int) -> Generation:
+        """Queue ``request`` (``running``: how many the engine generates now)."""
+        with self._lock:
+            if self.waiting + running >= self.max_batch + self.max_queue:
+                raise BackendBusyError(
+                    f"the server is busy: {running} requests are generating and {self.waiting} are waiting"
+                )
+            self.waiting += 1
+        generation = Generation(loop)
+        self._queue.put((request, generation))
+        return generation
+
+    def close(self) -> None:
+        """Stop taking requests and wake the engine's thread."""
+        self.closed = True
+        self._queue.put(None)
+
+    def admit(
+        self, has_room: Callable[[], bool], start: Callable[[GenerationRequest, Generation], None], *, block: bool
+    ) -> None:
+        """In the engine's thread: ``start`` waiting requests while ``has_room()`` (waiting for the first one when
+        ``block``). A request already cancelled is closed unstarted; one that fails to start is closed with the
+        error, which is that request's failure, not the batch's."""
+        while has_room():
+            try:
+                item = self._queue.get(block=block, timeout=None if block else 0)
+            except queue.Empty:
+                return
+            block = False
+            if item is None:
+                self.closed = True
+                return
+            request, generation = item
+            try:
+                if generation.cancelled.is_set():
+                    generation.close()
+                else:
+                    start(request, generation)
+            except Exception as exc:  # reported on the request's own stream
+                log.exception("a request could not start")
+                generation.close(RuntimeError(f"generation failed: {exc}"))
+            finally:
+                with self._lock:
+                    self.waiting -= 1
 
 
 class Backend(Protocol):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from turnkit.errors import EngineError
-from turnkit.serve.backend import BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.backend import Generation, GenerationRequest, Inbox, TokenEvent
 from turnkit.serve.sampler import Sampler, log_probability
 
 __all__ = ["LlamaCppBackend"]
@@ -124,10 +123,7 @@ class LlamaCppBackend:
         self._batch_size = int(params.n_batch)
         self._batch = llama_cpp.llama_batch_init(self._batch_size, 0, 1)
         self._slots = [_Slot(n) for n in range(max_batch)]
-        self._inbox: queue.Queue[tuple[GenerationRequest, Generation] | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._waiting = 0
-        self._closed = False
+        self._inbox = Inbox(max_batch, max_queue)
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
@@ -135,22 +131,12 @@ class LlamaCppBackend:
     # -- the server's side --------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        with self._lock:
-            running = self.load_now[0]
-            if self._waiting + running >= self.max_batch + self.max_queue:
-                raise BackendBusyError(
-                    f"the server is busy: {running} requests are generating and {self._waiting} are waiting"
-                )
-            self._waiting += 1
-        generation = Generation(loop)
-        self._inbox.put((request, generation))
-        return generation
+        return self._inbox.submit(request, loop, running=self.load_now[0])
 
     def close(self) -> None:
-        if self._closed:
+        if self._inbox.closed:
             return
-        self._closed = True
-        self._inbox.put(None)
+        self._inbox.close()
         self._thread.join(timeout=30)
         if not self._thread.is_alive():
             self.ll.llama_batch_free(self._batch)
@@ -160,7 +146,7 @@ class LlamaCppBackend:
     @property
     def load_now(self) -> tuple[int, int]:
         """(generating, waiting)."""
-        return sum(slot.running is not None for slot in self._slots), self._waiting
+        return sum(slot.running is not None for slot in self._slots), self._inbox.waiting
 
     @property
     def cached_cells(self) -> int:
@@ -170,7 +156,7 @@ class LlamaCppBackend:
     # -- the worker thread ----------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._closed:
+        while not self._inbox.closed:
             try:
                 self._admit(block=not self._running())
                 if self._running():
@@ -188,24 +174,7 @@ class LlamaCppBackend:
 
     def _admit(self, *, block: bool) -> None:
         """Give waiting requests a free slot each, reusing the longest cached prefix of their prompt."""
-        while any(slot.running is None for slot in self._slots):
-            try:
-                item = self._inbox.get(block=block, timeout=None if block else 0)
-            except queue.Empty:
-                return
-            block = False
-            if item is None:
-                self._closed = True
-                return
-            request, generation = item
-            try:
-                self._start(request, generation)
-            except Exception as exc:  # this request's failure, not the batch's
-                log.exception("a request could not start")
-                generation.close(RuntimeError(f"generation failed: {exc}"))
-            finally:  # counted as waiting until it has a slot, so that it never looks idle in between
-                with self._lock:
-                    self._waiting -= 1
+        self._inbox.admit(lambda: any(slot.running is None for slot in self._slots), self._start, block=block)
 
     def _start(self, request: GenerationRequest, generation: Generation) -> None:
         if generation.cancelled.is_set():

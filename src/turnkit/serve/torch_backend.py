@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnkit.serve.backend import BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.backend import Generation, GenerationRequest, Inbox, TokenEvent
 
 __all__ = ["TorchBackend"]
 
@@ -52,13 +51,10 @@ class TorchBackend:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.device = next(model.parameters()).device
-        self._inbox: queue.Queue[tuple[GenerationRequest, Generation] | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._waiting = 0
+        self._inbox = Inbox(max_batch, max_queue)
         self._active: list[_Sequence] = []
         self._cache: Any = None
         self._mask: Any = None
-        self._closed = False
         self._thread = threading.Thread(target=self._run, name="turnkit-generate", daemon=True)
         self._thread.start()
 
@@ -87,32 +83,23 @@ class TorchBackend:
     # -- the server's side --------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        with self._lock:
-            if self._waiting + len(self._active) >= self.max_batch + self.max_queue:
-                raise BackendBusyError(
-                    f"the server is busy: {len(self._active)} requests are generating and {self._waiting} are waiting"
-                )
-            self._waiting += 1
-        generation = Generation(loop)
-        self._inbox.put((request, generation))
-        return generation
+        return self._inbox.submit(request, loop, running=len(self._active))
 
     def close(self) -> None:
-        self._closed = True
-        self._inbox.put(None)
+        self._inbox.close()
         self._thread.join(timeout=10)
 
     @property
     def load_now(self) -> tuple[int, int]:
         """(generating, waiting)."""
-        return len(self._active), self._waiting
+        return len(self._active), self._inbox.waiting
 
     # -- the worker thread ----------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         torch = self.torch
         with torch.inference_mode():
-            while not self._closed:
+            while not self._inbox.closed:
                 try:
                     self._admit(block=not self._active)
                     if self._active:
@@ -124,27 +111,7 @@ class TorchBackend:
                     self._active, self._cache, self._mask = [], None, None
 
     def _admit(self, *, block: bool) -> None:
-        while len(self._active) < self.max_batch:
-            try:
-                item = self._inbox.get(block=block, timeout=None if block else 0)
-            except queue.Empty:
-                return
-            block = False
-            if item is None:
-                self._closed = True
-                return
-            request, generation = item
-            try:
-                if generation.cancelled.is_set():
-                    generation.close()
-                    continue
-                self._prefill(request, generation)
-            except Exception as exc:
-                log.exception("prefill failed")
-                generation.close(RuntimeError(f"generation failed: {exc}"))
-            finally:  # counted as waiting until it generates, so that it never looks idle in between
-                with self._lock:
-                    self._waiting -= 1
+        self._inbox.admit(lambda: len(self._active) < self.max_batch, self._prefill, block=block)
 
     def _prefill(self, request: GenerationRequest, generation: Generation) -> None:
         torch = self.torch
