@@ -83,3 +83,22 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def whole_and_streamed(client: Any, messages: list[dict[str, Any]], max_tokens: int = 24) -> tuple[Any, list[Any]]:
+    """The same greedy request answered whole and streamed with usage, through the official client; checks that the
+    stream spells the whole answer and ends with a usage chunk that counts the same tokens."""
+    whole = client.chat.completions.create(model="smollm2", messages=messages, temperature=0, max_tokens=max_tokens)
+    stream = client.chat.completions.create(
+        model="smollm2",
+        messages=messages,
+        temperature=0,
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    return whole, chunks

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from serve_harness import free_port, wait_until_up
+from serve_harness import free_port, wait_until_up, whole_and_streamed
 
 from turnkit.errors import ClusterError
 from turnkit.serve.replicas import ReplicaOptions, parse_autoscale
@@ -239,20 +239,8 @@ def test_two_replicas_run_one_per_node(endpoint, client):
 
 
 def test_chat_and_streaming_with_usage(client):
-    whole = client.chat.completions.create(model="smollm2", messages=QUESTION, temperature=0, max_tokens=24)
+    whole, _ = whole_and_streamed(client, QUESTION)  # the same text on whichever replica answered
     assert "Paris" in whole.choices[0].message.content and whole.choices[0].finish_reason == "stop"
-    stream = client.chat.completions.create(
-        model="smollm2",
-        messages=QUESTION,
-        temperature=0,
-        max_tokens=24,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == whole.choices[0].message.content  # the same on whichever replica answered
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
 def test_stop_strings_never_leak(client):

@@ -97,7 +97,7 @@ def test_spliced_renders_equal_direct_renders(template):
     source = template.source
     track = "generation" in source
     renderer = SplicingRenderer()
-    compared = spliced = 0
+    compared = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", SpliceMismatchWarning)
         for case in _cases(template):

@@ -9,12 +9,10 @@ and emit rows. Anything that goes wrong becomes a reject with the record's id an
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -25,7 +23,7 @@ from turnkit.data.sources import RawRecord
 from turnkit.encode.options import EncodeOptions
 from turnkit.errors import TurnkitError
 
-__all__ = ["PrepareConfig", "ShardResult", "fewer_collections", "process_records"]
+__all__ = ["PrepareConfig", "ShardResult", "process_records"]
 
 
 @dataclass(frozen=True)
@@ -121,15 +119,17 @@ def _strip(value: Any, pattern: re.Pattern[str]) -> Any:
     return value
 
 
-def _encode(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> list[Any]:
-    encoded = fmt.encode(
-        messages,
-        tools=tools,
+def _options(config: PrepareConfig) -> EncodeOptions:
+    return EncodeOptions(
         turns=config.turns,
         train_end_marker=config.train_end_marker,
         split_turns=config.split_turns,
         attribution=False,  # rows hold ids, labels and masks only
     )
+
+
+def _encode(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> list[Any]:
+    encoded = fmt.encode(messages, _options(config), tools=tools)
     return encoded if isinstance(encoded, list) else [encoded]
 
 
@@ -153,26 +153,6 @@ def _fit(fmt: Any, messages: list[Any], tools: Any, config: PrepareConfig) -> tu
 
 
 _BATCH = 128  # conversations per encode_batch call: big enough to pipeline, small enough to redo one by one
-
-
-FEWER_COLLECTIONS = 50_000  # allocations between young-generation collections (Python's default: 700)
-
-
-@contextmanager
-def fewer_collections() -> Iterator[None]:
-    """Python's cyclic garbage collector, run less often while records are prepared.
-
-    A batch allocates millions of short-lived containers (parsed records, message dicts, tagged strings), none of them
-    in reference cycles, while the caches hold hundreds of thousands of long-lived ones; with the default threshold
-    (a young-generation collection every 700 allocations) collecting took a third of the time. Nothing is leaked:
-    collections still run, 70x less often.
-    """
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], FEWER_COLLECTIONS), *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spare_core: bool = True) -> ShardResult:
@@ -249,16 +229,10 @@ def _rejected(rid: str, source: str, exc: Exception) -> dict[str, Any]:
 
 def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_core: bool) -> None:
     """Encode a run of converted records; appends ``(encodings, truncated)`` or a reject to each."""
-    options = EncodeOptions(
-        turns=config.turns,
-        train_end_marker=config.train_end_marker,
-        split_turns=config.split_turns,
-        attribution=False,  # rows hold ids, labels and masks only
-    )
     try:
         batch = fmt.encoder.encode_batch(
             [{"messages": messages, "tools": tools} for _, _, messages, tools in run],
-            options,
+            _options(config),
             tokenizer_thread=spare_core,
         )
     except (TurnkitError, ValueError):

@@ -24,13 +24,14 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from turnkit.cache import atomic_path, write_atomically
 from turnkit.data.accounting import ID_FIELD_DEFAULT
-from turnkit.data.pipeline import FEWER_COLLECTIONS, PrepareConfig, _format, fewer_collections, process_records
+from turnkit.data.pipeline import PrepareConfig, _format, process_records
 from turnkit.data.sources import RawRecord, read_records
 from turnkit.errors import PrepareError
 
@@ -118,12 +119,32 @@ def run_shard(
     return summary
 
 
+_FEWER_COLLECTIONS = 50_000  # allocations between young-generation collections (Python's default: 700)
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector, run less often while records are prepared.
+
+    A batch allocates millions of short-lived containers (parsed records, message dicts, tagged strings), none of them
+    in reference cycles, while the caches hold hundreds of thousands of long-lived ones; with the default threshold
+    (a young-generation collection every 700 allocations) collecting took a third of the time. Nothing is leaked:
+    collections still run, 70x less often.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], _FEWER_COLLECTIONS), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def _worker_init() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     # A worker process is ours: what it inherited (the loaded format, the libraries) is never garbage, so the
-    # collector stops scanning it, and runs less often (see fewer_collections).
+    # collector stops scanning it, and runs less often (see _fewer_collections).
     gc.freeze()
-    gc.set_threshold(FEWER_COLLECTIONS, *gc.get_threshold()[1:])
+    gc.set_threshold(_FEWER_COLLECTIONS, *gc.get_threshold()[1:])
 
 
 class _Progress:
@@ -163,6 +184,18 @@ def _done(folder: Path, index: int, fingerprint: str) -> dict[str, Any] | None:
     return summary
 
 
+def _undone_shards(
+    inputs: Sequence[str], size: int, folder: Path, fingerprint: str, progress: _Progress
+) -> Iterator[tuple[int, list[RawRecord]]]:
+    """The shards still to do, with their index; a shard a previous run finished only counts in the progress."""
+    for index, records in enumerate(_shards(inputs, size)):
+        summary = _done(folder, index, fingerprint)
+        if summary is None:
+            yield index, records
+        else:
+            progress.update(summary)
+
+
 def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: int, size: int, progress: _Progress):
     fingerprint = _fingerprint(config)
     pending: set[Future[dict[str, Any]]] = set()
@@ -172,11 +205,7 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
     spare_core = workers < (os.cpu_count() or 1)  # else the tokenizer thread of each worker only adds contention
     try:
-        for index, records in enumerate(_shards(inputs, size)):
-            summary = _done(folder, index, fingerprint)
-            if summary is not None:
-                progress.update(summary)
-                continue
+        for index, records in _undone_shards(inputs, size, folder, fingerprint, progress):
             if pool is None:
                 progress.update(run_shard(index, records, config, str(folder), spare_core))
                 continue
@@ -247,11 +276,7 @@ def _ray(
         progress.update(summary)
 
     try:
-        for index, records in enumerate(_shards(inputs, size)):
-            summary = _done(folder, index, fingerprint)
-            if summary is not None:
-                progress.update(summary)
-                continue
+        for index, records in _undone_shards(inputs, size, folder, fingerprint, progress):
             pool.submit(lambda actor, job: actor.run.remote(*job), (index, records))
             in_flight += 1
             while in_flight >= 2 * workers:  # bounded, as the local engine
@@ -294,7 +319,7 @@ def prepare(
         raise PrepareError("--ray-address goes with --engine ray")
     if engine not in ("local", "ray"):
         raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    with fewer_collections():  # this process reads, and with one local worker processes, every record
+    with _fewer_collections():  # this process reads, and with one local worker processes, every record
         if engine == "local":
             _local(sources, folder, config, workers, shard_records, meter)
         else:

@@ -87,13 +87,12 @@ class ControlCheck:
         self._is_control[list(binding.by_id)] = True
 
     def __call__(self, ids: np.ndarray, counts: Counter[str]) -> None:
-        written = sum(counts.values())
         found = Counter(ids[np.take(self._is_control, ids, mode="clip")].tolist())
         added = self.binding.added
         if found == Counter({added[t].id: n for t, n in counts.items()}):
             return
         raise EncodeError(
-            f"internal check failed: the template wrote {written} control tokens but the encoding holds "
+            f"internal check failed: the template wrote {sum(counts.values())} control tokens but the encoding holds "
             f"{sum(found.values())} ({dict(counts)}); please report this with the template and the tokenizer"
         )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from turnkit.encode.job import render_context
 from turnkit.encode.prefix import TurnCheck, as_generated, compare_turn, serving_prompt
 from turnkit.errors import EncodeError, TemplateError
 from turnkit.template.chat_template import ChatTemplate
@@ -49,16 +50,11 @@ class History:
         prepared = job.prepared
         if not prepared.broken and all(a is b for a, b in zip(chat, job.chat, strict=False)):
             # Nothing was broken, so the prepared data is the job's data, tagged: splice.
-            context = {
-                "messages": prepared.chat[: len(chat)],
-                "tools": prepared.tools,
-                "documents": None,
-                "add_generation_prompt": add_generation_prompt,
-                **self.template.special_tokens,
-                **prepared.variables,
-            }
-            source = self.template.source(job.template_name, tools=job.tools)
-            return self.renders.render(source, context, limits=self.template.limits, track_generation=False).text
+            messages = prepared.chat[: len(chat)]
+            context = render_context(
+                self.template, prepared, messages, documents=None, add_generation_prompt=add_generation_prompt
+            )
+            return self.renders.render(job.source, context, limits=self.template.limits, track_generation=False).text
         return self.template.render(
             chat,
             tools=job.tools,
@@ -71,7 +67,7 @@ class History:
         """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
         tools, variables = job.tools, job.variables
         key = (
-            self.template.source(job.template_name, tools=tools),
+            job.source,
             repr((tools is not None, sorted(variables.items()))),
         )
         if key in self._headers:

@@ -24,7 +24,7 @@ from turnkit.template.splice import SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
-__all__ = ["Job", "Stage", "TrustedDataWarning", "take_train_flags"]
+__all__ = ["Job", "Stage", "TrustedDataWarning", "render_context", "take_train_flags"]
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -54,8 +54,23 @@ class Job:
     tools: Tools | None
     variables: dict[str, Any]
     options: EncodeOptions
+    source: str  # the template text the render used
     #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
     generated: dict[int, str] = field(default_factory=dict)
+
+
+def render_context(
+    template: ChatTemplate, prepared: Prepared, messages: list[Any], *, documents: Any, add_generation_prompt: bool
+) -> dict[str, Any]:
+    """What a template is given for ``messages`` (prepared data): the job's tools, variables and special tokens."""
+    return {
+        "messages": messages,
+        "tools": prepared.tools,
+        "documents": documents,
+        "add_generation_prompt": add_generation_prompt,
+        **template.special_tokens,
+        **prepared.variables,
+    }
 
 
 def take_train_flags(chat: list[dict[str, Any]]) -> dict[int, bool]:
@@ -106,14 +121,13 @@ class Stage:
         if options.masks == "generation" and not has_blocks:
             raise EncodeError("masks='generation' but the template has no {% generation %} blocks")
         use_blocks = has_blocks and options.masks != "turns"
-        context = {
-            "messages": prepared.chat,
-            "tools": prepared.tools,
-            "documents": prepared.documents,
-            "add_generation_prompt": add_generation_prompt,
-            **self.template.special_tokens,
-            **prepared.variables,
-        }
+        context = render_context(
+            self.template,
+            prepared,
+            prepared.chat,
+            documents=prepared.documents,
+            add_generation_prompt=add_generation_prompt,
+        )
         rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
         self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
         controls = find_controls(self.binding, rendered.text)
@@ -131,4 +145,5 @@ class Stage:
             tools,
             variables,
             options,
+            source,
         )

@@ -55,16 +55,20 @@ class SpliceMismatchWarning(RuntimeWarning):
     """A spliced render differed from the template's own render (a turnkit bug): splicing is now off."""
 
 
+def _whole(value: DataStr) -> bool:
+    """Whether a data string is tagged as one whole (as marking tags it): then it is a slot to fill."""
+    spans = value._spans
+    return len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(value)
+
+
 def _shape(value: Any, slots: list[str] | None) -> Any:
     """A hashable key of ``value`` with every data string (a :class:`DataStr` tagged as a whole) replaced by a slot,
     appended to ``slots``; with ``slots=None``, every string is part of the key."""
     kind = type(value)
     if kind is DataStr:
-        if slots is not None:
-            spans = value._spans
-            if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(value):
-                slots.append(value)
-                return _SLOT
+        if slots is not None and _whole(value):
+            slots.append(value)
+            return _SLOT
         return str.__str__(value)
     if kind is str:
         return value
@@ -83,15 +87,14 @@ def _fill(value: Any, keep: frozenset[int], at: list[int]) -> Any:
     """``value`` with each slot (in the order :func:`_shape` finds them) replaced by its sentinel, unless kept."""
     kind = type(value)
     if kind is DataStr:
-        spans = value._spans
-        if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(value):
-            index = at[0]
-            at[0] += 1
-            if index in keep:
-                return value
-            text = sentinel(index)
-            return tainted(text, ((0, len(text), spans[0][2]),))
-        return value
+        if not _whole(value):
+            return value
+        index = at[0]
+        at[0] += 1
+        if index in keep:
+            return value
+        text = sentinel(index)
+        return tainted(text, ((0, len(text), value._spans[0][2]),))
     if kind is dict:
         return {k: _fill(v, keep, at) for k, v in value.items()}
     if kind is list:
@@ -218,8 +221,6 @@ class SplicingRenderer:
     def _spliced(
         self, source: str, context: dict[str, Any], limits: RenderLimits, track_generation: bool
     ) -> Rendered | None:
-        if OPEN in source or CLOSE in source:
-            return None
         slots: list[str] = []
         tools = context.get("tools")
         try:
@@ -231,7 +232,8 @@ class SplicingRenderer:
         if shape is None or shape.tools is not tools:
             if len(self._shapes) >= _MAX_SHAPES:
                 _evict_oldest(self._shapes)
-            shape = self._shapes[key] = _Shape(tools)
+            # a template that writes the sentinels' characters itself cannot be told apart from its holes
+            shape = self._shapes[key] = _Shape(tools, direct=OPEN in source or CLOSE in source)
         if shape.direct or sum(map(len, slots)) > _MAX_SPLICED_CHARS:
             return None
         while True:
@@ -270,7 +272,7 @@ class SplicingRenderer:
             if self._stored_chars > _MAX_STORED_CHARS:
                 self._shapes.clear()  # what is still in use is traced again
                 self._stored_chars = 0
-            entry = shape.skeletons[tuple(slots[i] for i in shape.observed)] = [skeleton, 0]
+            entry = shape.skeletons[texts] = [skeleton, 0]
             return self._filled(entry, slots, source, context, limits, track_generation)
 
     @staticmethod
