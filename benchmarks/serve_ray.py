@@ -36,10 +36,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from serve import Stats, _free_port, _level  # the same load generator as benchmarks/serve.py
+from serve_harness import wait_until_up
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -134,19 +134,6 @@ def _start(extra: list[str]) -> tuple[subprocess.Popen, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
-def _wait(server: subprocess.Popen, url: str, name: str) -> None:
-    start = time.monotonic()
-    while True:
-        if server.poll() is not None or time.monotonic() - start > 600:
-            raise RuntimeError(f"{name} did not come up")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-
-
 async def _split(urls: list[str], clients: int, requests: int, max_tokens: int) -> Stats:
     """The load generator's clients, split evenly over the servers (one server: all of them), as one load."""
     start = time.perf_counter()
@@ -164,7 +151,7 @@ def _measure(extra: list[str], servers: int, clients: int, requests: int, max_to
     try:
         start = time.monotonic()
         for process, url in started:
-            _wait(process, url, " ".join(extra) or "plain")
+            wait_until_up(url, process, timeout=600)
         ready = time.monotonic() - start
         urls = [url for _, url in started]
         asyncio.run(_split(urls, clients, 1, 8))  # warm up every server and replica
