@@ -2,7 +2,7 @@
 concurrent streaming clients, against the references that bound it, measured in one run.
 
 Usage: python benchmarks/serve_ray.py [--clients 16] [--requests N] [--max-tokens T] [--rounds R] [--no-plain]
-       [--no-bound] [--cpu]
+       [--no-bound] [--cpu] [--ingress haproxy,proxy]
 
 Configurations (each the real command in its own processes; ``--ray`` starts a private local Ray instance and stops
 it):
@@ -10,7 +10,9 @@ it):
 * ``plain, 1 thread``: one ``turnkit serve --threads 1`` taking all clients (what one replica would be without Ray);
 * ``2 plain, 8+8``: the bound. Two independent ``turnkit serve --threads 1`` processes, each taking half the clients
   from the same load generator: what any replica scheme could do here (no proxy, no routing, a perfect split);
-* ``ray, 1 replica`` and ``ray, 2 replicas``: ``turnkit serve --ray --replicas N``.
+* ``ray, 1 replica`` and ``ray, 2 replicas``: ``turnkit serve --ray --replicas N`` (Ray Serve's HAProxy ingress, the
+  default); with ``--ingress haproxy,proxy`` also ``proxy, 1 replica`` and ``proxy, 2 replicas``: the same through
+  Serve's Python proxy (``--ray-ingress proxy``).
 
 The load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, one asyncio load
 generator in this process, on the same cores as the servers). Target: 2 replicas at least 1.6x one replica. With each
@@ -203,6 +205,7 @@ def main() -> None:
     parser.add_argument("--no-bound", action="store_true", help="skip the two plain servers (the bound)")
     parser.add_argument("--only-ray", action="store_true", help="only the two Ray configurations")
     parser.add_argument("--cpu", action="store_true", help="print where the CPU went in each configuration")
+    parser.add_argument("--ingress", default="haproxy", help="Ray Serve ingresses to measure: haproxy, proxy or both")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
 
@@ -211,8 +214,14 @@ def main() -> None:
         configs["plain, 1 thread"] = ([], 1)
         if not args.no_bound:
             configs["2 plain, 8+8"] = ([], 2)
-    configs["ray, 1 replica"] = (["--ray", "--replicas", "1"], 1)
-    configs["ray, 2 replicas"] = (["--ray", "--replicas", "2"], 1)
+    ingresses = args.ingress.split(",")
+    for ingress in ingresses:
+        prefix = "ray" if ingress == "haproxy" else ingress
+        for n in (1, 2):
+            configs[f"{prefix}, {n} replica{'s' if n > 1 else ''}"] = (
+                ["--ray", "--ray-ingress", ingress, "--replicas", str(n)],
+                1,
+            )
     runs: dict[str, list[dict]] = {name: [] for name in configs}
     print(
         f"{args.clients} streaming clients x {args.requests} requests, {args.max_tokens} max tokens, greedy; "
@@ -250,29 +259,38 @@ def main() -> None:
         )
         for name, rs in runs.items()
     }
-    ratio = rate["ray, 2 replicas"] / rate["ray, 1 replica"]
     print(f"\nmedians over {args.rounds} rounds:")
-    print(f"  2 replicas / 1 replica = {ratio:.2f} (target >= 1.6)")
-    if "plain, 1 thread" in rate:
-        plain = rate["plain, 1 thread"]
-        print(f"  1 replica / plain turnkit serve = {rate['ray, 1 replica'] / plain:.2f}")
-        if "2 plain, 8+8" in rate:
-            bound = rate["2 plain, 8+8"]
-            print(f"  bound: 2 plain servers / 1 plain server = {bound / plain:.2f} (what any replica scheme could do)")
-            print(f"  2 replicas / the bound = {rate['ray, 2 replicas'] / bound:.2f}")
-            print(f"  2 replicas / 1 plain server = {rate['ray, 2 replicas'] / plain:.2f}")
+    ratios = {}
+    for prefix, what in (("ray", "HAProxy ingress"), ("proxy", "Serve's Python proxy")):
+        if f"{prefix}, 1 replica" not in rate:
+            continue
+        one, two = rate[f"{prefix}, 1 replica"], rate[f"{prefix}, 2 replicas"]
+        ratios[prefix] = two / one
+        print(f"  {what}: 2 replicas / 1 replica = {two / one:.2f} (target >= 1.6)")
+        if "plain, 1 thread" in rate:
+            plain = rate["plain, 1 thread"]
+            print(
+                f"    1 replica / plain turnkit serve = {one / plain:.2f}; "
+                f"2 replicas / 1 plain server = {two / plain:.2f}"
+            )
+            if "2 plain, 8+8" in rate:
+                print(f"    2 replicas / the bound = {two / rate['2 plain, 8+8']:.2f}")
+        print(
+            f"    2 replicas' CPU ceiling / 1 replica measured = {ceiling[f'{prefix}, 2 replicas'] / one:.2f} "
+            "(an estimate for an otherwise idle machine, not a measurement)"
+        )
+        if "2 plain, 8+8" in ceiling:
+            print(
+                f"    2 replicas' ceiling / the bound's ceiling = "
+                f"{ceiling[f'{prefix}, 2 replicas'] / ceiling['2 plain, 8+8']:.2f}"
+            )
+    if "2 plain, 8+8" in rate:
+        bound = rate["2 plain, 8+8"] / rate["plain, 1 thread"]
+        print(f"  bound: 2 plain servers / 1 plain server = {bound:.2f} (what any replica scheme could do)")
     print(f"  CPU ceiling (all {cores} cores to the servers and the load generator, from CPU ms per token):")
     for name, value in ceiling.items():
         print(f"    {name:<18} {value:>6.0f} tokens/s")
-    print(
-        f"  2 replicas' ceiling / 1 replica measured = {ceiling['ray, 2 replicas'] / rate['ray, 1 replica']:.2f} "
-        "(an estimate for an otherwise idle machine, not a measurement)"
-    )
-    if "2 plain, 8+8" in ceiling:
-        print(
-            f"  2 replicas' ceiling / the bound's ceiling = {ceiling['ray, 2 replicas'] / ceiling['2 plain, 8+8']:.2f}"
-        )
-    print(json.dumps({"runs": runs, "median_tokens_per_s": rate, "ratio_2_over_1": ratio, "cpu_ceiling": ceiling}))
+    print(json.dumps({"runs": runs, "median_tokens_per_s": rate, "ratio_2_over_1": ratios, "cpu_ceiling": ceiling}))
 
 
 if __name__ == "__main__":

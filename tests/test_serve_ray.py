@@ -1,5 +1,5 @@
-"""``turnkit serve --ray`` on a real two-node Ray cluster on this machine, through Ray Serve's proxy, with the official
-``openai`` client.
+"""``turnkit serve --ray`` on a real two-node Ray cluster on this machine, through its HAProxy ingress, with the
+official ``openai`` client.
 
 The cluster: ``ray start --head`` and a second ``ray start --address`` (one CPU each, so the two replicas land one per
 node), with token auth (``RAY_AUTH_MODE=token`` and a fresh ``RAY_AUTH_TOKEN`` in every process's environment, so
@@ -46,6 +46,8 @@ def test_options_are_checked_before_any_cluster():
         ReplicaOptions(autoscale=(3, 2))
     with pytest.raises(ClusterError, match="--replicas"):
         ReplicaOptions(replicas=0)
+    with pytest.raises(ClusterError, match="--ray-ingress is one of haproxy, proxy, not 'nginx'"):
+        ReplicaOptions(ingress="nginx")
 
 
 def test_the_command_line_reports_bad_options_in_one_line(capsys, smollm2_gguf):
@@ -65,11 +67,36 @@ def test_deployment_options_reach_ray_serve():
     config = scaled._deployment_config.autoscaling_config
     assert (config.min_replicas, config.max_replicas, config.target_ongoing_requests) == (1, 4, 4)
     assert scaled._deployment_config.backpressure_config.status_code == 429
+    # Serve's settings reach the replicas (which read some of them) as well as the controller
+    env = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
+    assert _deployment(ReplicaOptions(), env).ray_actor_options["runtime_env"] == {"env_vars": env}
 
 
-def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance():
+def test_serve_settings_follow_the_ingress_and_the_environment(monkeypatch):
+    from turnkit.serve.replicas import _HAPROXY_PORTS, _serve_env
+
+    for name in ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "RAY_enable_metrics_collection"):
+        monkeypatch.delenv(name, raising=False)
+    haproxy = _serve_env(ReplicaOptions(), private=False)
+    assert haproxy["RAY_SERVE_ENABLE_HA_PROXY"] == "1" and haproxy["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
+    assert not set(_HAPROXY_PORTS) & haproxy.keys()  # a cluster keeps Serve's ports and HAProxy's metrics
+    assert "RAY_SERVE_HAPROXY_METRICS_ENABLED" not in haproxy
+    private = _serve_env(ReplicaOptions(), private=True)
+    ports = [int(private[name]) for name in _HAPROXY_PORTS]
+    assert len(set(ports)) == 3 and all(1024 < port < 65536 for port in ports)
+    assert private["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
+    proxy = _serve_env(ReplicaOptions(ingress="proxy"), private=True)
+    assert not any("HA_PROXY" in name or "HAPROXY" in name for name in proxy)
+    assert proxy["RAY_SERVE_PROXY_USE_GRPC"] == "1"
+    monkeypatch.setenv("RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "0.1")  # the environment has the last word
+    assert _serve_env(ReplicaOptions(), private=True)["RAY_SERVE_CONTROL_LOOP_INTERVAL_S"] == "0.1"
+
+
+@pytest.mark.parametrize("ingress", ["haproxy", "proxy"])
+def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance(ingress):
     """A local instance (no address), one replica taking one request at a time and holding one more: the rest are
-    429s with Retry-After. The app is a stand-in that sleeps: this is about Ray Serve's queue, not the model."""
+    429s with Retry-After, through either ingress. The app is a stand-in that sleeps: this is about Ray Serve's
+    queue, not the model. Stopping takes seconds, not Serve's 30 s draining period of a direct-ingress replica."""
     import ray
 
     from turnkit.serve.replicas import serve_on_ray
@@ -87,12 +114,16 @@ def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance():
 
         return Starlette(routes=[Route("/slow", slow)])
 
-    options = ReplicaOptions(port=free_port(), max_ongoing_requests=1, max_queued_requests=1, app_name="tk429")
+    options = ReplicaOptions(
+        port=free_port(), max_ongoing_requests=1, max_queued_requests=1, app_name="tk429", ingress=ingress
+    )
     with serve_on_ray(factory, options) as service:
         assert service.started_ray and service.url == f"http://127.0.0.1:{options.port}"
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             answers = list(pool.map(lambda _: httpx.get(service.url + "/slow", timeout=60), range(6)))
+        start = time.monotonic()
     assert not ray.is_initialized()
+    assert time.monotonic() - start < 20
     codes = sorted(a.status_code for a in answers)
     assert codes.count(200) >= 2 and set(codes) <= {200, 429} and 429 in codes, codes
     assert all(a.headers["retry-after"] == "1" for a in answers if a.status_code == 429)
@@ -229,11 +260,16 @@ def client(endpoint):
     return openai.OpenAI(base_url=endpoint[0] + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-# -- the core checks, through Ray Serve's proxy ----------------------------------------------------------------------
+# -- the core checks, through the endpoint (HAProxy) -------------------------------------------------------------------
 
 
-def test_two_replicas_run_one_per_node(endpoint, client):
-    assert len(_replicas(endpoint[1], "turnkit")) == 2
+def test_two_replicas_run_one_per_node_behind_haproxy(endpoint, client):
+    replicas = _replicas(endpoint[1], "turnkit")
+    assert len(replicas) == 2
+    # the default ingress: HAProxy runs, and the replicas know it (they serve HTTP themselves)
+    assert any(b"haproxy" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _marked(endpoint[1]))
+    for pid in replicas:
+        assert b"RAY_SERVE_ENABLE_HA_PROXY=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     (model,) = client.models.list().data
     assert model.id == "smollm2"
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from turnkit.cli.common import UsageError
 from turnkit.serve.engines import ENGINES
+from turnkit.serve.replicas import INGRESSES
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -109,6 +110,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         host=args.host,
         port=args.port,
         address=args.ray_address,
+        ingress=args.ray_ingress,
     )
     engine = EngineOptions(threads=options.threads, max_batch=args.max_batch, max_queue=args.max_queue)
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
@@ -184,4 +186,10 @@ def register(commands: Any) -> None:
     serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
     serve.add_argument("--replicas", type=int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)")
     serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
+    serve.add_argument(
+        "--ray-ingress",
+        choices=INGRESSES,
+        default="haproxy",
+        help="--ray: Ray Serve's HAProxy ingress (replicas serve HTTP themselves; the default) or its Python proxy",
+    )
     serve.set_defaults(handler=_cmd_serve)

