@@ -1,6 +1,8 @@
 """Serving speed, side by side in one run: ``turnkit serve`` on each engine against the servers people compare it with.
 
 Usage: python benchmarks/serve.py [--repeats R] [--requests N] [--max-tokens T] [--threads K] [--only NAME ...]
+       python benchmarks/serve.py --ray [the options of benchmarks/serve_ray.py]: ``turnkit serve --ray`` with 1 and 2
+       replicas against plain servers (that script's comparison)
 
 Servers (each on the embedded SmolLM2 GGUF, ``--threads`` threads, default 1; a server that cannot start is listed
 with the reason):
@@ -304,6 +306,12 @@ def _median(rounds: list[Stats], pick: Callable[[Stats], float]) -> float:
 
 
 def main() -> None:
+    if "--ray" in sys.argv[1:]:  # scaling out has its own comparison: replicas against plain servers and the bound
+        import serve_ray
+
+        sys.argv.remove("--ray")
+        serve_ray.main()
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3, help="rounds per server; figures are medians")
     parser.add_argument("--requests", type=int, default=2, help="requests per client")

@@ -35,6 +35,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,9 +80,15 @@ def _role(pid: int, command: str, roots: list[int]) -> str:
     """Which part of the serving system a process is (for the CPU breakdown)."""
     if pid in roots:
         return f"turnkit serve #{roots.index(pid) + 1}" if len(roots) > 1 else "turnkit serve (driver)"
-    for marker, role in (("ServeReplica", "replica"), ("ProxyActor", "Ray Serve proxy")):
+    for marker, role in (
+        ("ServeReplica", "replica"),
+        ("ProxyActor", "Ray Serve proxy"),
+        ("HAProxyManager", "Ray Serve's HAProxy manager"),
+    ):
         if marker in command:
             return role
+    if command.split(" ", 1)[0].rsplit("/", 1)[-1] == "haproxy":
+        return "HAProxy"
     if "ServeController" in command:
         return "Ray Serve controller"
     for marker in ("raylet", "gcs_server"):
@@ -127,13 +134,16 @@ class _Cpu:
         return servers, roles
 
 
-def _start(extra: list[str]) -> tuple[subprocess.Popen, str]:
+def _start(extra: list[str]) -> tuple[subprocess.Popen, str, Path]:
+    """A server and its URL and log (``--ray`` says in it when its endpoint routes to the replicas)."""
     port = _free_port()
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--port", str(port), "--threads", "1", "--no-ui", *extra]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     env.pop("RAY_ADDRESS", None)
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return server, f"http://127.0.0.1:{port}"
+    log = Path(tempfile.gettempdir()) / f"turnkit-bench-serve-ray-{port}.log"
+    with log.open("w") as sink:
+        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    return server, f"http://127.0.0.1:{port}", log
 
 
 async def _split(urls: list[str], clients: int, requests: int, max_tokens: int) -> Stats:
@@ -152,22 +162,23 @@ def _measure(extra: list[str], servers: int, clients: int, requests: int, max_to
     started = [_start(extra) for _ in range(servers)]
     try:
         start = time.monotonic()
-        for process, url in started:
-            wait_until_up(url, process, timeout=600)
+        for process, url, log in started:
+            wait_until_up(url, process, timeout=600, announced=log if "--ray" in extra else None)
         ready = time.monotonic() - start
-        urls = [url for _, url in started]
+        urls = [url for _, url, _ in started]
         asyncio.run(_split(urls, clients, 1, 8))  # warm up every server and replica
-        cpu = _Cpu([process.pid for process, _ in started])
+        cpu = _Cpu([process.pid for process, _, _ in started])
         stats = asyncio.run(_split(urls, clients, requests, max_tokens))
         server_cpu, roles = cpu.finish()
     finally:
-        for process, _ in started:
+        for process, _, _ in started:
             process.send_signal(signal.SIGTERM)
-        for process, _ in started:
+        for process, _, log in started:
             try:
                 process.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 process.kill()
+            log.unlink(missing_ok=True)
     ttft = sorted(stats.ttft) or [float("nan")]
     return {
         "tokens_per_s": stats.rate,

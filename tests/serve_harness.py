@@ -53,13 +53,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: float = 240) -> None:
+def wait_until_up(
+    url: str, process: subprocess.Popen | None = None, timeout: float = 240, *, announced: Path | None = None
+) -> None:
+    """Wait until ``/health`` answers 200 and, with ``announced`` (the server's log), the server has said where its
+    endpoint is: ``turnkit serve --ray`` answers through Serve's fallback proxy before HAProxy routes to the replicas
+    (which it waits for before saying so)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the server exited: {process.stdout.read() if process.stdout else ''}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            healthy = httpx.get(url + "/health", timeout=2).status_code == 200
+            if healthy and (announced is None or "endpoint http" in announced.read_text(errors="replace")):
                 return
         except httpx.HTTPError:
             pass

@@ -235,7 +235,7 @@ def endpoint(cluster, smollm2_gguf) -> Iterator[tuple[str, str]]:
     url = f"http://127.0.0.1:{port}"
     try:
         try:
-            wait_until_up(url, process, timeout=420)
+            wait_until_up(url, process, timeout=420, announced=log)
         except (RuntimeError, TimeoutError) as exc:
             raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
         yield url, marker

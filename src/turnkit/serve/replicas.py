@@ -37,11 +37,13 @@ What Ray Serve gives, and how it is set:
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import shutil
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +90,9 @@ _HAPROXY_PORTS = (
     "RAY_SERVE_HAPROXY_METRICS_PORT",
     "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
 )
+
+# HAProxy's stats page (where its stats listener is, on the endpoint's machine), read to know when it routes
+_STATS_PORT, _DEFAULT_STATS_PORT = "RAY_SERVE_HAPROXY_STATS_PORT", 8404
 
 # Ray's metrics, off in a local instance turnkit starts (no dashboard there) unless this is "1"
 _METRICS = "RAY_enable_metrics_collection"
@@ -233,6 +238,9 @@ def serve_on_ray(factory: AppFactory, options: ReplicaOptions) -> RayService:
         url = _proxy_url(serve, options)
         app = _deployment(options, env).bind(factory, options.threads)
         serve.run(app, name=options.app_name, route_prefix="/")
+        if options.ingress == "haproxy":
+            stats_port = int(env.get(_STATS_PORT) or os.environ.get(_STATS_PORT) or _DEFAULT_STATS_PORT)
+            _await_haproxy(url, stats_port, options)
     except BaseException as exc:  # Ctrl-C while the replicas load cleans up too
         with contextlib.suppress(Exception):
             RayService("", options.app_name, **state).stop()
@@ -361,6 +369,34 @@ def _proxy_url(serve: Any, options: ReplicaOptions) -> str:
     http = client.http_config
     host = "127.0.0.1" if http.host in ("0.0.0.0", "::") else http.host  # all interfaces: this one answers too
     return f"http://{host}:{http.port}"
+
+
+def _await_haproxy(url: str, stats_port: int, options: ReplicaOptions, timeout: float = 60.0) -> None:
+    """Wait until HAProxy routes to the replicas themselves (at least the deployment's minimum, each one up).
+
+    ``serve.run`` returns when the replicas run, but HAProxy learns of them a moment later and checks each one before
+    sending it traffic (about 2 s here); meanwhile it sends requests to Serve's fallback proxy, which is slower and
+    which Serve's own proxy settings govern. Its stats page says which servers are up. A stats page that does not
+    answer (a Serve already running with its own ingress, a firewall) ends the wait: the endpoint works either way.
+    """
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    stats = f"http://{urlsplit(url).hostname}:{stats_port}/stats;csv"
+    backend = f"http-{options.app_name}"
+    wanted = options.autoscale[0] if options.autoscale else options.replicas
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urlopen(stats, timeout=5) as answer:
+                lines = answer.read().decode().splitlines()
+        except OSError:
+            return
+        rows = csv.DictReader(line.removeprefix("# ") for line in lines)
+        replicas = [row for row in rows if row["pxname"] == backend and row["svname"].startswith("SERVE_REPLICA")]
+        if sum(row["status"] == "UP" for row in replicas) >= wanted:
+            return
+        time.sleep(0.25)
 
 
 def _haproxy_binary() -> str | None:
