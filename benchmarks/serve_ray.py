@@ -15,7 +15,8 @@ it):
   Serve's Python proxy (``--ray-ingress proxy``).
 
 The load is the same streaming load as benchmarks/serve.py (the official ``openai`` client, greedy, one asyncio load
-generator in this process, on the same cores as the servers). Target: 2 replicas at least 1.6x one replica. With each
+generator in this process, on the same cores as the servers), measured after one request per client of the same
+length has warmed every server up. Target: 2 replicas at least 1.6x one replica. With each
 measurement: the load average, and "others", the cores that work outside this benchmark took during the measured load
 (from /proc/stat): on a machine shared with other work, tokens/s is only as good as the spare cores, and a figure is
 clean when "others" is near 0. CPU ms per token (the servers' whole process trees, Ray's processes included) depends
@@ -166,7 +167,9 @@ def _measure(extra: list[str], servers: int, clients: int, requests: int, max_to
             wait_until_up(url, process, timeout=600, announced=log if "--ray" in extra else None)
         ready = time.monotonic() - start
         urls = [url for _, url, _ in started]
-        asyncio.run(_split(urls, clients, 1, 8))  # warm up every server and replica
+        # warm up every server and replica with one request per client of the measured length: after a shorter one the
+        # first full load still paid one-time costs (its median first token twice the next load's, for every server)
+        asyncio.run(_split(urls, clients, 1, max_tokens))
         cpu = _Cpu([process.pid for process, _, _ in started])
         stats = asyncio.run(_split(urls, clients, requests, max_tokens))
         server_cpu, roles = cpu.finish()

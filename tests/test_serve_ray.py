@@ -78,7 +78,7 @@ def test_serve_settings_follow_the_ingress_and_the_environment(monkeypatch):
     for name in ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "RAY_enable_metrics_collection"):
         monkeypatch.delenv(name, raising=False)
     haproxy = _serve_env(ReplicaOptions(), private=False)
-    assert haproxy["RAY_SERVE_ENABLE_HA_PROXY"] == "1" and haproxy["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
+    assert haproxy["RAY_SERVE_ENABLE_HA_PROXY"] == "1" and "RAY_SERVE_THROUGHPUT_OPTIMIZED" not in haproxy
     assert not set(_HAPROXY_PORTS) & haproxy.keys()  # a cluster keeps Serve's ports and HAProxy's metrics
     assert "RAY_SERVE_HAPROXY_METRICS_ENABLED" not in haproxy
     private = _serve_env(ReplicaOptions(), private=True)

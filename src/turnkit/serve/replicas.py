@@ -9,7 +9,7 @@ the code the command line runs, and a cluster needs only turnkit's dependencies 
 What Ray Serve gives, and how it is set:
 
 * **One endpoint**, on the head node only (``HeadOnly``), listening on ``--host``/``--port``. By default it is Ray
-  Serve's HAProxy ingress (``ingress="haproxy"``, Serve's high-throughput mode): HAProxy takes the connections and
+  Serve's HAProxy ingress (``ingress="haproxy"``): HAProxy takes the connections and
   hands each request to the replica with the fewest open ones; every replica serves HTTP itself (its own uvicorn on a
   port Serve allocates), so a streamed token crosses no Ray call and no Python proxy. ``ingress="proxy"`` is Serve's
   Python proxy, which calls the replicas through Ray and streams their chunks back (it needs no HAProxy binary; it
@@ -72,16 +72,13 @@ _COST_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S
 #: How requests reach the replicas (:class:`ReplicaOptions` ``ingress``).
 INGRESSES = ("haproxy", "proxy")
 
-# Serve's HAProxy ingress, as Ray documents its high-throughput mode: HAProxy in front, replicas serving HTTP directly
-# (RAY_SERVE_ENABLE_HA_PROXY turns on direct ingress), user code on the replica's own event loop and gRPC between
-# deployments (RAY_SERVE_THROUGHPUT_OPTIMIZED). A stopping replica stays reachable for Serve's draining period so that
-# load balancers can drop it; HAProxy hears of it within 0.1 s and retries refused connections, so 2 s are plenty
-# (Serve's 30 s made every Ctrl-C take half a minute).
-_HAPROXY_ENV = {
-    "RAY_SERVE_ENABLE_HA_PROXY": "1",
-    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
-}
+# Serve's HAProxy ingress: HAProxy in front, replicas serving HTTP directly (RAY_SERVE_ENABLE_HA_PROXY turns on
+# direct ingress). Ray's high-throughput mode adds RAY_SERVE_THROUGHPUT_OPTIMIZED (user code on the replica's own
+# event loop, among others); here it cost 2 replicas about a tenth of their tokens/s (turnkit's handlers render and
+# encode on that loop), so it is left off. A stopping replica stays reachable for Serve's draining period so that load
+# balancers can drop it; HAProxy hears of it within 0.1 s and retries refused connections, so 2 s are plenty (Serve's
+# 30 s made every Ctrl-C take half a minute).
+_HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 
 # HAProxy's listeners besides the endpoint, and Serve's fallback proxy (HAProxy's backup while no replica is up): fixed
 # ports by default, on free ones in a private local instance
