@@ -1,4 +1,4 @@
-"""``turnkit serve --ray``: the same OpenAI app as N replicas of a Ray Serve deployment, behind Ray Serve's proxy.
+"""``turnkit serve --ray``: the same OpenAI app as N replicas of a Ray Serve deployment, behind one endpoint.
 
 Why a factory: every replica builds its own app (model, tokenizer, chat format) in its own process, so this module
 never sees the server's constructor. It receives a zero-argument callable that returns an ASGI app and runs it inside
@@ -9,13 +9,13 @@ the code the command line runs, and a cluster needs only turnkit's dependencies 
 What Ray Serve gives, and how it is set:
 
 * **One endpoint**, on the head node only (``HeadOnly``), listening on ``--host``/``--port``. By default it is Ray
-  Serve's HAProxy ingress (``ingress="haproxy"``): HAProxy takes the connections and
-  hands each request to the replica with the fewest open ones; every replica serves HTTP itself (its own uvicorn on a
-  port Serve allocates), so a streamed token crosses no Ray call and no Python proxy. ``ingress="proxy"`` is Serve's
-  Python proxy, which calls the replicas through Ray and streams their chunks back (it needs no HAProxy binary; it
-  cost 2 replicas a fifth of their throughput on 2 cores, see README). Either way streaming responses pass through
-  untouched: the replica runs the ASGI app itself (:func:`ray.serve.ingress`), so server-sent events are the app's
-  own bytes.
+  Serve's HAProxy ingress (``ingress="haproxy"``): HAProxy takes the connections and hands each request to the
+  replica with the fewest open ones; every replica serves HTTP itself (its own uvicorn on a port Serve allocates), so
+  a streamed token crosses no Ray call and no Python proxy. The endpoint is announced once HAProxy routes to the
+  replicas themselves (:func:`_await_haproxy`). ``ingress="proxy"`` is Serve's Python proxy, which calls the
+  replicas through Ray and streams their chunks back (it needs no HAProxy binary, and costs more CPU per token: see
+  README). Either way streaming responses pass through untouched: the replica runs the ASGI app itself
+  (:func:`ray.serve.ingress`), so server-sent events are the app's own bytes.
 * **Threads on purpose.** Each replica reserves ``threads`` CPUs (``num_cpus``) and pins torch to that many threads,
   so N replicas on N cores do not fight over them.
 * **Spreading and full queues.** HAProxy balances on open connections (``leastconn``); a replica runs at most
