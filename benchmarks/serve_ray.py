@@ -280,7 +280,12 @@ def main() -> None:
             continue
         one, two = rate[f"{prefix}, 1 replica"], rate[f"{prefix}, 2 replicas"]
         ratios[prefix] = two / one
+        paired = [
+            b["tokens_per_s"] / a["tokens_per_s"]
+            for a, b in zip(runs[f"{prefix}, 1 replica"], runs[f"{prefix}, 2 replicas"], strict=True)
+        ]
         print(f"  {what}: 2 replicas / 1 replica = {two / one:.2f} (target >= 1.6)")
+        print(f"    per round: {', '.join(f'{r:.2f}' for r in paired)}")
         if "plain, 1 thread" in rate:
             plain = rate["plain, 1 thread"]
             print(
