@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import csv
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ import pytest
 from serve_harness import free_port, wait_until_up, whole_and_streamed
 
 from turnkit.errors import ClusterError
-from turnkit.serve.replicas import ReplicaOptions, parse_autoscale
+from turnkit.serve.replicas import _HAPROXY_PORTS, ReplicaOptions, parse_autoscale
 
 pytest.importorskip("ray.serve")
 
@@ -191,6 +192,9 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
         "RAY_USAGE_STATS_ENABLED": "0",
         "PYTHONPATH": str(SRC),
         "TOKENIZERS_PARALLELISM": "false",
+        # HAProxy's listeners on free ports, not Ray's fixed ones (another HAProxy may hold those): through the
+        # environment, which has the last word over turnkit's settings
+        **{name: str(free_port()) for name in _HAPROXY_PORTS},
     }
     env.pop("RAY_ADDRESS", None)
     port = free_port()
@@ -212,7 +216,7 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
             "--disable-usage-stats",
         )
         _ray_start(env, "--address", address, "--node-ip-address", "127.0.0.1")
-        yield address, {**env, "MARKER": marker}
+        yield address, {**env, MARKER: marker}
     finally:
         _kill_marked(marker)
         shutil.rmtree(temp, ignore_errors=True)
@@ -222,7 +226,7 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
 def endpoint(cluster, smollm2_gguf) -> Iterator[tuple[str, str]]:
     """``turnkit serve --ray`` joined to the cluster with two replicas; yields (URL, marker)."""
     address, env = cluster
-    marker = env.pop("MARKER")
+    marker = env[MARKER]
     port = free_port()
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--ray", "--ray-address", address, "--replicas", "2"]
     command += ["--threads", "1", "--port", str(port), "--model", str(smollm2_gguf), "--model-id", "smollm2"]
@@ -238,7 +242,7 @@ def endpoint(cluster, smollm2_gguf) -> Iterator[tuple[str, str]]:
             wait_until_up(url, process, timeout=420, announced=log)
         except (RuntimeError, TimeoutError) as exc:
             raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
-        yield url, marker
+        yield url, marker, int(env["RAY_SERVE_HAPROXY_STATS_PORT"])
         # shutting down stops what `turnkit serve` started (its application, and Serve) and nothing else
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
@@ -270,6 +274,11 @@ def test_two_replicas_run_one_per_node_behind_haproxy(endpoint, client):
     assert any(b"haproxy" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _marked(endpoint[1]))
     for pid in replicas:
         assert b"RAY_SERVE_ENABLE_HA_PROXY=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    # announced only once HAProxy routes to both replicas (its stats page, on the port the environment chose)
+    stats = httpx.get(f"http://127.0.0.1:{endpoint[2]}/stats;csv", timeout=10).text.splitlines()
+    rows = list(csv.DictReader(line.removeprefix("# ") for line in stats))
+    servers = [row for row in rows if row["pxname"] == "http-turnkit" and row["svname"].startswith("SERVE_REPLICA")]
+    assert [row["status"] for row in servers] == ["UP", "UP"], servers
     (model,) = client.models.list().data
     assert model.id == "smollm2"
 
@@ -342,7 +351,7 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def test_a_killed_replica_is_replaced_and_no_request_hangs(endpoint):
-    url, marker = endpoint
+    url, marker, _ = endpoint
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=150)
     replicas = _replicas(marker, "turnkit")
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
