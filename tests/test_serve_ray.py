@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import csv
 import os
 import secrets
 import shutil
@@ -29,7 +28,7 @@ import pytest
 from serve_harness import free_port, wait_until_up, whole_and_streamed
 
 from turnkit.errors import ClusterError
-from turnkit.serve.replicas import _HAPROXY_PORTS, ReplicaOptions, parse_autoscale
+from turnkit.serve.replicas import _HAPROXY_PORTS, ReplicaOptions, _replica_states, parse_autoscale
 
 pytest.importorskip("ray.serve")
 
@@ -74,7 +73,7 @@ def test_deployment_options_reach_ray_serve():
 
 
 def test_serve_settings_follow_the_ingress_and_the_environment(monkeypatch):
-    from turnkit.serve.replicas import _HAPROXY_PORTS, _serve_env
+    from turnkit.serve.replicas import _serve_env
 
     for name in ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S", "RAY_enable_metrics_collection"):
         monkeypatch.delenv(name, raising=False)
@@ -223,8 +222,8 @@ def cluster() -> Iterator[tuple[str, dict[str, str]]]:
 
 
 @pytest.fixture(scope="module")
-def endpoint(cluster, smollm2_gguf) -> Iterator[tuple[str, str]]:
-    """``turnkit serve --ray`` joined to the cluster with two replicas; yields (URL, marker)."""
+def endpoint(cluster, smollm2_gguf) -> Iterator[tuple[str, str, int]]:
+    """``turnkit serve --ray`` joined to the cluster with two replicas; yields (URL, marker, HAProxy's stats port)."""
     address, env = cluster
     marker = env[MARKER]
     port = free_port()
@@ -275,10 +274,8 @@ def test_two_replicas_run_one_per_node_behind_haproxy(endpoint, client):
     for pid in replicas:
         assert b"RAY_SERVE_ENABLE_HA_PROXY=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     # announced only once HAProxy routes to both replicas (its stats page, on the port the environment chose)
-    stats = httpx.get(f"http://127.0.0.1:{endpoint[2]}/stats;csv", timeout=10).text.splitlines()
-    rows = list(csv.DictReader(line.removeprefix("# ") for line in stats))
-    servers = [row for row in rows if row["pxname"] == "http-turnkit" and row["svname"].startswith("SERVE_REPLICA")]
-    assert [row["status"] for row in servers] == ["UP", "UP"], servers
+    stats = httpx.get(f"http://127.0.0.1:{endpoint[2]}/stats;csv", timeout=10).text
+    assert _replica_states(stats, "turnkit") == ["UP", "UP"], stats
     (model,) = client.models.list().data
     assert model.id == "smollm2"
 

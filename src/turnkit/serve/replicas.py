@@ -80,16 +80,15 @@ INGRESSES = ("haproxy", "proxy")
 # 30 s made every Ctrl-C take half a minute).
 _HAPROXY_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 
-# HAProxy's listeners besides the endpoint, and Serve's fallback proxy (HAProxy's backup while no replica is up): fixed
-# ports by default, on free ones in a private local instance
-_HAPROXY_PORTS = (
-    "RAY_SERVE_HAPROXY_STATS_PORT",
-    "RAY_SERVE_HAPROXY_METRICS_PORT",
-    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
-)
-
 # HAProxy's stats page (where its stats listener is, on the endpoint's machine), read to know when it routes
 _STATS_PORT, _DEFAULT_STATS_PORT = "RAY_SERVE_HAPROXY_STATS_PORT", 8404
+
+# HAProxy's listeners besides the endpoint, and Serve's fallback proxy (HAProxy's backup while no replica is up): fixed
+# ports by default, on free ones in a private local instance
+_HAPROXY_PORTS = (_STATS_PORT, "RAY_SERVE_HAPROXY_METRICS_PORT", "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT")
+
+# hosts that mean every interface of the machine
+_ALL_INTERFACES = ("0.0.0.0", "::")
 
 # Ray's metrics, off in a local instance turnkit starts (no dashboard there) unless this is "1"
 _METRICS = "RAY_enable_metrics_collection"
@@ -311,7 +310,7 @@ def _serve_env(options: ReplicaOptions, *, private: bool) -> dict[str, str]:
 
 def _free_port(host: str) -> int:
     with socket.socket() as sock:
-        sock.bind((host if host not in ("0.0.0.0", "::") else "", 0))
+        sock.bind((host if host not in _ALL_INTERFACES else "", 0))
         return int(sock.getsockname()[1])
 
 
@@ -326,7 +325,7 @@ def _check_haproxy(ray: Any, options: ReplicaOptions, *, local: bool) -> None:
                 "or use --ray-ingress proxy"
             )
         return
-    if options.host in ("0.0.0.0", "::"):
+    if options.host in _ALL_INTERFACES:
         return
     addresses = {node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
     if len(addresses) > 1:
@@ -364,7 +363,7 @@ def _proxy_url(serve: Any, options: ReplicaOptions) -> str:
     if client is None:
         raise ClusterError("Ray Serve is not running on this cluster (its controller is gone)")
     http = client.http_config
-    host = "127.0.0.1" if http.host in ("0.0.0.0", "::") else http.host  # all interfaces: this one answers too
+    host = "127.0.0.1" if http.host in _ALL_INTERFACES else http.host  # all interfaces: this one answers too
     return f"http://{host}:{http.port}"
 
 
@@ -380,20 +379,24 @@ def _await_haproxy(url: str, stats_port: int, options: ReplicaOptions, timeout: 
     from urllib.request import urlopen
 
     stats = f"http://{urlsplit(url).hostname}:{stats_port}/stats;csv"
-    backend = f"http-{options.app_name}"
     wanted = options.autoscale[0] if options.autoscale else options.replicas
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urlopen(stats, timeout=5) as answer:
-                lines = answer.read().decode().splitlines()
+                states = _replica_states(answer.read().decode(), options.app_name)
         except OSError:
             return
-        rows = csv.DictReader(line.removeprefix("# ") for line in lines)
-        replicas = [row for row in rows if row["pxname"] == backend and row["svname"].startswith("SERVE_REPLICA")]
-        if sum(row["status"] == "UP" for row in replicas) >= wanted:
+        if states.count("UP") >= wanted:
             return
         time.sleep(0.25)
+
+
+def _replica_states(stats_csv: str, app_name: str) -> list[str]:
+    """HAProxy's state (``UP``, ``DOWN``, ...) of each replica of a Serve application, from its stats page's CSV."""
+    rows = csv.DictReader(line.removeprefix("# ") for line in stats_csv.splitlines())
+    backend = f"http-{app_name}"
+    return [row["status"] for row in rows if row["pxname"] == backend and row["svname"].startswith("SERVE_REPLICA")]
 
 
 def _haproxy_binary() -> str | None:
