@@ -1,6 +1,9 @@
 """The documentation: README.md and the site under docs/ (docs/contributing.md, "The documentation").
 
 * the site builds with ``mkdocs build --strict``: a broken link, anchor or API reference fails;
+* every python and bash example runs, page by page, against the embedded model, and prints what the page shows
+  (``tests/docs_examples.py`` collects and runs them);
+* in a scratch copy of the docs, a broken example and a broken link each make these checks fail;
 * README.md stays short, keeps the quick start's two commands, and its links point at files that exist.
 """
 
@@ -8,14 +11,20 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import docs_examples
 import pytest
+from docs_examples import DocsExampleError, collect, pages, run_page
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+#: Pages whose examples run at once: the examples are mostly waiting on subprocesses, and two keep both cores busy.
+PARALLEL_PAGES = 2
 
 
 def build_site(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -62,3 +71,111 @@ def test_readme_links_point_at_files_that_exist():
     assert local, "README.md links into the docs"
     for link in local:
         assert (ROOT / link).exists(), f"README.md links to {link}, which does not exist"
+
+
+# -- the examples -------------------------------------------------------------------------------------------------
+
+PAGES_WITH_EXAMPLES = [page for page in pages() if collect(page)]
+
+
+def _page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT).with_suffix(""))
+
+
+@pytest.fixture(scope="session")
+def example_runs(request, tmp_path_factory) -> dict[Path, Future[list[str]]]:
+    """The selected pages' examples, run two pages at a time from the first test that asks; each test waits for its
+    own page."""
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if item.originalname == "test_every_example_runs" and hasattr(item, "callspec")
+    ]
+    scratch = tmp_path_factory.mktemp("examples")
+    executor = ThreadPoolExecutor(max_workers=PARALLEL_PAGES)
+    request.addfinalizer(executor.shutdown)
+    return {page: executor.submit(run_page, page, scratch / _page_id(page).replace("/", "-")) for page in selected}
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=_page_id)
+def test_every_example_runs(page: Path, example_runs: dict[Path, Future[list[str]]]):
+    skipped = example_runs[page].result()
+    for reason in skipped:
+        print(f"not run: {reason}")
+
+
+def test_every_page_with_examples_is_collected_and_skips_are_rare():
+    blocks = [block for page in pages() for block in collect(page)]
+    assert len(blocks) >= 60, "the docs' examples are collected"
+    skipped = [block for block in blocks if block.skip]
+    assert len(skipped) <= 3, [block.where for block in skipped]
+    assert {block.language for block in blocks} == {"python", "bash"}
+
+
+def test_a_fence_that_would_silently_not_run_is_refused(tmp_path):
+    for fence in ("```", "```sh", "```console", "```py", "```pycon"):
+        page = tmp_path / "page.md"
+        page.write_text(f"# A page\n\n{fence}\nturnkit --version\n```\n")
+        with pytest.raises(DocsExampleError, match=r"page\.md:3"):
+            collect(page)
+    page.write_text("<!-- docs-test: skip -->\n```bash\ntrue\n```\n")
+    with pytest.raises(DocsExampleError, match="must say why"):
+        collect(page)
+
+
+def test_output_comparison():
+    assert docs_examples.output_matches("a\nb", "a  \nb\n\n")
+    assert not docs_examples.output_matches("a\nb", "a\nc")
+    assert docs_examples.output_matches("took ... s, 3 rows", "took 1.5 s, 3 rows")
+    assert not docs_examples.output_matches("took ... s, 3 rows", "took 1.5 s, 4 rows")
+
+
+# -- a broken example and a broken link, in a scratch copy ----------------------------------------------------------
+
+
+@pytest.fixture
+def scratch_docs(tmp_path) -> Path:
+    """A copy of the docs (the sources the API reference reads are linked, not copied)."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    (tmp_path / "src").symlink_to(ROOT / "src")
+    return tmp_path
+
+
+def test_a_broken_example_fails(scratch_docs: Path):
+    page = scratch_docs / "docs" / "guides" / "parsing.md"
+    text = page.read_text(encoding="utf-8")
+    run_page(page, scratch_docs / "intact")  # the copy passes as it is
+
+    wrong_output = text.replace("Paris is the capital of France. end_of_turn stop True", "Paris. end_of_turn stop True")
+    page.write_text(wrong_output, encoding="utf-8")
+    with pytest.raises(DocsExampleError, match=r"parsing\.md:\d+: the python example printed something else"):
+        run_page(page, scratch_docs / "wrong-output")
+
+    raising = text.replace("reply = fmt.parse(generated)", "reply = fmt.parse_reply(generated)")
+    page.write_text(raising, encoding="utf-8")
+    with pytest.raises(DocsExampleError, match=r"AttributeError.*parse_reply"):
+        run_page(page, scratch_docs / "raising")
+
+    page.write_text(
+        text.replace(
+            "```python\nfrom turnkit import",
+            "```bash\nturnkit parse --no-such-flag\n```\n\n```python\nfrom turnkit import",
+            1,
+        ),
+        encoding="utf-8",
+    )
+    with pytest.raises(DocsExampleError, match="the bash example exited with status 2"):
+        run_page(page, scratch_docs / "failing-command")
+
+
+def test_a_broken_link_fails_the_build(scratch_docs: Path):
+    page = scratch_docs / "docs" / "troubleshooting.md"
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("(guides/parsing.md#reply-formats)", "(guides/parsing.md#no-such-section)"))
+    result = build_site(scratch_docs, scratch_docs / "site-anchor")
+    assert result.returncode != 0 and "#no-such-section" in result.stdout + result.stderr
+
+    page.write_text(text.replace("(guides/add-chatml.md)", "(guides/add-chat-ml.md)", 1))
+    result = build_site(scratch_docs, scratch_docs / "site-page")
+    assert result.returncode != 0 and "guides/add-chat-ml.md" in result.stdout + result.stderr
