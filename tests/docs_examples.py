@@ -1,4 +1,5 @@
-"""The examples of README.md and docs/: collected from the Markdown and run as a reader would run them.
+"""The documentation's test harness: the site's strict build, and the examples of README.md and docs/, collected from
+the Markdown and run as a reader would run them.
 
 The convention (docs/contributing.md, "The documentation"):
 
@@ -179,6 +180,13 @@ def collect(page: Path) -> list[Block]:
         blocks.append(block)
         previous = block
     return blocks
+
+
+def build_site(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` of the docs under ``root`` into ``site``, as ``./dev.sh docs`` runs it."""
+    environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about its successor, not a warning
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)]
+    return subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, timeout=600)
 
 
 def pages() -> list[Path]:

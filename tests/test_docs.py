@@ -9,38 +9,19 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import docs_examples
 import pytest
-from docs_examples import DocsExampleError, collect, pages, run_page
+from docs_examples import DocsExampleError, build_site, collect, pages, run_page
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Pages whose examples run at once: the examples are mostly waiting on subprocesses, and two keep both cores busy.
 PARALLEL_PAGES = 2
-
-
-def build_site(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    """``mkdocs build --strict`` of the docs under ``root`` into ``site``, as ``./dev.sh docs`` runs it."""
-    environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)]
-    return subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="session")
-def built_site(tmp_path_factory) -> Path:
-    """The site, built once per session (the browser test opens the same build)."""
-    site = tmp_path_factory.mktemp("site")
-    result = build_site(ROOT, site)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
-    return site
 
 
 def test_the_site_builds_strictly_with_every_page_and_the_api_reference(built_site: Path):
@@ -179,3 +160,11 @@ def test_a_broken_link_fails_the_build(scratch_docs: Path):
     page.write_text(text.replace("(guides/add-chatml.md)", "(guides/add-chat-ml.md)", 1))
     result = build_site(scratch_docs, scratch_docs / "site-page")
     assert result.returncode != 0 and "guides/add-chat-ml.md" in result.stdout + result.stderr
+
+
+def test_contributing_names_every_test_file_and_only_those():
+    index = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`tests/(test_\w+\.py)`", index))
+    present = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    assert present - named == set(), "tests not described in docs/contributing.md, 'What each test file covers'"
+    assert named - present == set(), "docs/contributing.md describes tests that do not exist"
