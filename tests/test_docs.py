@@ -75,7 +75,18 @@ def example_runs(request, tmp_path_factory) -> dict[Path, Future[list[str]]]:
     scratch = tmp_path_factory.mktemp("examples")
     executor = ThreadPoolExecutor(max_workers=PARALLEL_PAGES)
     request.addfinalizer(executor.shutdown)
-    return {page: executor.submit(run_page, page, scratch / _page_id(page).replace("/", "-")) for page in selected}
+    slowest_first = sorted(selected, key=_expected_cost, reverse=True)  # no long page left to run alone at the end
+    return {page: executor.submit(run_page, page, scratch / _page_id(page).replace("/", "-")) for page in slowest_first}
+
+
+#: Rough seconds of what makes an example slow: training, Ray, loading transformers, starting a command.
+_COSTS = {"SFTTrainer": 60, "--ray": 40, "--engine ray": 20, "transformers": 15, "turnkit ": 3}
+
+
+def _expected_cost(page: Path) -> int:
+    """A guess at how long a page's examples take, to start the longest first."""
+    code = "\n".join(block.code for block in collect(page))
+    return sum(cost * code.count(word) for word, cost in _COSTS.items())
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=_page_id)
