@@ -205,7 +205,41 @@ def _library_errors(smollm2_hf_folder):
     def continue_without_content():
         ChatFormat.from_family("chatml").render([*TWO_TURNS, {"role": "assistant"}], continue_final_message=True)
 
-    return [no_tokenizer, not_prefix_stable, several_templates, continue_and_prompt, continue_without_content]
+    def dropped_tool_calls():
+        template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        ChatFormat.from_template(template, tokenizer=smollm2_hf_folder).encode(TOOL_CALL_TURN)
+
+    return [
+        no_tokenizer,
+        not_prefix_stable,
+        several_templates,
+        continue_and_prompt,
+        continue_without_content,
+        dropped_tool_calls,
+    ]
+
+
+TOOL_CALL_TURN = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+    },
+]
+
+
+def test_encode_refuses_a_trained_turn_the_template_leaves_out(tmp_path, capsys):
+    """The embedded SmolLM2 template writes no tool calls: an error naming message and field, unless --allow-dropped."""
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps({"messages": TOOL_CALL_TURN, "tools": [WEATHER_TOOL]}))
+    assert main(["encode", "--model", "default", str(conversation)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("turnkit: error: message 1, field 'tool_calls': the template does not write")
+    assert "pass --allow-dropped" in error and "allow_dropped=" not in error
+    assert main(["encode", "--model", "default", "--allow-dropped", "--json", str(conversation)]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t for t, m in zip(row["tokens"], row["assistant_masks"], strict=True) if m] == ["<|im_end|>"]
 
 
 def test_every_rewritten_phrase_is_still_the_librarys(smollm2_hf_folder):

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conversations import WEATHER_TOOL
 
+from turnkit.cli import main
 from turnkit.data import FieldMap, PrepareConfig, load_rows, prepare
 from turnkit.data.prepare import PrepareError
 
@@ -334,3 +336,63 @@ def test_field_mappings(tmp_path, model):
         tmp_path, [data], model, input_format="openai", fields=FieldMap(messages="dialog", tools="fns")
     )
     assert manifest["counts"]["written"] == 1
+
+
+TOOL_CALL_ONLY = {
+    "id": "weather",
+    "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+        },
+    ],
+    "tools": [WEATHER_TOOL],
+}
+
+
+def test_a_turn_the_template_does_not_render_is_rejected_not_trained(tmp_path, capsys):
+    """SmolLM2's template writes no tool calls: the turn would train `<|im_start|>assistant\\n<|im_end|>` alone."""
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps({"id": "plain", **GOOD}), json.dumps(TOOL_CALL_ONLY)])
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 1 and manifest["counts"]["rejected"] == 1
+    (reject,) = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert reject["record_id"] == "weather" and reject["field"] == "messages[1].tool_calls"
+    assert reject["reason"].startswith("message 1, field 'tool_calls': the template does not write")
+    assert "an empty reply" in reject["reason"] and "--allow-dropped" in reject["reason"]
+    assert "message …, field 'tool_calls': the template does not write" in printed  # the field is not elided
+    assert [r["record_id"] for r in load_rows(out)] == ["plain"]
+
+    kept = tmp_path / "kept"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(kept), "--allow-dropped"]) == 0
+    assert json.loads((kept / "manifest.json").read_text())["counts"]["written"] == 2
+
+
+def test_reasoning_a_template_drops_from_earlier_turns_is_counted(tmp_path, smollm2_hf_folder, capsys):
+    """Qwen3 drops the reasoning of turns before the last user message, by design: allowed, and counted."""
+    from corpus import template_text
+
+    folder = tmp_path / "qwen3-format"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smollm2_hf_folder / name, folder / name)
+    (folder / "chat_template.jinja").write_text(template_text("Qwen-Qwen3-0.6B.jinja"))
+    record = {
+        "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "reasoning_content": "Two and two.", "content": "4"},
+            {"role": "user", "content": "3+3?"},
+            {"role": "assistant", "reasoning_content": "Three and three.", "content": "6"},
+        ]
+    }
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(record), json.dumps(GOOD)])
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", str(folder), "--out", str(out), "--turns", "last"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 2 and manifest["counts"]["rejected"] == 0
+    assert manifest["reasoning_left_out"] == {"turns": 1, "records": 1}
+    assert "reasoning left out            1   turns in 1 records" in capsys.readouterr().out

@@ -33,6 +33,7 @@ FLAG_ADVICE: tuple[tuple[str, str], ...] = (
         "use --model PATH",
     ),
     ("encode with split_turns=True (see check_prefix_stable)", "rerun with --split-turns (--check-prefix shows where)"),
+    ("pass allow_dropped=True", "pass --allow-dropped"),
     ("pass template_name= one of", "pass --template-name with one of"),
     (
         "continue_final_message and add_generation_prompt exclude each other",

@@ -28,6 +28,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         turns=args.turns,
         train_end_marker=not args.no_end_marker,
         split_turns=args.split_turns,
+        allow_dropped=args.allow_dropped,
         markers=args.markers,
         id_field=args.id_field,
     )
@@ -73,6 +74,11 @@ def register(commands: Any) -> None:
     prep.add_argument("--turns", choices=["all", "last"], default="all", help="assistant turns to train")
     prep.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
     prep.add_argument("--split-turns", action="store_true", help="one example per assistant turn")
+    prep.add_argument(
+        "--allow-dropped",
+        action="store_true",
+        help="train an assistant turn even when the template leaves out its tool calls or content (default: reject)",
+    )
     prep.add_argument(
         "--markers",
         choices=["keep", "reject", "strip"],

@@ -348,8 +348,10 @@ def _finish(
             "trained_tokens",
             "truncated",
             "records_with_markers",
+            "reasoning_left_out",
+            "records_reasoning_left_out",
         ):
-            totals[key] += summary[key]
+            totals[key] += summary.get(key, 0)  # a shard an older version wrote lacks the newer counts
         reasons.update(summary["rejected_by_reason"])
         markers.update(summary["markers"])
         rejects.extend(summary["rejects"])
@@ -370,6 +372,10 @@ def _finish(
         "truncated": totals["truncated"],
         "markers_found": dict(markers),
         "records_with_markers": totals["records_with_markers"],
+        "reasoning_left_out": {
+            "turns": totals["reasoning_left_out"],
+            "records": totals["records_reasoning_left_out"],
+        },
         "template_sha256": hashlib.sha256(template_text.encode()).hexdigest(),
         "tokenizer_sha256": hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
         "tokenizer_path": fmt.tokenizer.tokenizer_path,
@@ -398,9 +404,20 @@ def report(manifest: dict[str, Any]) -> str:
         f"truncated records  {manifest['truncated']:>12,}",
         f"records w/ markers {manifest['records_with_markers']:>12,}",
         *(f"  {n:>6,}  {marker}" for marker, n in sorted(manifest["markers_found"].items(), key=lambda x: -x[1])),
+        *_reasoning_line(manifest.get("reasoning_left_out")),
         f"time               {manifest['seconds']:>11.1f}s",
     ]
     return "\n".join(lines)
+
+
+def _reasoning_line(left_out: dict[str, int] | None) -> list[str]:
+    """Reasoning the template left out of assistant turns (allowed: Qwen3 drops it from earlier turns by design)."""
+    if not left_out or not left_out.get("turns"):
+        return []
+    return [
+        f"reasoning left out {left_out['turns']:>12,}   turns in {left_out['records']:,} records "
+        "(the template drops it there; it is not trained)"
+    ]
 
 
 def load_rows(out: str | Path) -> Iterable[dict[str, Any]]:

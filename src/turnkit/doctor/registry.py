@@ -52,6 +52,7 @@ DATA_CHECKS: tuple[Check, ...] = (
     Check("labels-not-input-ids", E, checks_data.check_labels_input_ids),
     Check("labels-missing-end-marker", E, checks_data.check_labels_end_marker),
     Check("labels-train-prompt", E, checks_data.check_labels_prompt),
+    Check("labels-empty-reply", E, checks_data.check_labels_empty_reply),
     Check("data-summary", I, checks_data.check_data_summary),
 )
 
