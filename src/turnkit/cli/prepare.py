@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from turnkit.cli.common import model_path, positive_int
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from turnkit.data import FieldMap, PrepareConfig, prepare, report
 
-    model = args.model if args.model == "default" else str(Path(args.model).resolve())
+    model = args.model if args.model == "default" else str(model_path(args.model).resolve())
     fields = FieldMap(
         messages=args.messages_field,
         tools=args.tools_field,
@@ -64,7 +65,7 @@ def register(commands: Any) -> None:
     prep.add_argument("--instruction-field", default="instruction", metavar="NAME")
     prep.add_argument("--input-field", default="input", metavar="NAME")
     prep.add_argument("--output-field", default="output", metavar="NAME")
-    prep.add_argument("--max-length", type=int, metavar="N", help="longest example in tokens")
+    prep.add_argument("--max-length", type=positive_int, metavar="N", help="longest example in tokens")
     prep.add_argument(
         "--truncation",
         choices=["drop", "turns"],
@@ -88,10 +89,10 @@ def register(commands: Any) -> None:
     prep.add_argument(
         "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
     )
-    prep.add_argument("--workers", type=int, default=1, metavar="N")
+    prep.add_argument("--workers", type=positive_int, default=1, metavar="N", help="worker processes (default 1)")
     prep.add_argument("--engine", choices=["local", "ray"], default="local")
     prep.add_argument(
         "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
     )
-    prep.add_argument("--shard-records", type=int, default=1024, metavar="N", help="records per output shard")
+    prep.add_argument("--shard-records", type=positive_int, default=1024, metavar="N", help="records per output shard")
     prep.set_defaults(handler=_cmd_prepare)

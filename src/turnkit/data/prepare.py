@@ -19,6 +19,7 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -32,8 +33,8 @@ from typing import Any
 from turnkit.cache import atomic_path, write_atomically
 from turnkit.data.accounting import ID_FIELD_DEFAULT
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
-from turnkit.data.sources import RawRecord, read_records
-from turnkit.errors import PrepareError
+from turnkit.data.sources import RawRecord, check_inputs, read_records
+from turnkit.errors import InputError, PrepareError
 
 __all__ = ["PrepareError", "prepare"]
 
@@ -309,23 +310,54 @@ def prepare(
     """
     out = Path(out)
     folder = out / "shards"
-    folder.mkdir(parents=True, exist_ok=True)
     sources = [str(i) for i in inputs]
-    for source in sources:  # fail on a missing input before any work
-        if not source.startswith("hub:") and not Path(source).exists():
-            raise PrepareError(f"{source} does not exist")
+    _check_options(out, config, workers, engine, shard_records, ray_address)
+    try:
+        check_inputs(sources)  # a missing input, or an unreachable hub, fails before any work
+    except InputError as exc:
+        raise PrepareError(str(exc)) from None
     meter = _Progress(progress)
-    if ray_address and engine != "ray":
-        raise PrepareError("--ray-address goes with --engine ray")
-    if engine not in ("local", "ray"):
-        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    with _fewer_collections():  # this process reads, and with one local worker processes, every record
+    with _removed_if_nothing_done(out), _fewer_collections():  # this process reads every record
+        folder.mkdir(parents=True, exist_ok=True)
         if engine == "local":
             _local(sources, folder, config, workers, shard_records, meter)
         else:
             _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     meter.done()
     return _finish(out, folder, sources, config, engine, workers, time.perf_counter() - meter.start)
+
+
+def _check_options(
+    out: Path, config: PrepareConfig, workers: int, engine: str, shard_records: int, ray_address: str | None
+) -> None:
+    """Options that cannot work, refused before anything is read or written."""
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"--out {out} is a file: give a folder (it receives manifest.json, rejects.jsonl, shards/)")
+    if config.max_length is not None and config.max_length < 1:
+        raise PrepareError(f"--max-length must be at least 1 token, not {config.max_length}")
+    if workers < 1:
+        raise PrepareError(f"--workers must be at least 1, not {workers}")
+    if shard_records < 1:
+        raise PrepareError(f"--shard-records must be at least 1, not {shard_records}")
+    if ray_address and engine != "ray":
+        raise PrepareError("--ray-address goes with --engine ray")
+    if engine not in ("local", "ray"):
+        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+
+
+@contextmanager
+def _removed_if_nothing_done(out: Path) -> Iterator[None]:
+    """On failure, remove what this run created when no shard was finished: a failed first run leaves no empty
+    folders behind, and a resumable one keeps its shards."""
+    created = [p for p in (out, out / "shards") if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        shards = out / "shards"
+        if not (shards.is_dir() and any(shards.glob("shard-*.json"))):
+            for path in reversed(created):
+                shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _finish(

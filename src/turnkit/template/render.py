@@ -12,6 +12,7 @@ Every failure comes out as a :class:`~turnkit.TurnkitError`: the template's own 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,24 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
     return Rendered("".join(chunks), tuple(state.spans or ()), tuple(data_spans))
 
 
+_NO_ATTRIBUTE = re.compile(r"'dict object' has no attribute '([^']+)'")
+#: Message fields a template may read without checking that they are there.
+_MESSAGE_FIELDS = frozenset({"content", "tool_calls", "tool_call_id", "name", *REASONING_FIELDS})
+
+
+def _missing_field(exc: jinja2.UndefinedError, messages: Any) -> MessageError | None:
+    """The template read a message field that a message lacks (``[{"role": "user"}]``): say which message and field,
+    instead of jinja's ``'dict object' has no attribute 'content'``."""
+    match = _NO_ATTRIBUTE.fullmatch(str(exc.message or ""))
+    if match is None or match.group(1) not in _MESSAGE_FIELDS or not isinstance(messages, list):
+        return None
+    field = match.group(1)
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping) and field not in message:
+            return MessageError(f"missing, and the chat template reads it{_at(exc)}", index=index, field=field)
+    return None
+
+
 def run_compiled(
     template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
 ) -> Rendered:
@@ -130,6 +149,9 @@ def run_compiled(
     except MemoryError:
         raise TemplateLimitError("the template ran out of memory") from None
     except jinja2.UndefinedError as exc:
+        missing = _missing_field(exc, context.get("messages"))
+        if missing is not None:
+            raise missing from None
         raise TemplateError(f"the chat template failed{_at(exc)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a template is a program: any Python error can come out of it
         raise TemplateError(f"the chat template failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
