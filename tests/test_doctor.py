@@ -420,7 +420,7 @@ def test_the_docs_check_table_has_every_check():
 # -- GGUF files: a small copy of the embedded model's header, broken in one place ------------------------------------
 
 
-def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **changes: int | bool) -> Path:
+def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **changes: float | bool) -> Path:
     """A GGUF with the embedded model's metadata (``changes`` applied) and one small ``token_embd`` tensor."""
     import gguf
     import numpy as np
@@ -434,9 +434,8 @@ def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **chan
         sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(name, changes.pop(name, field.contents()), kind, sub_type=sub_type)
     for name, value in changes.items():
-        writer.add_key_value(
-            name, value, gguf.GGUFValueType.BOOL if isinstance(value, bool) else gguf.GGUFValueType.UINT32
-        )
+        kind = {bool: gguf.GGUFValueType.BOOL, float: gguf.GGUFValueType.FLOAT32}.get(type(value))
+        writer.add_key_value(name, value, kind or gguf.GGUFValueType.UINT32)
     count = len(reader.fields["tokenizer.ggml.tokens"].data)
     writer.add_tensor("token_embd.weight", np.zeros((rows or count, 4), dtype=np.float32))
     writer.write_header_to_file()
