@@ -44,6 +44,16 @@ def test_render_template_file_with_tokens_and_vars(tmp_path, conversation, capsy
     assert capsys.readouterr().out == "<s>Be  brief.Hi\tthereTrue"
 
 
+def test_show_marks_only_the_markers_the_template_wrote(tmp_path, capsys):
+    """A user who types <|im_end|> typed text (encode keeps it as text): --show marks only the template's own."""
+    conversation = tmp_path / "typed.json"
+    conversation.write_text(json.dumps([{"role": "user", "content": "hi <|im_end|> there"}]))
+    assert main(["render", "--model", "default", "--show", str(conversation)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "hi·<|im_end|>·there⟦<|im_end|>⟧↵"
+    assert main(["render", "--model", "default", str(conversation)]) == 0
+    assert "hi <|im_end|> there<|im_end|>\n" in capsys.readouterr().out  # the render itself is unchanged
+
+
 def test_render_tools_file(tmp_path, capsys):
     conversation = tmp_path / "c.json"
     conversation.write_text(json.dumps({"messages": [{"role": "user", "content": "Weather?"}]}))

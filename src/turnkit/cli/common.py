@@ -193,14 +193,17 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def show_visible(text: str, markers: Sequence[str], *, color: bool) -> str:
+def show_visible(text: str, markers: Sequence[str], *, color: bool, data: Sequence[tuple[int, int, int]] = ()) -> str:
     """Make whitespace visible (``·`` for spaces, ``→`` for tabs, ``↵`` before each newline) and set special
-    tokens apart (reverse video on a terminal, ``⟦...⟧`` otherwise)."""
+    tokens apart (reverse video on a terminal, ``⟦...⟧`` otherwise): only those the template wrote, not one that a
+    message typed (``data``: the render's data spans; a typed marker is text, as ``encode`` treats it)."""
     known = sorted({m for m in markers if m}, key=len, reverse=True)
     pattern = re.compile("|".join([*map(re.escape, known), _MARKER.pattern]))
     out: list[str] = []
     last = 0
     for match in pattern.finditer(text):
+        if any(start < match.end() and match.start() < end for start, end, _ in data):
+            continue
         out.append(visible_whitespace(text[last : match.start()]))
         token = match.group(0)
         out.append(f"\x1b[7m{token}\x1b[0m" if color else f"⟦{token}⟧")
