@@ -172,6 +172,19 @@ def test_bad_requests_get_openai_errors(server, payload, status, needle):
     assert needle in error["message"] and error["type"]
 
 
+def test_a_message_without_content_names_the_field(server):
+    """SmolLM2's template reads every message's content: the 400 names the message and field, not jinja's words."""
+    payload = {
+        "model": "smollm2",
+        "messages": [*QUESTION, {"role": "assistant", "content": "Paris."}, {"role": "user"}],
+    }
+    response = httpx.post(server[0] + "/v1/chat/completions", json=payload, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "messages[2].content" and error["type"] == "invalid_request_error"
+    assert "missing, and the chat template reads it" in error["message"] and "dict object" not in error["message"]
+
+
 def test_the_official_client_sees_typed_errors(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-9", messages=QUESTION)

@@ -215,9 +215,12 @@ class ChatFormat:
         continue_final_message: bool | str = False,
         template_name: str | None = None,
         track_generation: bool = False,
+        with_data_spans: bool = False,
         **template_kwargs: Any,
     ) -> Rendered:
-        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked."""
+        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked, and
+        with ``with_data_spans`` the spans of text that came from data (messages, tools, documents), which tell a
+        marker the template wrote from one a user typed."""
         return self.chat_template.render(
             messages,
             tools=tools,
@@ -226,6 +229,7 @@ class ChatFormat:
             continue_final_message=continue_final_message,
             template_name=template_name,
             track_generation=track_generation,
+            with_data_spans=with_data_spans,
             template_kwargs=template_kwargs,
         )
 

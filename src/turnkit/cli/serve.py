@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError
+from turnkit.cli.common import UsageError, missing_model, positive_int
 from turnkit.serve.engines import ENGINES
 from turnkit.serve.replicas import INGRESSES
 
@@ -32,9 +32,7 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
         specs = [replace(spec, engine=spec.engine or args.engine) for spec in specs]
     for spec in specs:
         if not spec.embedded and not Path(spec.path).exists():
-            raise UsageError(
-                f"the model {spec.path} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
-            )
+            raise missing_model(spec.path, f"the model {spec.name!r}:" if spec.name != spec.path else "--model")
         if spec.template is not None and not Path(spec.template).is_file():
             raise UsageError(f"the template {spec.template} of the model {spec.name!r} does not exist")
     return modelspec.unique(specs)
@@ -158,13 +156,22 @@ def register(commands: Any) -> None:
         help="every .gguf file and Hugging Face folder in DIR, or the models of a TOML/JSON models file (repeatable)",
     )
     serve.add_argument(
-        "--max-loaded", type=int, default=2, metavar="N", help="models kept loaded (least recently used unloaded)"
+        "--max-loaded",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="models kept loaded (least recently used unloaded; default 2)",
     )
     serve.add_argument(
         "--lazy", action="store_true", help="load even the default model on its first request, not at start"
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)",
+    )
+    serve.add_argument("--port", type=int, default=8000, metavar="N", help="the port to listen on (default 8000)")
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
     serve.add_argument(
         "--engine",
@@ -172,19 +179,34 @@ def register(commands: Any) -> None:
         help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
     )
     serve.add_argument(
-        "--threads", type=int, metavar="N", help="engine threads (default: CPU cores - 1; with --ray: 1 per replica)"
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        help="engine threads (default: CPU cores - 1; with --ray: 1 per replica)",
     )
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
-    serve.add_argument("--max-batch", type=int, default=16, help="sequences generated together")
-    serve.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429 answers")
-    serve.add_argument("--default-max-tokens", type=int, default=512, help="reply budget when a request sets none")
+    serve.add_argument(
+        "--max-batch", type=positive_int, default=16, metavar="N", help="sequences generated together (default 16)"
+    )
+    serve.add_argument(
+        "--max-queue", type=int, default=64, metavar="N", help="requests waiting before 429 answers (default 64)"
+    )
+    serve.add_argument(
+        "--default-max-tokens",
+        type=positive_int,
+        default=512,
+        metavar="N",
+        help="reply budget when a request sets none (default 512)",
+    )
     serve.add_argument(
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
     )
     serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
     serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
     serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
-    serve.add_argument("--replicas", type=int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)")
+    serve.add_argument(
+        "--replicas", type=positive_int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)"
+    )
     serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
     serve.add_argument(
         "--ray-ingress",

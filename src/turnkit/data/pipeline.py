@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from turnkit.data.accounting import reason_key, record_id, reject
+from turnkit.data.accounting import prepare_advice, reason_key, record_id, reject
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
+from turnkit.encode.coverage import REASONING
 from turnkit.encode.options import EncodeOptions
 from turnkit.errors import TurnkitError
 
@@ -38,6 +39,7 @@ class PrepareConfig:
     turns: Literal["all", "last"] = "all"
     train_end_marker: bool = True
     split_turns: bool = False
+    allow_dropped: bool = False  # train a turn whose tool calls or content the template leaves out
     markers: Literal["keep", "reject", "strip"] = "keep"
     id_field: str | None = None  # the record's own id; None: "id" where present, else file:line
 
@@ -57,6 +59,10 @@ class ShardResult:
     truncated: int = 0
     markers: Counter[str] = field(default_factory=Counter)
     records_with_markers: int = 0
+    #: Assistant turns whose reasoning the template left out (Qwen3 drops it before the last user message), and
+    #: the records they are in.
+    reasoning_left_out: int = 0
+    records_reasoning_left_out: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -64,12 +70,14 @@ class ShardResult:
             "written": self.read - len(self.rejects),
             "rows": len(self.rows),
             "rejected": len(self.rejects),
-            "rejected_by_reason": dict(Counter(reason_key(r["reason"]) for r in self.rejects)),
+            "rejected_by_reason": dict(Counter(reason_key(r["reason"], r["field"]) for r in self.rejects)),
             "tokens": self.tokens,
             "trained_tokens": self.trained_tokens,
             "truncated": self.truncated,
             "markers": dict(self.markers),
             "records_with_markers": self.records_with_markers,
+            "reasoning_left_out": self.reasoning_left_out,
+            "records_reasoning_left_out": self.records_reasoning_left_out,
         }
 
 
@@ -124,6 +132,7 @@ def _options(config: PrepareConfig) -> EncodeOptions:
         turns=config.turns,
         train_end_marker=config.train_end_marker,
         split_turns=config.split_turns,
+        allow_dropped=config.allow_dropped,
         attribution=False,  # rows hold ids, labels and masks only
     )
 
@@ -206,6 +215,9 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
             continue
         encodings, truncated = encoded
         result.truncated += truncated
+        left_out = {index for e in encodings for index, name in e.unrendered if name == REASONING}
+        result.reasoning_left_out += len(left_out)
+        result.records_reasoning_left_out += bool(left_out)
         for turn, encoding in enumerate(encodings):
             row = {  # arrays: the shard writer builds Arrow columns from them directly
                 "record_id": rid,
@@ -222,7 +234,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
 
 
 def _rejected(rid: str, source: str, exc: Exception) -> dict[str, Any]:
-    reason = exc.reason if isinstance(exc, RecordError) else str(exc)
+    reason = exc.reason if isinstance(exc, RecordError) else prepare_advice(str(exc))
     where = exc.location if isinstance(exc, TurnkitError) else None
     return reject(rid, source, reason, where)
 

@@ -19,6 +19,7 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -32,8 +33,8 @@ from typing import Any
 from turnkit.cache import atomic_path, write_atomically
 from turnkit.data.accounting import ID_FIELD_DEFAULT
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
-from turnkit.data.sources import RawRecord, read_records
-from turnkit.errors import PrepareError
+from turnkit.data.sources import RawRecord, check_inputs, read_records
+from turnkit.errors import InputError, PrepareError
 
 __all__ = ["PrepareError", "prepare"]
 
@@ -309,23 +310,54 @@ def prepare(
     """
     out = Path(out)
     folder = out / "shards"
-    folder.mkdir(parents=True, exist_ok=True)
     sources = [str(i) for i in inputs]
-    for source in sources:  # fail on a missing input before any work
-        if not source.startswith("hub:") and not Path(source).exists():
-            raise PrepareError(f"{source} does not exist")
+    _check_options(out, config, workers, engine, shard_records, ray_address)
+    try:
+        check_inputs(sources)  # a missing input, or an unreachable hub, fails before any work
+    except InputError as exc:
+        raise PrepareError(str(exc)) from None
     meter = _Progress(progress)
-    if ray_address and engine != "ray":
-        raise PrepareError("--ray-address goes with --engine ray")
-    if engine not in ("local", "ray"):
-        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    with _fewer_collections():  # this process reads, and with one local worker processes, every record
+    with _removed_if_nothing_done(out), _fewer_collections():  # this process reads every record
+        folder.mkdir(parents=True, exist_ok=True)
         if engine == "local":
             _local(sources, folder, config, workers, shard_records, meter)
         else:
             _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     meter.done()
     return _finish(out, folder, sources, config, engine, workers, time.perf_counter() - meter.start)
+
+
+def _check_options(
+    out: Path, config: PrepareConfig, workers: int, engine: str, shard_records: int, ray_address: str | None
+) -> None:
+    """Options that cannot work, refused before anything is read or written."""
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"--out {out} is a file: give a folder (it receives manifest.json, rejects.jsonl, shards/)")
+    if config.max_length is not None and config.max_length < 1:
+        raise PrepareError(f"--max-length must be at least 1 token, not {config.max_length}")
+    if workers < 1:
+        raise PrepareError(f"--workers must be at least 1, not {workers}")
+    if shard_records < 1:
+        raise PrepareError(f"--shard-records must be at least 1, not {shard_records}")
+    if ray_address and engine != "ray":
+        raise PrepareError("--ray-address goes with --engine ray")
+    if engine not in ("local", "ray"):
+        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+
+
+@contextmanager
+def _removed_if_nothing_done(out: Path) -> Iterator[None]:
+    """On failure, remove what this run created when no shard was finished: a failed first run leaves no empty
+    folders behind, and a resumable one keeps its shards."""
+    created = [p for p in (out, out / "shards") if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        shards = out / "shards"
+        if not (shards.is_dir() and any(shards.glob("shard-*.json"))):
+            for path in reversed(created):
+                shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _finish(
@@ -348,8 +380,10 @@ def _finish(
             "trained_tokens",
             "truncated",
             "records_with_markers",
+            "reasoning_left_out",
+            "records_reasoning_left_out",
         ):
-            totals[key] += summary[key]
+            totals[key] += summary.get(key, 0)  # a shard an older version wrote lacks the newer counts
         reasons.update(summary["rejected_by_reason"])
         markers.update(summary["markers"])
         rejects.extend(summary["rejects"])
@@ -370,6 +404,10 @@ def _finish(
         "truncated": totals["truncated"],
         "markers_found": dict(markers),
         "records_with_markers": totals["records_with_markers"],
+        "reasoning_left_out": {
+            "turns": totals["reasoning_left_out"],
+            "records": totals["records_reasoning_left_out"],
+        },
         "template_sha256": hashlib.sha256(template_text.encode()).hexdigest(),
         "tokenizer_sha256": hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
         "tokenizer_path": fmt.tokenizer.tokenizer_path,
@@ -398,9 +436,20 @@ def report(manifest: dict[str, Any]) -> str:
         f"truncated records  {manifest['truncated']:>12,}",
         f"records w/ markers {manifest['records_with_markers']:>12,}",
         *(f"  {n:>6,}  {marker}" for marker, n in sorted(manifest["markers_found"].items(), key=lambda x: -x[1])),
+        *_reasoning_line(manifest.get("reasoning_left_out")),
         f"time               {manifest['seconds']:>11.1f}s",
     ]
     return "\n".join(lines)
+
+
+def _reasoning_line(left_out: dict[str, int] | None) -> list[str]:
+    """Reasoning the template left out of assistant turns (allowed: Qwen3 drops it from earlier turns by design)."""
+    if not left_out or not left_out.get("turns"):
+        return []
+    return [
+        f"reasoning left out {left_out['turns']:>12,}   turns in {left_out['records']:,} records "
+        "(the template drops it there; it is not trained)"
+    ]
 
 
 def load_rows(out: str | Path) -> Iterable[dict[str, Any]]:

@@ -182,4 +182,4 @@ class Encoder:
             is_data = np.zeros(len(ids_array), dtype=bool)
             message_index = np.full(len(ids_array), NO_MESSAGE, dtype=np.int32)
         mask = self.masks.mask(job, turns, spans)
-        return Encoding.from_arrays(ids_array, mask, message_index, is_data, job.text, dict(counts))
+        return Encoding.from_arrays(ids_array, mask, message_index, is_data, job.text, dict(counts), job.unrendered)

@@ -14,7 +14,8 @@ from functools import lru_cache
 from typing import Any
 
 from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
-from turnkit.encode.marking import DataMarker, Prepared
+from turnkit.encode.coverage import unrendered
+from turnkit.encode.marking import DataMarker, Prepared, message_of
 from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
@@ -55,6 +56,10 @@ class Job:
     variables: dict[str, Any]
     options: EncodeOptions
     source: str  # the template text the render used
+    #: The sources of the render's data: which fields of which message the template wrote (see encode.coverage).
+    sources: frozenset[int]
+    #: (message index, field) of assistant data the template left out.
+    unrendered: tuple[tuple[int, str], ...]
     #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
     generated: dict[int, str] = field(default_factory=dict)
 
@@ -129,6 +134,9 @@ class Stage:
             add_generation_prompt=add_generation_prompt,
         )
         rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
+        sources = frozenset(s for a, b, s in rendered.data_spans if b > a)
+        by_message = tuple((a, b, message_of(s)) for a, b, s in rendered.data_spans)
+        rendered = Rendered(rendered.text, rendered.generation_spans, by_message)
         self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
@@ -146,4 +154,6 @@ class Stage:
             variables,
             options,
             source,
+            sources,
+            unrendered(chat, sources, text, by_message),
         )

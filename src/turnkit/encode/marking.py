@@ -9,7 +9,9 @@ around the broken strings is encoded with added tokens disabled. The same is don
 characters or more) at either end of a data string, so that data next to template text cannot complete a marker.
 
 Data strings are also tagged with their source (:class:`~turnkit.template.taint.DataStr`), which is what per-token
-attribution and loss masks are computed from.
+attribution and loss masks are computed from. A message's fields are tagged apart (:func:`field_source`): the render's
+data spans then say which fields of which message the template wrote (:mod:`turnkit.encode.coverage`), before they are
+read back as message indices (:func:`message_of`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,29 @@ from turnkit.errors import MessageError, TokenizerError
 from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, DataStr
 from turnkit.tokenizer import TokenizerBinding
 
-__all__ = ["DataMarker", "Prepared"]
+__all__ = ["FIELD_GROUPS", "DataMarker", "Prepared", "field_source", "message_of"]
+
+#: Message fields whose place in a render is told apart, by group (the reasoning fields are aliases of each other);
+#: every other field (``name``, ``tool_call_id`` ...) shares one more code.
+FIELD_GROUPS: dict[str, tuple[str, ...]] = {
+    "content": ("content",),
+    "tool_calls": ("tool_calls",),
+    "reasoning_content": ("reasoning_content", "thinking", "reasoning"),
+}
+_FIELD_CODES = {name: code for code, group in enumerate(FIELD_GROUPS.values()) for name in group}
+_OTHER_FIELD = len(FIELD_GROUPS)
+_CODES_PER_MESSAGE = _OTHER_FIELD + 1
+
+
+def field_source(index: int, field: str) -> int:
+    """The source a render's data spans carry for ``field`` of message ``index``."""
+    return index * _CODES_PER_MESSAGE + _FIELD_CODES.get(field, _OTHER_FIELD)
+
+
+def message_of(source: int) -> int:
+    """The message index of a field's source (tools, documents and variables keep their negative sources)."""
+    return source // _CODES_PER_MESSAGE if source >= 0 else source
+
 
 #: The noncharacters of the Basic Multilingual Plane, which Unicode reserves for internal use.
 _NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + ["\ufffe", "\uffff"]
@@ -175,12 +199,13 @@ class DataMarker:
                 for key, value in message.items():
                     if key == "role":
                         marked[key] = value
-                    elif type(value) is str:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = self._mark_text(value, index, where, counter) if value else value
+                        continue
+                    where = functools.partial("message {}, field {!r}".format, index, key)
+                    source = field_source(index, key)
+                    if type(value) is str:
+                        marked[key] = self._mark_text(value, source, where, counter) if value else value
                     else:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = mark(value, index, where, counter)
+                        marked[key] = mark(value, source, where, counter)
                 marked_chat.append(marked)
             marked_tools = self._tools(tools, counter) if tools else tools
             marked_documents = mark(documents, SOURCE_DOCUMENTS, lambda: "documents", counter)

@@ -27,7 +27,7 @@ from turnkit.serve.engines import EngineOptions, load_backend
 from turnkit.serve.engines.base import Backend
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
-from turnkit.serve.sampling import EMBEDDED_DEFAULTS, NEUTRAL, SamplingDefaults, read_generation_config
+from turnkit.serve.sampling import NEUTRAL, SamplingDefaults, model_defaults
 
 __all__ = ["LoadedModel", "ModelRegistry"]
 
@@ -231,7 +231,5 @@ def _build_format(spec: ModelSpec) -> ChatFormat:
 
 
 def _defaults(spec: ModelSpec) -> SamplingDefaults:
-    start = EMBEDDED_DEFAULTS if spec.embedded else NEUTRAL
     path = resolve_model(spec.path) if not spec.embedded else None
-    from_config = read_generation_config(path) if path is not None and path.is_dir() else {}
-    return start.updated(from_config).updated(spec.sampling)
+    return model_defaults(path, embedded=spec.embedded).updated(spec.sampling)

@@ -27,9 +27,29 @@ class EngineOptions:
     max_queue: int = 64
 
 
+#: What a Hugging Face folder holds its weights in, whichever way transformers saved them.
+_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def _check_model_folder(folder: Path) -> None:
+    """A folder without ``config.json`` or weights (a tokenizer alone is enough to render and encode) is said to be
+    so, in place of transformers' "Unrecognized model ... `model_type`"."""
+    missing = [] if (folder / "config.json").is_file() else ["config.json"]
+    if not any(next(folder.glob(pattern), None) for pattern in _WEIGHTS):
+        missing.append("weights (*.safetensors)")
+    if missing:
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:6]) or "nothing"
+        raise ServeConfigError(
+            f"{folder} holds no model to serve: it has no {' and no '.join(missing)} (it holds {held}); give a folder "
+            "with config.json and the weights, or a .gguf file (render, encode and prepare need the tokenizer only)"
+        )
+
+
 def _torch(path: Path, options: EngineOptions) -> Backend:
     from turnkit.serve.engines.torch import TorchBackend
 
+    if path.is_dir():
+        _check_model_folder(path)
     return TorchBackend.load(path, threads=options.threads, max_batch=options.max_batch, max_queue=options.max_queue)
 
 
