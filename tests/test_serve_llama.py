@@ -20,6 +20,7 @@ from serve_harness import serving, turnkit_serve, whole_and_streamed
 
 from turnkit import ChatFormat
 from turnkit.serve import GenerationRequest
+from turnkit.serve.engines.base import QueueTimeoutError
 
 pytest.importorskip("llama_cpp")
 
@@ -63,6 +64,7 @@ test_completions = core.test_completions
 test_a_forged_turn_reaches_the_model_as_text = core.test_a_forged_turn_reaches_the_model_as_text
 test_the_official_client_sees_typed_errors = core.test_the_official_client_sees_typed_errors
 test_a_client_that_disconnects_frees_its_slot = core.test_a_client_that_disconnects_frees_its_slot
+test_a_client_that_leaves_a_whole_reply_frees_its_slot = core.test_a_client_that_leaves_a_whole_reply_frees_its_slot
 
 
 def test_chat_and_real_usage(client, server):
@@ -98,7 +100,9 @@ def test_stop_strings_end_the_reply_and_never_leak(client):
 
 
 def test_the_log_names_the_engine(server):
-    assert "llama.cpp engine, 1 threads" in server[1].read_text()
+    text = server[1].read_text()
+    assert "llama.cpp engine" in text and "threads: 1 decoding" in text and "key/value cache" in text
+    assert "n_ctx_seq" not in text  # llama.cpp's warning about the shared cache: turnkit says what it chose instead
 
 
 def test_a_shared_system_prompt_is_reported_as_cached(client):
@@ -213,12 +217,12 @@ def test_a_cancelled_request_leaves_the_batch_at_once(backend, fmt):
         async for _ in generation:
             count += 1
             if count == 3:
-                assert backend.load_now == (1, 0)
+                assert (backend.load_now().running, backend.load_now().waiting) == (1, 0)
                 generation.cancel()
         return count
 
     produced = asyncio.run(main())
-    assert produced < 10 and backend.load_now == (0, 0)
+    assert produced < 10 and (backend.load_now().running, backend.load_now().waiting) == (0, 0)
 
 
 def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
@@ -238,7 +242,73 @@ def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
             return replies
 
         replies = asyncio.run(main())
-        assert [len(reply) for reply in replies] == [2, 2, 2] and engine.load_now == (0, 0)
+        assert [len(reply) for reply in replies] == [2, 2, 2] and engine.load_now().running == 0
+    finally:
+        engine.close()
+
+
+def test_admission_waits_for_cache_room_and_refuses_past_the_queue_deadline(smollm2_gguf):
+    """A request is admitted only when its prompt plus max_tokens fits in what the cache has not promised; one that
+    waits past the queue's deadline is refused before any token, with a time to retry; room frees when a request
+    leaves. The load reading shows it all at once."""
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
+
+    engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=4, kv_tokens=1024, queue_timeout=1.5)
+    try:
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            big = engine.submit(GenerationRequest([1, *range(2000, 2020)], max_tokens=1000, temperature=0), loop)
+            await big.started()
+            reading = engine.load_now()
+            assert (reading.running, reading.kv_reserved, reading.kv_capacity) == (1, 1021, 1024)
+            small = GenerationRequest([1, *range(3000, 3050)], max_tokens=50, temperature=0)
+            refused = engine.submit(small, loop)  # 101 more tokens do not fit: it waits
+            await asyncio.sleep(0.2)
+            assert engine.load_now().waiting == 1
+            with pytest.raises(QueueTimeoutError) as refusal:
+                await refused.started()
+            assert refusal.value.retry_after >= 1 and await _collect_or_error(refused) == "refused"
+            assert engine.load_now().running == 1  # the big one ran all along (1,000 tokens take seconds)
+            admitted = engine.submit(small, loop)
+            big.cancel()
+            await admitted.started()
+            return len(await _collect(admitted))
+
+        assert asyncio.run(main()) == 50
+        assert engine.load_now() == type(engine.load_now())(0, 0, 1024, 0, engine.cached_cells)
+    finally:
+        engine.close()
+
+
+async def _collect_or_error(generation) -> str:
+    try:
+        await _collect(generation)
+    except QueueTimeoutError:
+        return "refused"
+    return "ended"
+
+
+def test_a_full_cache_preempts_the_youngest_request_and_recomputes_it(smollm2_gguf):
+    """Admission that promises more than the cache holds (as vLLM's optimistic scheduler does): when a step finds no
+    room, the youngest request is preempted and recomputed later from its prompt and what it generated; every reply
+    still gets all its tokens, none fails."""
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
+
+    engine = LlamaCppBackend(
+        smollm2_gguf, threads=1, max_batch=3, kv_tokens=512, admission_tokens=4096, prefill_chunk=128
+    )
+    try:
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            prompts = [[1, *range(4000 + 100 * n, 4060 + 100 * n)] for n in range(3)]  # nothing shared
+            generations = [engine.submit(GenerationRequest(p, max_tokens=250, temperature=0), loop) for p in prompts]
+            return await asyncio.gather(*(_collect(g) for g in generations))
+
+        replies = asyncio.run(main())
+        assert [len(reply) for reply in replies] == [250, 250, 250]  # 3 x 311 tokens in a cache of 512
+        assert engine.preemptions >= 1 and engine.load_now().running == 0
     finally:
         engine.close()
 
