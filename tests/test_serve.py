@@ -251,6 +251,21 @@ def test_api_key(replay_server):
     assert openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit").models.list().data[0].id == "replay"
 
 
+def test_metrics_are_behind_the_api_key_unless_public(replay_server, smollm2_hf_folder):
+    from starlette.testclient import TestClient
+
+    from turnkit.serve.app.routes import Server
+
+    assert httpx.get(replay_server + "/metrics").status_code == 401
+    served = httpx.get(replay_server + "/metrics", headers={"authorization": "Bearer sekrit"})
+    assert served.status_code == 200 and "turnkit_requests_total" in served.text
+    fmt = ChatFormat.from_pretrained(smollm2_hf_folder)
+    public = Server(fmt, ReplayBackend(lambda ids: []), model_id="replay", api_key="sekrit", metrics_public=True)
+    with TestClient(public.app()) as http:
+        assert http.get("/metrics").status_code == 200
+        assert http.get("/v1/models").status_code == 401
+
+
 def test_tool_calls_streamed_and_whole_agree(replay_server):
     client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
     messages = [{"role": "user", "content": "Weather in Paris?"}]

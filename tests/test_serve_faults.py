@@ -234,11 +234,12 @@ def test_health_answers_while_a_huge_request_is_built(smollm2_gguf):
     not stall the event loop: /health, polled throughout, keeps answering."""
     with server(name="huge") as (url, _process, _log):
         messages = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"} for n in range(10_000)]
+        body = json.dumps({"model": "smollm2", "messages": messages, "max_tokens": 4}).encode()  # not on the clock
         result: dict[str, httpx.Response] = {}
 
         def send() -> None:
-            body = {"model": "smollm2", "messages": messages, "max_tokens": 4}
-            result["huge"] = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+            headers = {"content-type": "application/json"}
+            result["huge"] = httpx.post(url + "/v1/chat/completions", content=body, headers=headers, timeout=300)
 
         sender = threading.Thread(target=send)
         latencies = []

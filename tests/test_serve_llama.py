@@ -116,6 +116,62 @@ def test_a_shared_system_prompt_is_reported_as_cached(client):
     assert first.usage.prompt_tokens_details.cached_tokens < 150
 
 
+def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed with prometheus_client's own parser: (sample name, sorted labels) to value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_requests_tokens_and_latencies(client, server):
+    """/metrics before and after a few requests: the counters moved by exactly what the answers' usage says."""
+    before = _metrics(server[0])
+    chat = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=8)
+    stream = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=GERMANY,
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    completion = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=5)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="smollm2", messages=GERMANY, max_tokens=-1)
+    after = _metrics(server[0])
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    chat_ok = {"endpoint": "/v1/chat/completions", "model": "smollm2", "status": "200"}
+    assert moved("turnkit_requests_total", **chat_ok) == 2
+    assert moved("turnkit_requests_total", **{**chat_ok, "status": "400", "model": ""}) == 1
+    assert moved("turnkit_requests_total", endpoint="/v1/completions", model="smollm2", status="200") == 1
+    usages = [chat.usage, stream[-1].usage, completion.usage]
+    assert moved("turnkit_prompt_tokens_total", model="smollm2") == sum(u.prompt_tokens for u in usages)
+    assert moved("turnkit_generation_tokens_total", model="smollm2") == sum(u.completion_tokens for u in usages)
+    cached = sum(u.prompt_tokens_details.cached_tokens for u in usages if u.prompt_tokens_details)
+    assert moved("turnkit_prompt_cached_tokens_total", model="smollm2") == cached > 0  # the same question twice
+    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "time_per_output_token_seconds"):
+        assert moved(f"turnkit_{histogram}_count", model="smollm2") == 3
+    assert after[("turnkit_kv_cache_capacity_tokens", (("model", "smollm2"),))] > 0
+    assert after[("turnkit_requests_running", (("model", "smollm2"),))] == 0
+    health = httpx.get(server[0] + "/health").json()
+    cache = health["models"][0]["kv_cache"]
+    assert cache["tokens"] == after[("turnkit_kv_cache_capacity_tokens", (("model", "smollm2"),))]
+    assert health["aborted"] == after.get(
+        ("turnkit_requests_aborted_total", (("endpoint", "/v1/chat/completions"), ("model", "smollm2"))), 0
+    )
+
+
 def test_greedy_replies_are_llama_cpp_pythons_own(client, server, smollm2_gguf):
     from llama_cpp import Llama
 

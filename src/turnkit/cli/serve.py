@@ -79,7 +79,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         for name in registry.names:
             registry.format(name)
         fmt = registry.format(first)
-        _ = fmt.tokenizer, fmt.stop_ids  # the default model's tokenizer now, not on the first request
+        # The default model's tokenizer and its encoder's lazily built parts now, not on the first request (building
+        # them holds the interpreter for a second: every client would wait).
+        fmt.encode([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+        _ = fmt.stop_ids
         if not args.lazy:
             describe = getattr(registry.preload(first).backend, "describe", None)
             if describe is not None:

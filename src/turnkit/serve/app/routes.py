@@ -26,7 +26,7 @@ from turnkit.format import ChatFormat
 from turnkit.serve import structured
 from turnkit.serve.app import ui
 from turnkit.serve.app.auth import Authenticate
-from turnkit.serve.app.body import read_body
+from turnkit.serve.app.body import read_request
 from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
 from turnkit.serve.app.inflight import InFlight
 from turnkit.serve.app.lifecycle import GRACE_SECONDS
@@ -187,13 +187,16 @@ class Server:
         return JSONResponse({"object": "list", "data": data})
 
     async def tokenize(self, request: Request) -> Response:
-        req = parse_tokenize(await read_body(request))
+        req = await read_request(request, parse_tokenize)
         base = self.models.format(req.model)
         if req.chat_input is not None:
-            fmt = self._format_for(base, req.chat_input)
-            tokens = chat_prompt_ids(fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt)
+            fmt, chat_input = self._format_for(base, req.chat_input), req.chat_input
+            generation_prompt = req.add_generation_prompt
+            tokens = await asyncio.to_thread(
+                lambda: chat_prompt_ids(fmt, chat_input, add_generation_prompt=generation_prompt)
+            )
         else:
-            tokens = base.tokenizer.encode(req.prompt or "").ids
+            tokens = (await asyncio.to_thread(base.tokenizer.encode, req.prompt or "")).ids
         body: dict[str, Any] = {"count": len(tokens), "tokens": tokens}
         loaded = self.models.loaded(self.models.spec(req.model).name)
         if loaded is not None:
@@ -201,7 +204,7 @@ class Server:
         return JSONResponse(body)
 
     async def detokenize(self, request: Request) -> Response:
-        req = parse_detokenize(await read_body(request))
+        req = await read_request(request, parse_detokenize)
         fmt = self.models.format(req.model)
         _check_vocabulary(fmt, req.tokens, "tokens")
         return JSONResponse({"prompt": fmt.tokenizer.decode(req.tokens)})
@@ -209,11 +212,11 @@ class Server:
     # -- generating endpoints -------------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        req = parse_chat(await read_body(request))
+        req = await read_request(request, parse_chat)
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
-        check_tools_shown(fmt, req.chat_input)
+        await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
         constraint = None
         if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
             constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
@@ -225,11 +228,12 @@ class Server:
         return await _reply(chunks, fold_chat, req)
 
     async def completions(self, request: Request) -> Response:
-        req = parse_completion(await read_body(request))
+        req = await read_request(request, parse_completion)
         fmt = self.models.format(req.model)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         if isinstance(req.prompt, str):
-            prompt = fmt.tokenizer.encode(req.prompt).ids  # a raw prompt is the caller's own formatting
+            # a raw prompt is the caller's own formatting; tokenized off the event loop (it may be long)
+            prompt = (await asyncio.to_thread(fmt.tokenizer.encode, req.prompt)).ids
         else:
             _check_vocabulary(fmt, req.prompt, "prompt")
             prompt = req.prompt
