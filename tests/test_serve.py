@@ -221,6 +221,26 @@ def test_a_client_that_leaves_a_whole_reply_frees_its_slot(server):
     assert " chat aborted after " in server[1].read_text()
 
 
+def test_the_torch_engine_takes_a_longer_context_with_yarn(smollm2_gguf):
+    """--context past the model's max_position_embeddings loads it with YaRN RoPE scaling, as on llama.cpp."""
+    from turnkit.serve import GenerationRequest
+    from turnkit.serve.engines.torch import TorchBackend
+
+    engine = TorchBackend.load(smollm2_gguf, threads=1, context=16384)
+    try:
+        assert engine.context_length == 16384
+        rope = engine.model.config.rope_parameters
+        assert (rope["rope_type"], rope["factor"], rope["original_max_position_embeddings"]) == ("yarn", 2.0, 8192)
+
+        async def three_tokens():
+            request = GenerationRequest([1, 2, 3, 4, 5], max_tokens=3, temperature=0)
+            return [event.token_id async for event in engine.submit(request, asyncio.get_running_loop())]
+
+        assert len(asyncio.run(three_tokens())) == 3
+    finally:
+        engine.close()
+
+
 # -- the replay backend: tool calls, API key, busy -------------------------------------------------------------------
 
 

@@ -172,6 +172,28 @@ def test_metrics_count_requests_tokens_and_latencies(client, server):
     )
 
 
+def test_a_context_past_the_trained_one_is_rope_scaled(smollm2_gguf):
+    """--context 16384 on a model trained on 8,192: said once at start, reported by /v1/models, and a 9,500-token
+    prompt is admitted (the client leaves once the answer has started: its prefill would take a minute here); a
+    prompt over 16,384 is a 400 naming the context."""
+    arguments = ["--model", str(smollm2_gguf), "--model-id", "smollm2", "--threads", "1", "--no-ui"]
+    with turnkit_serve(*arguments, "--context", "16384", "--kv-tokens", "16384", name="serve-context") as (url, log):
+        card = httpx.get(url + "/v1/models").json()["data"][0]
+        assert card["max_model_len"] == 16384 and card["metadata"]["kv_cache_tokens"] == 16384
+        assert "RoPE scaled with YaRN 2x past the model's trained 8192 tokens" in log.read_text()
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "word " * 9500}], "max_tokens": 4}
+        assert httpx.post(url + "/tokenize", json=body).json()["count"] > 9500
+        with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as answer:
+            assert answer.status_code == 200  # admitted: past the trained context, within --context
+        deadline = time.monotonic() + 30
+        while httpx.get(url + "/health").json()["generating"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(url + "/health").json()["generating"] == 0
+        body["messages"][0]["content"] = "word " * 17000
+        refused = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+        assert refused.status_code == 400 and "context is 16384 tokens" in refused.json()["error"]["message"]
+
+
 def test_greedy_replies_are_llama_cpp_pythons_own(client, server, smollm2_gguf):
     from llama_cpp import Llama
 
