@@ -51,7 +51,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return _serve_on_ray(args, specs)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     threads = args.threads or max(1, cores - 1)
-    prefill_threads = args.prefill_threads or max(threads, cores)
+    # Prompts are compute-bound: every core, unless --threads was given (then as many, as llama-server's -tb).
+    prefill_threads = args.prefill_threads or args.threads or cores
 
     from turnkit.embedded import resolve_model
     from turnkit.serve.app import lifecycle
@@ -72,7 +73,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     first = registry.default_name
     spec = registry.spec(first)
     engine = spec.engine or default_engine(resolve_model(spec.path))
-    print(f"turnkit: reading {first} ({engine} engine, {cores} cores)", file=sys.stderr, flush=True)
+    print(f"turnkit: reading {first} ({engine} engine, {cores} cores present)", file=sys.stderr, flush=True)
     from turnkit.serve.protocol import APIError
 
     try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy
@@ -214,7 +215,8 @@ def register(commands: Any) -> None:
         "--prefill-threads",
         type=int,
         metavar="N",
-        help="llama.cpp threads for prompts and batches of streams (default: every core present)",
+        help="llama.cpp threads for prompts and batches of streams (default: --threads if given, else every core; "
+        "on a machine busy with other work, 1 can be faster)",
     )
     serve.add_argument(
         "--context",
