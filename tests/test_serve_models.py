@@ -67,14 +67,16 @@ def test_models_files(tmp_path):
     assert specs[1].family == "plain" and specs[1].sampling == {"temperature": 0.0}
     assert specs[2].path == str(tmp_path / "weights/x.gguf") and specs[2].template == str(tmp_path / "t.jinja")
     listed = tmp_path / "models.json"
-    listed.write_text(json.dumps({"models": [{"name": "a", "path": "default", "top_p": 0.5}]}))
+    listed.write_text(json.dumps({"models": [{"name": "a", "path": "default", "top_p": 0.5, "context": 32768}]}))
     assert modelspec.from_file(listed)[0].sampling == {"top_p": 0.5}
+    assert modelspec.from_file(listed)[0].context == 32768 and specs[0].context is None
     for bad, needle in [
         ({"models": {"a": {"path": "default", "colour": 1}}}, "unknown key 'colour'"),
         ({"models": {"a": {"family": "chatml"}}}, "has no path"),
         ({"models": {"a": {"path": "default", "temperature": "hot"}}}, "temperature must be a number"),
         ({"models": {"a": {"path": "default", "family": "chatml", "template": "t"}}}, "not both"),
         ({"nothing": 1}, "needs a 'models' table"),
+        ({"models": {"a": {"path": "default", "context": "long"}}}, "context must be a whole number"),
     ]:
         listed.write_text(json.dumps(bad))
         with pytest.raises(ServeConfigError, match=needle):

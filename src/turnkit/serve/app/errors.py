@@ -22,7 +22,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def error_response(error: APIError, headers: Mapping[str, str] | None = None) -> Response:
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    """The error object with its status, and the headers it asks for (``Retry-After`` on a 429 or 503)."""
+    return JSONResponse(error.body(), status_code=error.status, headers={**error.headers, **(headers or {})})
 
 
 def answering(handler: Handler) -> Handler:
