@@ -32,7 +32,7 @@ from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.protocol import APIError, ChatInput, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
 from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
 
 __all__ = ["Server"]
@@ -148,13 +148,21 @@ class Server:
 
     async def chat(self, request: Request) -> Response:
         req = parse_chat(await read_body(request))
+        sessions, name = await self._start_chat(req)
+        chunks = choices(sessions, name, chat_chunks)
+        if req.response_format is not None:
+            chunks = structured.checked(chunks)
+        return await _reply(chunks, fold_chat, req)
+
+    async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
+        """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
+        the grammar of ``response_format`` or of a forced tool call, the model's weights, and the sessions."""
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         check_tools_shown(fmt, req.chat_input)
-        constraint = None
-        if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
-            constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
+        # the grammar's tokenizer takes a second to build the first time
+        constraint = await asyncio.to_thread(structured.constraint_for, fmt, req)
         model = await self.models.acquire(req.model)
         sessions = start_chat(
             fmt,
@@ -164,10 +172,7 @@ class Server:
             defaults=model.defaults,
             constraint=constraint,
         )
-        chunks = choices(sessions, model.name, chat_chunks)
-        if req.response_format is not None:
-            chunks = structured.checked(chunks)
-        return await _reply(chunks, fold_chat, req)
+        return sessions, model.name
 
     async def completions(self, request: Request) -> Response:
         req = parse_completion(await read_body(request))
