@@ -102,6 +102,7 @@ SERVE_ROOMS: dict[str, set[str]] = {
     "protocol": set(),
     "chat": {"protocol", "chunks", "session"},
     "completions": {"protocol", "chunks", "session"},
+    "messages": {"protocol", "session"},
     "chunks": {"protocol", "session"},
 }
 

@@ -112,11 +112,15 @@ class Thinking:
     """What a request asks of the model's reasoning, whatever the API called it: ``enabled`` turns it on or off
     (``None``: the template's default), ``effort`` asks for a level. ``param`` is the request's own field, named in
     errors (``reasoning_effort``, ``reasoning.effort``, ``thinking``). The session sets the template's own switch
-    (:mod:`turnkit.template.switches`)."""
+    (:mod:`turnkit.template.switches`).
+
+    ``effort_is_hint``: the effort is a hint about the whole reply (Anthropic's ``output_config.effort``), set where
+    the template has an effort variable and otherwise left out, never a reason to refuse the request."""
 
     enabled: bool | None = None
     effort: str | None = None
     param: str = "reasoning_effort"
+    effort_is_hint: bool = False
 
 
 @dataclass

@@ -113,7 +113,12 @@ def template_variables(fmt: ChatFormat, chat_input: ChatInput) -> dict[str, Any]
         raise APIError(400, str(exc), param="chat_template_kwargs", code="unsupported_thinking_switch") from None
     thinking = chat_input.thinking
     try:
-        asked = switch.variables(thinking.enabled, thinking.effort)
+        if thinking.effort_is_hint:
+            asked = switch.variables(thinking.enabled)
+            if switch.effort and thinking.effort and thinking.enabled is not False:
+                asked[switch.effort] = thinking.effort
+        else:
+            asked = switch.variables(thinking.enabled, thinking.effort)
     except SwitchError as exc:
         raise APIError(
             400, f"{thinking.param}: {exc}", param=thinking.param, code="unsupported_thinking_switch"

@@ -26,11 +26,12 @@ from turnkit.serve.app import ui
 from turnkit.serve.app.auth import Authenticate
 from turnkit.serve.app.body import read_body
 from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
-from turnkit.serve.app.sse import event_stream
+from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend
+from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
 from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
@@ -81,6 +82,8 @@ class Server:
             Route("/v1/models", answering(self.list_models), methods=["GET"]),
             Route("/v1/chat/completions", answering(self.chat), methods=["POST"]),
             Route("/v1/completions", answering(self.completions), methods=["POST"]),
+            Route("/v1/messages", answering(self.messages), methods=["POST"]),
+            Route("/v1/messages/count_tokens", answering(self.count_tokens), methods=["POST"]),
             Route("/tokenize", answering(self.tokenize), methods=["POST"]),
             Route("/detokenize", answering(self.detokenize), methods=["POST"]),
         ]
@@ -153,6 +156,22 @@ class Server:
         if req.response_format is not None:
             chunks = structured.checked(chunks)
         return await _reply(chunks, fold_chat, req)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API on the same sessions (:mod:`..messages`)."""
+        parsed = parse_messages(await read_body(request))
+        sessions, name = await self._start_chat(parsed.chat)
+        events = message_events(sessions[0], name, show_thinking=parsed.show_thinking)
+        if parsed.chat.stream:
+            return StreamingResponse(typed_event_stream(events, on_error=error_body), media_type="text/event-stream")
+        return JSONResponse(fold_message(await collect(events)))
+
+    async def count_tokens(self, request: Request) -> Response:
+        """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
+        chat = parse_messages(await read_body(request), counting=True).chat
+        fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
+        check_tools_shown(fmt, chat.chat_input)
+        return JSONResponse({"input_tokens": len(chat_prompt_ids(fmt, chat.chat_input))})
 
     async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
         """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
