@@ -103,6 +103,7 @@ SERVE_ROOMS: dict[str, set[str]] = {
     "chat": {"protocol", "chunks", "session"},
     "completions": {"protocol", "chunks", "session"},
     "messages": {"protocol", "session"},
+    "responses": {"protocol", "session"},
     "chunks": {"protocol", "session"},
 }
 

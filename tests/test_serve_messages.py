@@ -40,7 +40,7 @@ def server(smollm2_gguf):
         "--engine",
         "llama.cpp",
         "--threads",
-        "2",
+        "1",
         "--api-key",
         KEY,
         name="serve-messages",
@@ -50,7 +50,7 @@ def server(smollm2_gguf):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return anthropic.Anthropic(base_url=server, api_key=KEY, max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=server, api_key=KEY, max_retries=0, timeout=600)
 
 
 def _tokenize(server: str, **body) -> list[int]:

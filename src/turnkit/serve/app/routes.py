@@ -34,6 +34,7 @@ from turnkit.serve.engines.base import Backend
 from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
 from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
 
 __all__ = ["Server"]
@@ -75,6 +76,7 @@ class Server:
         self.default_max_tokens = default_max_tokens
         self.ui = ui
         self.created = int(time.time())
+        self.stored = ResponseStore()
 
     def app(self) -> Starlette:
         routes = [
@@ -84,6 +86,8 @@ class Server:
             Route("/v1/completions", answering(self.completions), methods=["POST"]),
             Route("/v1/messages", answering(self.messages), methods=["POST"]),
             Route("/v1/messages/count_tokens", answering(self.count_tokens), methods=["POST"]),
+            Route("/v1/responses", answering(self.responses), methods=["POST"]),
+            Route("/v1/responses/{response_id}", answering(self.stored_response), methods=["GET", "DELETE"]),
             Route("/tokenize", answering(self.tokenize), methods=["POST"]),
             Route("/detokenize", answering(self.detokenize), methods=["POST"]),
         ]
@@ -110,7 +114,8 @@ class Server:
         return JSONResponse(body)
 
     async def list_models(self, request: Request) -> Response:
-        """Every model, loaded or not, with its sampling defaults (``metadata``) and, once loaded, its context."""
+        """Every model, loaded or not, with its sampling defaults and thinking switch (``metadata``) and, once loaded,
+        its context."""
         data = []
         for name, spec in self.models.specs.items():
             card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
@@ -123,9 +128,19 @@ class Server:
                 "family": spec.family,
                 "template": spec.template,
                 "sampling_defaults": self.models.defaults(name).to_dict(),
+                "thinking_switch": self._thinking_switch(name),
             }
             data.append(card)
         return JSONResponse({"object": "list", "data": data})
+
+    def _thinking_switch(self, name: str) -> dict[str, Any] | None:
+        """The template variables that turn the model's reasoning on and off (``toggle``) or set its level
+        (``effort``), which ``reasoning_effort``, ``reasoning.effort`` and ``thinking`` set; ``None`` without one."""
+        try:
+            switch = self.models.format(name).thinking_switch()
+        except (TurnkitError, APIError):
+            return None
+        return switch.to_dict() if switch else None
 
     async def tokenize(self, request: Request) -> Response:
         req = parse_tokenize(await read_body(request))
@@ -165,6 +180,28 @@ class Server:
         if parsed.chat.stream:
             return StreamingResponse(typed_event_stream(events, on_error=error_body), media_type="text/event-stream")
         return JSONResponse(fold_message(await collect(events)))
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API on the same sessions (:mod:`..responses`); stored responses are kept in memory."""
+        req = parse_responses(await read_body(request), self.stored)
+        sessions, name = await self._start_chat(req.chat)
+        built = ResponseEvents(sessions[0], name, req)
+        if req.store:
+            built.on_done = lambda response: self.stored.put(response, built.conversation())
+        if req.chat.stream:
+            stream = typed_event_stream(built.events(), on_error=built.error_event)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        await collect(built.events())
+        return JSONResponse(built.response)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` a stored response, or ``DELETE`` it."""
+        response_id = request.path_params["response_id"]
+        if request.method == "DELETE":
+            self.stored.found(response_id)
+            self.stored.delete(response_id)
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(self.stored.found(response_id).response)
 
     async def count_tokens(self, request: Request) -> Response:
         """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
