@@ -283,7 +283,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
             raise APIError(400, "an input item must be an object", param=where)
         kind = item.get("type", "message")
         if kind == "message":
-            role = _MESSAGE_ROLES.get(item.get("role", ""))
+            role = _MESSAGE_ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
             if role is None:
                 raise APIError(
                     400,
