@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_harness import turnkit_serve
+from serve_harness import TOOL_MODEL, turnkit_serve
 
 from turnkit.cache import cache_dir
 
@@ -72,16 +72,22 @@ def _context_flag() -> list[str]:
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
     context = _context_flag()
-    with turnkit_serve("--model", "smollm2=default:qwen2.5", "--threads", "1", *context, name="serve-agents") as (
-        url,
-        log,
-    ):
+    with turnkit_serve(*TOOL_MODEL, *context, name="serve-agents") as (url, log):
         yield url, log, bool(context)
 
 
 def _replies(log: Path) -> list[str]:
     """The server's log lines of finished streamed chat replies (every API logs its sessions the same way)."""
     return [line for line in log.read_text().splitlines() if " chat-stream prompt=" in line]
+
+
+def _run(command: list[str], env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[str]:
+    """A client run headless in ``folder``, no input; it must exit 0."""
+    done = subprocess.run(
+        command, cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=1500
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
 
 
 def test_codex_exec_over_the_responses_api(clients, server, tmp_path):
@@ -112,16 +118,7 @@ def test_codex_exec_over_the_responses_api(clients, server, tmp_path):
     (home / "config.toml").write_text("\n".join(settings) + "\n")
     env = {**os.environ, **QUIET, "CODEX_HOME": str(home), "HOME": str(home), "TURNKIT_API_KEY": "unused"}
     before = len(_replies(log))
-    done = subprocess.run(
-        [str(clients / ".bin" / "codex"), "exec", "--skip-git-repo-check", "--json", PROMPT],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = _run([str(clients / ".bin" / "codex"), "exec", "--skip-git-repo-check", "--json", PROMPT], env, tmp_path)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert not [e for e in events if e.get("type") in ("error", "turn.failed")], done.stdout
     messages = [e["item"]["text"] for e in events if e.get("item", {}).get("type") == "agent_message"]
@@ -145,16 +142,7 @@ def test_claude_print_over_the_messages_api(clients, server, tmp_path):
     }
     smaller = [] if long_context else ["--tools", "Bash", "--system-prompt", "You are a helpful assistant."]
     before = len(_replies(log))
-    done = subprocess.run(
-        [str(binary), "-p", PROMPT, "--model", "smollm2", "--output-format", "json", *smaller],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = _run([str(binary), "-p", PROMPT, "--model", "smollm2", "--output-format", "json", *smaller], env, tmp_path)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["is_error"] is False and result["subtype"] == "success", result
     assert result["result"].strip() and result["usage"]["output_tokens"] >= 1, result

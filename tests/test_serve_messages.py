@@ -15,7 +15,7 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-from serve_harness import turnkit_serve
+from serve_harness import TOOL_MODEL, turnkit_serve
 
 KEY = "secret-key"
 GREEDY = {"extra_body": {"temperature": 0}}
@@ -34,17 +34,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    with turnkit_serve(
-        "--model",
-        "smollm2=default:qwen2.5",  # the embedded model (smollm2_gguf), its sampling defaults, qwen2.5's template
-        "--engine",
-        "llama.cpp",
-        "--threads",
-        "1",
-        "--api-key",
-        KEY,
-        name="serve-messages",
-    ) as (url, _):
+    with turnkit_serve(*TOOL_MODEL, "--api-key", KEY, name="serve-messages") as (url, _):
         yield url
 
 

@@ -11,7 +11,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from serve_harness import turnkit_serve
+from serve_harness import TOOL_MODEL, turnkit_serve
 
 QUESTION = "What is the capital of France?"
 SCHEMA = {
@@ -25,15 +25,7 @@ TOOL = {"type": "function", "name": "get_weather", "description": "Get the weath
 
 @pytest.fixture(scope="module")
 def server(smollm2_gguf):
-    with turnkit_serve(
-        "--model",
-        "smollm2=default:qwen2.5",  # the embedded model (smollm2_gguf), its sampling defaults, qwen2.5's template
-        "--engine",
-        "llama.cpp",
-        "--threads",
-        "1",
-        name="serve-responses",
-    ) as (url, _):
+    with turnkit_serve(*TOOL_MODEL, name="serve-responses") as (url, _):
         yield url
 
 

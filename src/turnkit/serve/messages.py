@@ -35,8 +35,8 @@ from turnkit.serve.protocol import (
     Thinking,
     read_chat_input,
     read_field,
-    read_optional_number,
     read_reasoning_effort,
+    read_single_reply_sampling,
 )
 from turnkit.serve.session import Session
 
@@ -90,9 +90,6 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesR
     for name, why in _UNSUPPORTED.items():
         if body.get(name):
             raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
-    model = read_field(body, "model", str)
-    if model is None:
-        raise APIError(400, "model is required", param="model")
     max_tokens = read_field(body, "max_tokens", int)
     if max_tokens is None and not counting:
         raise APIError(400, "max_tokens is required", param="max_tokens")
@@ -113,21 +110,8 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesR
     chat_input = read_chat_input({"messages": messages, "tools": tools or None, "tool_choice": tool_choice})
     thinking, shown = _thinking(body)
     chat_input = replace(chat_input, continue_final=messages[-1]["role"] == "assistant", thinking=thinking)
-    chat = ChatRequest(
-        model=model,
-        max_tokens=max_tokens,
-        temperature=read_optional_number(body, "temperature", 0.0, 1.0),
-        top_p=read_optional_number(body, "top_p", 0.0, 1.0),
-        top_k=top_k,
-        seed=None,
-        stop=stops,
-        stream=read_field(body, "stream", bool, False),
-        include_usage=True,
-        logprobs=False,
-        top_logprobs=0,
-        chat_input=chat_input,
-        response_format=_output_format(body),
-    )
+    sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=1.0, stop=stops, top_k=top_k)
+    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=_output_format(body))
     return MessagesRequest(chat, show_thinking=shown)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "read_reasoning_effort",
     "read_response_format",
     "read_sampling",
+    "read_single_reply_sampling",
     "refuse_unsupported",
 ]
 
@@ -301,6 +302,35 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
         "stop": stops,
         "stream": read_field(body, "stream", bool, False),
         "include_usage": include_usage,
+    }
+
+
+def read_single_reply_sampling(
+    body: dict[str, Any],
+    *,
+    max_tokens: int | None,
+    temperature_max: float,
+    stop: list[str] | None = None,
+    top_k: int | None = None,
+) -> dict[str, Any]:
+    """The :class:`Sampling` fields of an API that answers one reply, with usage and no log-probabilities (the
+    Responses and Messages APIs): ``model`` (required), ``temperature`` (up to ``temperature_max``), ``top_p``,
+    ``stream``, and what the API read under its own names."""
+    model = read_field(body, "model", str)
+    if model is None:
+        raise APIError(400, "model is required", param="model")
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": read_optional_number(body, "temperature", 0.0, temperature_max),
+        "top_p": read_optional_number(body, "top_p", 0.0, 1.0),
+        "top_k": top_k,
+        "seed": None,
+        "stop": stop or [],
+        "stream": read_field(body, "stream", bool, False),
+        "include_usage": True,
+        "logprobs": False,
+        "top_logprobs": 0,
     }
 
 

@@ -40,8 +40,8 @@ from turnkit.serve.protocol import (
     ChatRequest,
     read_chat_input,
     read_field,
-    read_optional_number,
     read_reasoning_effort,
+    read_single_reply_sampling,
 )
 from turnkit.serve.session import Session
 
@@ -132,9 +132,6 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
         value = body.get(name)
         if value is not None and value not in harmless:
             raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
-    model = read_field(body, "model", str)
-    if model is None:
-        raise APIError(400, "model is required", param="model")
     max_tokens = read_field(body, "max_output_tokens", int)
     if max_tokens is not None and max_tokens < 1:
         raise APIError(400, f"max_output_tokens must be at least 1, got {max_tokens}", param="max_output_tokens")
@@ -158,20 +155,8 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
     response_format = _text_format(text)
     if response_format is not None and chat_input.offers_tools:
         raise APIError(400, "text.format and tools cannot be combined", param="text.format")
-    chat = ChatRequest(
-        model=model,
-        max_tokens=max_tokens,
-        temperature=read_optional_number(body, "temperature", 0.0, 2.0),
-        top_p=read_optional_number(body, "top_p", 0.0, 1.0),
-        seed=None,
-        stop=[],
-        stream=read_field(body, "stream", bool, False),
-        include_usage=True,
-        logprobs=False,
-        top_logprobs=0,
-        chat_input=chat_input,
-        response_format=response_format,
-    )
+    sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=2.0)
+    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=response_format)
     echo = {
         "instructions": instructions,
         "max_output_tokens": max_tokens,
