@@ -102,6 +102,8 @@ SERVE_ROOMS: dict[str, set[str]] = {
     "protocol": set(),
     "chat": {"protocol", "chunks", "session"},
     "completions": {"protocol", "chunks", "session"},
+    "messages": {"protocol", "session"},
+    "responses": {"protocol", "session"},
     "chunks": {"protocol", "session"},
 }
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from turnkit.parse.formats import ReplyFormat
     from turnkit.parse.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
+    from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
 
 __all__ = ["ChatFormat"]
@@ -162,6 +163,13 @@ class ChatFormat:
     def template(self, name: str | None = None, *, tools: object = None) -> str:
         """The template text used for a render with these arguments (selected as transformers selects it)."""
         return self.templates.select(name, tools=tools)[1]
+
+    def thinking_switch(self, name: str | None = None, *, tools: object = None) -> ThinkingSwitch:
+        """The variable(s) the template reads to turn reasoning on or off or set its effort (``enable_thinking``,
+        ``thinking``, ``reasoning_effort`` ...), found in the template's text: see :mod:`turnkit.template.switches`."""
+        from turnkit.template.switches import thinking_switch
+
+        return thinking_switch(self.template(name, tools=tools))
 
     # -- rendering ----------------------------------------------------------------------------------------------------
 

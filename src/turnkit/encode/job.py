@@ -20,7 +20,7 @@ from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
-from turnkit.template.render import Rendered
+from turnkit.template.render import Rendered, continuation_end, mark_continuation
 from turnkit.template.splice import SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
@@ -50,7 +50,7 @@ class Job:
     text: str
     controls: list[tuple[int, int, str]]
     use_blocks: bool
-    add_generation_prompt: bool
+    add_generation_prompt: bool  # a serving prompt: a new assistant turn's header, or an open final message
     template_name: str | None
     tools: Tools | None
     variables: dict[str, Any]
@@ -111,6 +111,10 @@ class Stage:
         chat = normalize_conversation(messages)
         flags = take_train_flags(chat)
         check_roles(self.binding, chat)
+        final = None
+        if options.continue_final_message:  # the sentinel is data: it is prepared, rendered and cut away as data
+            field = options.continue_final_message
+            final = mark_continuation(chat, source, field if isinstance(field, str) else "content")
         if options.trust_data:
             warnings.warn(
                 "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
@@ -134,6 +138,8 @@ class Stage:
             add_generation_prompt=add_generation_prompt,
         )
         rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
+        if final is not None:
+            rendered = rendered.up_to(continuation_end(self.marker.restore(rendered.text), final))
         sources = frozenset(s for a, b, s in rendered.data_spans if b > a)
         by_message = tuple((a, b, message_of(s)) for a, b, s in rendered.data_spans)
         rendered = Rendered(rendered.text, rendered.generation_spans, by_message)
@@ -148,7 +154,7 @@ class Stage:
             text,
             controls,
             use_blocks,
-            add_generation_prompt,
+            add_generation_prompt or bool(options.continue_final_message),
             template_name,
             tools,
             variables,

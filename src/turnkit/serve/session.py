@@ -11,14 +11,20 @@ string) or the backend stops (its budget), and the generation is cancelled on ev
 client went away, an error), so a slot is never left generating for nobody.
 
 Prompts: chat prompts come from ``ChatFormat.encode`` (safe by default: a user who types ``<|im_end|>`` cannot open a
-turn); ``tool_choice`` ``required`` or a named function writes the start of the call for the model
-(:func:`forced_call`).
+turn), the same for every API, with what every API may ask of them:
+
+* prefill (``continue_final``): a conversation that ends with an assistant message continues it; the prompt is the
+  template's own text for that open turn (``continue_final_message``), its text encoded as data, and the reply is
+  only the continuation;
+* the thinking switch (``thinking``, and ``chat_template_kwargs`` named like a switch): set through the variable this
+  template reads (:mod:`turnkit.template.switches`); a switch the template does not have is a 400;
+* ``tool_choice`` ``required`` or a named function: the start of the call is written for the model and the rest
+  decoded under the tool's schema (:func:`~.structured.forced_call`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -46,6 +52,8 @@ from turnkit.serve.engines.base import (
 from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
 from turnkit.serve.sampling import SamplingDefaults
+from turnkit.serve.structured import forced_call
+from turnkit.template.switches import SwitchError
 
 __all__ = [
     "Ledger",
@@ -56,11 +64,12 @@ __all__ = [
     "chat_prompt_ids",
     "check_tools_shown",
     "engine_error",
-    "forced_call",
+    "forced_call_ids",
     "generation_request",
     "recording",
     "start_chat",
     "start_completion",
+    "template_variables",
 ]
 
 log = logging.getLogger("turnkit.serve")
@@ -95,7 +104,13 @@ class Step:
     logprob: TokenLogprob | None = None
 
 
-def _check_template_kwargs(chat_input: ChatInput) -> None:
+def template_variables(fmt: ChatFormat, chat_input: ChatInput) -> dict[str, Any]:
+    """The template variables of a request: its ``chat_template_kwargs`` and its thinking request, each switch set
+    through the variable this template reads.
+
+    A key named like a variable the request itself sets (``messages``, ``tools``, ``add_generation_prompt``) or like
+    an encode option (``trust_data``, ``turns``) is a 400; so is a thinking switch the template does not have, and a
+    thinking field that contradicts a ``chat_template_kwargs`` switch."""
     reserved = sorted(_RESERVED.intersection(chat_input.template_kwargs))
     if reserved:
         raise APIError(
@@ -104,6 +119,34 @@ def _check_template_kwargs(chat_input: ChatInput) -> None:
             "template variable",
             param=f"chat_template_kwargs.{reserved[0]}",
         )
+    try:
+        switch = fmt.thinking_switch(tools=chat_input.tools if chat_input.offers_tools else None)
+    except TurnkitError as exc:
+        raise as_api_error(exc) from None
+    try:
+        variables = switch.translate(chat_input.template_kwargs)
+    except SwitchError as exc:
+        raise APIError(400, str(exc), param="chat_template_kwargs", code="unsupported_thinking_switch") from None
+    thinking = chat_input.thinking
+    try:
+        if thinking.effort_is_hint:
+            asked = switch.variables(thinking.enabled)
+            if switch.effort and thinking.effort and thinking.enabled is not False:
+                asked[switch.effort] = thinking.effort
+        else:
+            asked = switch.variables(thinking.enabled, thinking.effort)
+    except SwitchError as exc:
+        raise APIError(
+            400, f"{thinking.param}: {exc}", param=thinking.param, code="unsupported_thinking_switch"
+        ) from None
+    for name, value in asked.items():
+        if name in variables and variables[name] != value:
+            raise APIError(
+                400,
+                f"{thinking.param} asks for {name}={value!r} but chat_template_kwargs sets {name}={variables[name]!r}",
+                param=thinking.param,
+            )
+    return {**variables, **asked}
 
 
 def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
@@ -111,8 +154,7 @@ def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
     the same prompt, so the model would never see them and its plain reply would read as if it had."""
     if not chat_input.offers_tools:
         return
-    _check_template_kwargs(chat_input)
-    kwargs = dict(chat_input.template_kwargs)
+    kwargs = template_variables(fmt, chat_input)
     try:
         shown = fmt.render(chat_input.messages, tools=chat_input.tools, add_generation_prompt=True, **kwargs)
         bare = fmt.render(chat_input.messages, add_generation_prompt=True, **kwargs)
@@ -130,13 +172,14 @@ def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
 
 
 def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
-    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
-    _check_template_kwargs(chat_input)
+    """The prompt ids of a chat input, as every chat-shaped API and ``/tokenize`` compute them."""
+    variables = template_variables(fmt, chat_input)
     options = EncodeOptions(
         tools=chat_input.tools if chat_input.offers_tools else None,
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=add_generation_prompt and not chat_input.continue_final,
+        continue_final_message=_continued_field(chat_input) if chat_input.continue_final else False,
         turns="none",
-        template_kwargs=chat_input.template_kwargs,
+        template_kwargs=variables,
     )
     try:
         encoding = fmt.encode(chat_input.messages, options)
@@ -146,27 +189,45 @@ def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_pr
     return encoding.input_ids.tolist()
 
 
-def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
-    """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model.
-
-    Only the tagged-JSON formats (``hermes``, ``qwen3``) have a start marker to write; any other format is a 400
-    rather than a reply that might not call a tool after all.
-    """
-    choice = chat_input.tool_choice
-    if not chat_input.offers_tools or choice == "auto":
-        return []
-    spec = fmt.reply_format
-    if spec.tool_syntax != "tagged_json" or spec.tool_start not in fmt.tokenizer.added:
+def _continued_field(chat_input: ChatInput) -> str:
+    """The field a prefill continues: the final assistant message's text, or its reasoning when it has only that."""
+    index = len(chat_input.messages) - 1
+    final = chat_input.messages[-1] if chat_input.messages else None
+    if not isinstance(final, dict) or final.get("role") != "assistant":
         raise APIError(
             400,
-            f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
+            "continuing the final message needs a conversation that ends with an assistant message",
+            param=f"messages[{index}].role",
+        )
+    if final.get("tool_calls"):
+        raise APIError(
+            400,
+            "the final assistant message calls tools, so it cannot be continued: send the tool results instead",
+            param=f"messages[{index}].tool_calls",
+        )
+    if not final.get("content"):
+        reasoning = next((f for f in ("reasoning_content", "thinking", "reasoning") if final.get(f)), None)
+        if reasoning is not None:
+            return reasoning
+    return "content"
+
+
+def forced_call_ids(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
+    """For ``tool_choice`` ``required`` or a named function: the start of the call, as ids written for the model
+    (the rest is decoded under the grammar of :func:`~.structured.forced_call`)."""
+    forced = forced_call(fmt, chat_input)
+    if forced is None:
+        return []
+    if chat_input.continue_final:
+        raise APIError(
+            400,
+            "a forced tool call cannot continue the final assistant message: the call is written after a new "
+            "assistant turn's header",
             param="tool_choice",
         )
-    if isinstance(choice, dict):
-        text = '\n{"name": ' + json.dumps(choice["function"]["name"]) + ', "arguments": '
-    else:
-        text = '\n{"name": "'
-    return [fmt.tokenizer.added[spec.tool_start].id, *fmt.tokenizer.encode_as_text(text).ids]
+    if isinstance(forced.start, int):
+        return [forced.start, *fmt.tokenizer.encode_as_text(forced.text).ids]
+    return fmt.tokenizer.encode_as_text(forced.start + forced.text).ids
 
 
 @dataclass(frozen=True)
@@ -339,7 +400,7 @@ async def start_chat(
     reply_format = fmt.reply_format.name
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
         reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
-    prefix = forced_call(fmt, chat_input)
+    prefix = forced_call_ids(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
 
     def parser() -> StreamParser:

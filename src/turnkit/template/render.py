@@ -39,7 +39,15 @@ from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, DataStr, Span
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
 
-__all__ = ["RenderLimits", "Rendered", "render_prepared", "render_template", "run_compiled"]
+__all__ = [
+    "RenderLimits",
+    "Rendered",
+    "continuation_end",
+    "mark_continuation",
+    "render_prepared",
+    "render_template",
+    "run_compiled",
+]
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
@@ -60,6 +68,14 @@ class Rendered:
     text: str
     generation_spans: tuple[tuple[int, int], ...] = ()
     data_spans: tuple[Span, ...] = ()
+
+    def up_to(self, end: int) -> Rendered:
+        """The render cut at character ``end`` (an open final message), its spans clipped to the cut."""
+        return Rendered(
+            self.text[:end],
+            tuple((a, min(b, end)) for a, b in self.generation_spans if a < end),
+            tuple((a, min(b, end), s) for a, b, s in self.data_spans if a < end),
+        )
 
 
 def _template_line(exc: BaseException) -> int | None:
@@ -157,8 +173,9 @@ def run_compiled(
         raise TemplateError(f"the chat template failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
 
 
-def _mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> str:
-    """Append the sentinel to the final message (as transformers does) and return the text being continued."""
+def mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> str:
+    """Append the sentinel to the final message (as transformers does) and return the text being continued; the
+    render is then cut where the sentinel appears (:func:`continuation_end`)."""
     final = chat[-1].get(field)
     if final is None:
         raise MessageError(f"continue_final_message is set but the final message has no {field!r}", index=len(chat) - 1)
@@ -181,7 +198,9 @@ def _mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> s
     return final
 
 
-def _cut_at_continuation(rendered: str, final: str) -> str:
+def continuation_end(rendered: str, final: str) -> int:
+    """Where a render of a conversation marked by :func:`mark_continuation` ends: at the sentinel (and, when the
+    template stripped the text after it, before the whitespace the final message ended with)."""
     tag = _CONTINUE_TAG.strip()
     if final.strip() not in rendered or tag not in rendered:
         raise TemplateError(
@@ -190,8 +209,8 @@ def _cut_at_continuation(rendered: str, final: str) -> str:
         )
     at = rendered.rindex(tag)
     if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
-        return rendered[:at]
-    return rendered[:at].rstrip()
+        return at
+    return len(rendered[:at].rstrip())
 
 
 def render_prepared(
@@ -248,7 +267,7 @@ def render_template(
     final = None
     if continue_final_message:
         field = continue_final_message if isinstance(continue_final_message, str) else "content"
-        final = _mark_continuation(chat, source, field)
+        final = mark_continuation(chat, source, field)
 
     if with_data_spans:
         chat = [{k: v if k == "role" else tagged(v, n) for k, v in m.items()} for n, m in enumerate(chat)]
@@ -262,7 +281,5 @@ def render_template(
     }
     rendered = run_compiled(template, context, limits, track_generation)
     if final is not None:
-        text = _cut_at_continuation(rendered.text, final)
-        spans = tuple((a, min(b, len(text)), n) for a, b, n in rendered.data_spans if a < len(text))
-        return Rendered(text, rendered.generation_spans, spans)
+        return rendered.up_to(continuation_end(rendered.text, final))
     return rendered

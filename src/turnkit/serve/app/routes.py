@@ -31,13 +31,15 @@ from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
 from turnkit.serve.app.inflight import InFlight
 from turnkit.serve.app.lifecycle import GRACE_SECONDS
 from turnkit.serve.app.metrics import Metrics
-from turnkit.serve.app.sse import event_stream
+from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
+from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.protocol import APIError, ChatInput, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
 from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
 
 __all__ = ["Server"]
@@ -86,6 +88,7 @@ class Server:
         self.created = int(time.time())
         self.metrics: Metrics | None = None
         self.inflight: InFlight | None = None
+        self.stored = ResponseStore()
 
     def app(self) -> InFlight:
         """The ASGI app: the routes, behind :class:`~.inflight.InFlight` (clients that leave, requests in flight)."""
@@ -95,6 +98,10 @@ class Server:
             Route("/v1/models", answering(self.list_models), methods=["GET"]),
             Route("/v1/chat/completions", answering(self.chat), methods=["POST"]),
             Route("/v1/completions", answering(self.completions), methods=["POST"]),
+            Route("/v1/messages", answering(self.messages), methods=["POST"]),
+            Route("/v1/messages/count_tokens", answering(self.count_tokens), methods=["POST"]),
+            Route("/v1/responses", answering(self.responses), methods=["POST"]),
+            Route("/v1/responses/{response_id}", answering(self.stored_response), methods=["GET", "DELETE"]),
             Route("/tokenize", answering(self.tokenize), methods=["POST"]),
             Route("/detokenize", answering(self.detokenize), methods=["POST"]),
         ]
@@ -168,7 +175,8 @@ class Server:
         return await self.metrics.endpoint_metrics(request)
 
     async def list_models(self, request: Request) -> Response:
-        """Every model, loaded or not, with its sampling defaults (``metadata``) and, once loaded, its context."""
+        """Every model, loaded or not, with its sampling defaults and thinking switch (``metadata``) and, once loaded,
+        its context."""
         data = []
         for name, spec in self.models.specs.items():
             card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
@@ -182,9 +190,19 @@ class Server:
                 "family": spec.family,
                 "template": spec.template,
                 "sampling_defaults": self.models.defaults(name).to_dict(),
+                "thinking_switch": self._thinking_switch(name),
             }
             data.append(card)
         return JSONResponse({"object": "list", "data": data})
+
+    def _thinking_switch(self, name: str) -> dict[str, Any] | None:
+        """The template variables that turn the model's reasoning on and off (``toggle``) or set its level
+        (``effort``), which ``reasoning_effort``, ``reasoning.effort`` and ``thinking`` set; ``None`` without one."""
+        try:
+            switch = self.models.format(name).thinking_switch()
+        except (TurnkitError, APIError):
+            return None
+        return switch.to_dict() if switch else None
 
     async def tokenize(self, request: Request) -> Response:
         req = await read_request(request, parse_tokenize)
@@ -213,19 +231,64 @@ class Server:
 
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, parse_chat)
+        sessions, name = await self._start_chat(req)
+        chunks = choices(sessions, name, chat_chunks)
+        if req.response_format is not None:
+            chunks = structured.checked(chunks)
+        return await _reply(chunks, fold_chat, req)
+
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API on the same sessions (:mod:`..messages`)."""
+        parsed = await read_request(request, parse_messages)
+        sessions, name = await self._start_chat(parsed.chat)
+        events = message_events(sessions[0], name, show_thinking=parsed.show_thinking)
+        if parsed.chat.stream:
+            return StreamingResponse(typed_event_stream(events, on_error=error_body), media_type="text/event-stream")
+        return JSONResponse(fold_message(await collect(events)))
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API on the same sessions (:mod:`..responses`); stored responses are kept in memory."""
+        req = await read_request(request, lambda body: parse_responses(body, self.stored))
+        sessions, name = await self._start_chat(req.chat)
+        built = ResponseEvents(sessions[0], name, req)
+        if req.store:
+            built.on_done = lambda response: self.stored.put(response, built.conversation())
+        if req.chat.stream:
+            stream = typed_event_stream(built.events(), on_error=built.error_event)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        await collect(built.events())
+        return JSONResponse(built.response)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` a stored response, or ``DELETE`` it."""
+        response_id = request.path_params["response_id"]
+        if request.method == "DELETE":
+            self.stored.found(response_id)
+            self.stored.delete(response_id)
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(self.stored.found(response_id).response)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
+        chat = (await read_request(request, lambda body: parse_messages(body, counting=True))).chat
+        fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
+        await asyncio.to_thread(check_tools_shown, fmt, chat.chat_input)
+        prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat.chat_input)
+        return JSONResponse({"input_tokens": len(prompt)})
+
+    async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
+        """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
+        the grammar of ``response_format`` or of a forced tool call, the model's weights, and the sessions, admitted
+        by the engine (a refusal is an :class:`APIError` with ``Retry-After``, raised before any byte is sent)."""
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
-        constraint = None
-        if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
-            constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
+        # the grammar's tokenizer takes a second to build the first time
+        constraint = await asyncio.to_thread(structured.constraint_for, fmt, req)
         model = await self.models.acquire(req.model)
         sessions = await start_chat(fmt, model, req, default_max_tokens=self.default_max_tokens, constraint=constraint)
-        chunks = choices(sessions, model.name, chat_chunks)
-        if req.response_format is not None:
-            chunks = structured.checked(chunks)
-        return await _reply(chunks, fold_chat, req)
+        return sessions, model.name
 
     async def completions(self, request: Request) -> Response:
         req = await read_request(request, parse_completion)
