@@ -32,11 +32,14 @@ TOOLS = [
      "parameters": {"type": "object", "properties": {"from": {"type": "string"}, "to": {"type": "string"},
                                                       "date": {"type": "string"}}, "required": ["from", "to"]}}},
 ]  # fmt: skip
-WORDS = (
+#: The words of the earlier benchmark's conversations (the ``mixed`` shape), and more, with punctuation and digits.
+EARLIER_WORDS = (
     "please could you explain how the weather in paris affects flights to london tomorrow morning and what "
-    "options exist for a family of four with two children and a dog travelling on a budget in the spring, "
-    "given that the train is often late; also list 3 cheaper routes (with prices) if possible"
+    "options exist for a family of four with two children and a dog travelling on a budget in the spring"
 ).split()
+WORDS = (
+    EARLIER_WORDS + "given that the train is often late, also list 3 cheaper routes (with prices) if possible;".split()
+)
 #: Sprinkled into English text: accents, CJK and emoji, as real chat data has them.
 ACCENTS = ["café", "naïve", "résumé", "über", "São", "Zürich", "señor", "déjà", "fiancée", "Ørsted"]
 CJK_AND_EMOJI = ["東京", "天気", "ありがとう", "北京", "你好", "서울", "😀", "🚀", "👍🏽", "🇫🇷"]
@@ -122,6 +125,23 @@ def unicode_heavy(rng: random.Random) -> dict:
         messages.append({"role": "user", "content": words(rng, 10, 80, UNICODE_WORDS)})
         messages.append({"role": "assistant", "content": words(rng, 10, 80, UNICODE_WORDS)})
     return {"messages": messages}
+
+
+def mixed(rng: random.Random) -> dict:
+    """The earlier benchmark's data (README's first figures, and the memory figures): 2-4 exchanges of 10-80 words,
+    a third with a tool call and its result, over the Qwen tool template."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": rng.choice(SYSTEMS)}]
+    tools = None
+    for turn in range(rng.randint(2, 4)):
+        messages.append({"role": "user", "content": words(rng, 10, 40, EARLIER_WORDS)})
+        if turn == 0 and rng.random() < 0.33:
+            tools = TOOLS
+            city = rng.choice(["Paris", "London", "Oslo", "Rome"])
+            call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            messages.append({"role": "tool", "content": json.dumps({"city": city, "temp_c": rng.randint(-5, 30)})})
+        messages.append({"role": "assistant", "content": words(rng, 20, 80, EARLIER_WORDS)})
+    return {"messages": messages, "tools": tools}
 
 
 def to_messages(record: dict) -> tuple[list[dict], list[dict] | None]:
@@ -230,4 +250,5 @@ SHAPES = [
     Shape("unicode-heavy", unicode_heavy, "smollm2", "smollm2-tagged"),
     Shape("generation tags", multi_turn, "smollm2-tagged", "smollm2-tagged"),
     Shape("tool calls, generation tags", tool_calls, "qwen-tagged", "qwen-tagged"),
+    Shape("mixed (earlier benchmark)", mixed, "qwen-tagged", "qwen-tagged"),
 ]
