@@ -20,7 +20,7 @@ from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.render import Rendered
-from turnkit.template.splice import SplicingRenderer
+from turnkit.template.splice import MessageShapes, SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
@@ -55,6 +55,8 @@ class Job:
     variables: dict[str, Any]
     options: EncodeOptions
     source: str  # the template text the render used
+    #: The shape of each prepared message, shared by the renders of the conversation's beginnings (None: no splicing).
+    shapes: MessageShapes | None = None
     #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
     generated: dict[int, str] = field(default_factory=dict)
 
@@ -128,7 +130,10 @@ class Stage:
             documents=prepared.documents,
             add_generation_prompt=add_generation_prompt,
         )
-        rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
+        shapes = MessageShapes(prepared.chat) if self.renders.enabled else None
+        rendered = self.renders.render(
+            source, context, limits=self.template.limits, track_generation=use_blocks, shapes=shapes
+        )
         self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
@@ -146,4 +151,5 @@ class Stage:
             variables,
             options,
             source,
+            shapes,
         )
