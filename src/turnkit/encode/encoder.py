@@ -178,7 +178,7 @@ class Encoder:
     def finish(self, job: Job, ids: Sequence[int], char_to_token: CharToToken) -> Encoding:
         """Stages 3 and 4: check the control tokens, attribute every token, and compute the loss mask."""
         ids_array = np.asarray(ids, dtype=np.int64)
-        counts = Counter(token for _, _, token in job.controls)
+        counts = Counter([token for _, _, token in job.controls])
         self.check_controls(ids_array, counts)
         spans = Spans(job.text, len(ids_array), char_to_token)
         turns = find_turns(job.text, job.controls, self.stop_texts, job.rendered.data_spans)

@@ -134,7 +134,7 @@ class Stage:
         rendered = self.renders.render(
             source, context, limits=self.template.limits, track_generation=use_blocks, shapes=shapes
         )
-        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
+        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1, skeleton=rendered.skeleton)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
         return Job(
