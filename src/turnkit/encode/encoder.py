@@ -177,9 +177,12 @@ class Encoder:
 
     def finish(self, job: Job, ids: Sequence[int], char_to_token: CharToToken) -> Encoding:
         """Stages 3 and 4: check the control tokens, attribute every token, and compute the loss mask."""
-        ids_array = np.asarray(ids, dtype=np.int64)
-        counts = Counter([token for _, _, token in job.controls])
-        self.check_controls(ids_array, counts)
+        # (fromiter reads a list of ints faster than asarray, which first discovers the list's type)
+        ids_array = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
+        tokens = [token for _, _, token in job.controls]
+        counts = Counter(tokens)
+        added = self.binding.added
+        self.check_controls(ids_array, counts, [added[token].id for token in tokens])
         spans = Spans(job.text, len(ids_array), char_to_token)
         turns = find_turns(job.text, job.controls, self.stop_texts, job.rendered.data_spans)
         if job.options.attribution:

@@ -96,5 +96,6 @@ class Encoding:
         control_counts: dict[str, int],
     ) -> Encoding:
         ids = np.asarray(input_ids, dtype=np.int64)
-        labels = np.where(mask.astype(bool), ids, IGNORE_INDEX)
-        return cls(ids, labels, mask.astype(np.int8), message_index, is_data, text, control_counts)
+        mask = mask.astype(np.int8, copy=False)  # 0 or 1
+        labels = np.where(mask.view(bool), ids, IGNORE_INDEX)
+        return cls(ids, labels, mask, message_index, is_data, text, control_counts)

@@ -14,10 +14,8 @@ attribution and loss masks are computed from.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +27,17 @@ __all__ = ["DataMarker", "Prepared"]
 
 #: The noncharacters of the Basic Multilingual Plane, which Unicode reserves for internal use.
 _NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + ["\ufffe", "\uffff"]
+
+
+class _NoncharacterError(Exception):
+    """A data string holds a character turnkit reserves; raised without where (the caller knows, and says it)."""
+
+
+def _noncharacter(where: str) -> MessageError:
+    return MessageError(
+        f"{where} contains a Unicode noncharacter (U+FDD0-U+FDEF, U+FFFE or U+FFFF), which turnkit reserves for "
+        "encoding safely; remove it"
+    )
 
 
 @dataclass
@@ -135,12 +144,9 @@ class DataMarker:
                 at = head.rfind(last, 0, at)
         return text, broken
 
-    def _mark_text(self, value: str, source: int, where: Callable[[], str], counter: list[int]) -> str:
+    def _mark_text(self, value: str, source: int, counter: list[int]) -> str:
         if not value.isascii() and self._reserved.search(value):
-            raise MessageError(
-                f"{where()} contains a Unicode noncharacter (U+FDD0-U+FDEF, U+FFFE or U+FFFF), which turnkit "
-                "reserves for encoding safely; remove it"
-            )
+            raise _NoncharacterError
         if self.active:
             value, broken = self._break(value)
             counter[0] += broken
@@ -148,16 +154,14 @@ class DataMarker:
         out._spans = ((0, len(value), source),)
         return out
 
-    def _mark(self, value: Any, source: int, where: Callable[[], str], counter: list[int]) -> Any:
+    def _mark(self, value: Any, source: int, counter: list[int]) -> Any:
         kind = type(value)
         if kind is str:
-            return self._mark_text(value, source, where, counter) if value else value
+            return self._mark_text(value, source, counter) if value else value
         if kind is dict:
-            return {
-                self._mark(k, source, where, counter): self._mark(v, source, where, counter) for k, v in value.items()
-            }
+            return {self._mark(k, source, counter): self._mark(v, source, counter) for k, v in value.items()}
         if kind is list or kind is tuple:
-            return kind(self._mark(v, source, where, counter) for v in value)
+            return kind(self._mark(v, source, counter) for v in value)
         return value
 
     def _tools(self, tools: Any, counter: list[int]) -> Any:
@@ -166,7 +170,7 @@ class DataMarker:
         cached = self._tool_cache.get(key)
         if cached is None:
             count = [0]
-            cached = (self._mark(tools, SOURCE_TOOLS, lambda: "tools", count), count[0])
+            cached = (self._mark(tools, SOURCE_TOOLS, count), count[0])
             if len(self._tool_cache) >= 64:
                 self._tool_cache.pop(next(iter(self._tool_cache)))
             self._tool_cache[key] = cached
@@ -180,7 +184,7 @@ class DataMarker:
         counter = [0]
         active = self.active
         self.active = active and neutralize
-        mark = self._mark
+        mark, mark_text = self._mark, self._mark_text
         try:
             marked_chat = []
             for index, message in enumerate(chat):
@@ -188,19 +192,29 @@ class DataMarker:
                 for key, value in message.items():
                     if key == "role":
                         marked[key] = value
-                    elif type(value) is str:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = self._mark_text(value, index, where, counter) if value else value
-                    else:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = mark(value, index, where, counter)
+                        continue
+                    try:
+                        if type(value) is str:
+                            marked[key] = mark_text(value, index, counter) if value else value
+                        else:
+                            marked[key] = mark(value, index, counter)
+                    except _NoncharacterError:
+                        raise _noncharacter(f"message {index}, field {key!r}") from None
                 marked_chat.append(marked)
-            marked_tools = self._tools(tools, counter) if tools else tools
-            marked_documents = mark(documents, SOURCE_DOCUMENTS, lambda: "documents", counter)
-            marked_variables = {
-                k: mark(v, SOURCE_VARIABLES, functools.partial("template variable {!r}".format, k), counter)
-                for k, v in variables.items()
-            }
+            try:
+                marked_tools = self._tools(tools, counter) if tools else tools
+            except _NoncharacterError:
+                raise _noncharacter("tools") from None
+            try:
+                marked_documents = mark(documents, SOURCE_DOCUMENTS, counter)
+            except _NoncharacterError:
+                raise _noncharacter("documents") from None
+            marked_variables = {}
+            for name, value in variables.items():
+                try:
+                    marked_variables[name] = mark(value, SOURCE_VARIABLES, counter)
+                except _NoncharacterError:
+                    raise _noncharacter(f"template variable {name!r}") from None
         finally:
             self.active = active
         return Prepared(marked_chat, marked_tools, marked_documents, marked_variables, counter[0])
