@@ -99,9 +99,55 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool) -> Counter[str]:
-    """Control-marker strings in a record's data. One search over its JSON text (fast) when every marker is written
-    the same in JSON; else a walk over every string."""
+#: Characters that JSON text holds outside its strings, or that start an escape: a marker starting with none of them
+#: can only appear in JSON text inside a string that holds its first character.
+_JSON_SYNTAX = frozenset('{}[]":,.+-\\ \t\r\n0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ')
+
+
+def _lone_surrogate() -> RecordError:
+    return RecordError("the text holds a lone surrogate: it is not valid Unicode", "messages")
+
+
+def _nothing_to_find(value: Any, starts: str) -> bool:
+    """Whether ``value`` is plain JSON data none of whose strings holds a character of ``starts`` (the characters
+    markers start with): then its JSON text holds no marker, and the search of :func:`_scan` is skipped. Raises the
+    reject of a lone surrogate, as that search does."""
+    stack = [value]
+    wide = []  # strings that are not ASCII: checked for lone surrogates
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                wide.append(item)
+            for char in starts:
+                if char in item:
+                    return False
+        elif kind is dict:
+            for key, inner in item.items():
+                if type(key) is not str:
+                    return False  # json.dumps writes or refuses such keys: let it decide
+                stack.append(key)
+                stack.append(inner)
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif not (item is None or kind is bool or kind is int or kind is float):
+            return False
+    for text in wide:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # the tokenizer would refuse it with a TypeError
+            raise _lone_surrogate() from None
+    return True
+
+
+def _scan(messages: Any, tools: Any, markers: _Markers) -> Counter[str]:
+    """Control-marker strings in a record's data. None at all when no string holds a character markers start with
+    (the common case, decided without building text); else one search over its JSON text when every marker is
+    written the same in JSON; else a walk over every string."""
+    pattern, plain_json = markers.pattern, markers.plain_json
+    if markers.starts is not None and _nothing_to_find([messages, tools], markers.starts):
+        return Counter()
     if plain_json:
         try:
             text = json.dumps([messages, tools], ensure_ascii=False)
@@ -112,7 +158,7 @@ def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool)
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError:  # the tokenizer would refuse it with a TypeError
-                    raise RecordError("the text holds a lone surrogate: it is not valid Unicode", "messages") from None
+                    raise _lone_surrogate() from None
             return Counter(pattern.findall(text))
     return Counter(m for s in _strings([messages, tools]) for m in pattern.findall(s))
 
@@ -167,19 +213,21 @@ _BATCH = 128  # conversations per encode_batch call: big enough to pipeline, sma
 def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spare_core: bool = True) -> ShardResult:
     """Rows and rejects for a run of records. Deterministic: the same records give the same result.
 
-    ``spare_core``: whether a core is free for the tokenizer to work in its own thread while templates render (not
-    where every core already runs a worker: there the thread only adds contention).
+    ``spare_core``: whether a core is free for the tokenizer to work in its own thread while templates render, where
+    the tokenizer works without the GIL (see ``Encoder.encode_batch``; not where every core already runs a worker:
+    there a thread only adds contention).
 
-    Records are converted and scanned one by one, then encoded through ``encode_batch`` in runs of ``_BATCH`` (the
-    template renders while the tokenizer works, and repeated system prompts and tool schemas are tokenized once); a
-    run in which some record fails is encoded again one by one, so each failure is the reject of its own record.
+    Records are parsed, converted and scanned one by one, then encoded through ``encode_batch`` in runs of
+    ``_BATCH`` (repeated system prompts and tool schemas are tokenized once); a run in which some record fails is
+    encoded again one by one, so each failure is the reject of its own record.
     """
     fmt = _format(config.model)
-    marker_pattern, plain_json = _markers(config.model)
+    markers = _markers(config.model)
     result = ShardResult()
     outcomes: list[Any] = []  # per record, in read order: a reject, or [record id, source, messages, tools]
-    for record in records:
+    for raw in records:
         result.read += 1
+        record = raw.parsed()
         source = record.record_id
         if record.error is not None:
             outcomes.append(reject(source, source, record.error, record.field))
@@ -188,8 +236,8 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
         try:
             rid = record_id(record.data, source, config.id_field)
             messages, tools = to_conversation(record.data, config.input_format, config.fields)
-            if marker_pattern is not None:
-                found = _scan(messages, tools, marker_pattern, plain_json)
+            if markers is not None:
+                found = _scan(messages, tools, markers)
                 if found:
                     result.records_with_markers += 1
                     result.markers.update(found)
@@ -197,7 +245,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
                         first = found.most_common(1)[0][0]
                         raise RecordError(f"control marker {first!r} in the data (markers=reject)", "messages")
                     if config.markers == "strip":
-                        messages, tools = _strip(messages, marker_pattern), _strip(tools, marker_pattern)
+                        messages, tools = _strip(messages, markers.pattern), _strip(tools, markers.pattern)
         except (TurnkitError, ValueError) as exc:
             outcomes.append(_rejected(rid, source, exc))
             continue
@@ -245,7 +293,7 @@ def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_cor
         batch = fmt.encoder.encode_batch(
             [{"messages": messages, "tools": tools} for _, _, messages, tools in run],
             _options(config),
-            tokenizer_thread=spare_core,
+            tokenizer_thread=None if spare_core else False,
         )
     except (TurnkitError, ValueError):
         batch = None  # some record of the run fails: encode them one by one to know which
@@ -263,9 +311,24 @@ def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_cor
             item.append(_rejected(rid, source, exc))
 
 
+@dataclass(frozen=True)
+class _Markers:
+    """How to find the tokenizer's added-token strings in a record's data."""
+
+    pattern: re.Pattern[str]
+    plain_json: bool  # every marker is written the same inside JSON text
+    starts: str | None  # the characters markers start with, when none of them is JSON syntax (see _nothing_to_find)
+
+
 @lru_cache(maxsize=4)
-def _markers(model: str) -> tuple[re.Pattern[str] | None, bool]:
-    """The pattern of the tokenizer's added-token strings, and whether each is written the same inside JSON text."""
+def _markers(model: str) -> _Markers | None:
+    """The markers of the model's tokenizer (None when it has none)."""
     markers = sorted(_format(model).tokenizer.added, key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, markers))) if markers else None
-    return pattern, all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers)
+    if not markers:
+        return None
+    starts = "".join(sorted({m[0] for m in markers}))
+    return _Markers(
+        re.compile("|".join(map(re.escape, markers))),
+        all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers),
+        None if _JSON_SYNTAX.intersection(starts) else starts,
+    )

@@ -24,8 +24,9 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -110,14 +111,55 @@ def _write_shard(folder: Path, index: int, table: Any, summary: dict[str, Any]) 
     write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
 
 
+def _process_shard(
+    index: int, records: list[RawRecord], config: PrepareConfig, spare_core: bool
+) -> tuple[Any, dict[str, Any]]:
+    """One shard's Arrow table and summary."""
+    result = process_records(records, config, spare_core=spare_core)
+    return _table(result.rows), _summary(index, config, result)
+
+
 def run_shard(
     index: int, records: list[RawRecord], config: PrepareConfig, folder: str, spare_core: bool = True
 ) -> dict[str, Any]:
     """Process one shard and write it (Parquet, then its done-file). Returns the shard's summary."""
-    result = process_records(records, config, spare_core=spare_core)
-    summary = _summary(index, config, result)
-    _write_shard(Path(folder), index, _table(result.rows), summary)
+    table, summary = _process_shard(index, records, config, spare_core)
+    _write_shard(Path(folder), index, table, summary)
     return summary
+
+
+class _ShardWriter:
+    """Writes the shards this process holds (those of the one local worker, or those Ray's actors return).
+
+    ``threaded``: in a thread, so that the next shard is processed while pyarrow writes this one (it works without
+    the GIL): where a core is spare, writing costs no time. At most one shard waits to be written, and each is
+    written as :func:`_write_shard` does (Parquet, then its done-file), so a killed run resumes as before.
+    """
+
+    def __init__(self, folder: Path, *, threaded: bool) -> None:
+        self.folder = folder
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnkit-write") if threaded else None
+        self.pending: Future[None] | None = None
+
+    def write(self, index: int, table: Any, summary: dict[str, Any]) -> None:
+        if self.pool is None:
+            _write_shard(self.folder, index, table, summary)
+            return
+        self.wait()
+        self.pending = self.pool.submit(_write_shard, self.folder, index, table, summary)
+
+    def wait(self) -> None:
+        """Until the shard being written is written; raises what writing it raised."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown()
 
 
 _FEWER_COLLECTIONS = 50_000  # allocations between young-generation collections (Python's default: 700)
@@ -204,11 +246,14 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
         # load the format and its tokenizer paths once, before the workers fork: they start with them loaded
         _format(config.model).tokenizer.data  # noqa: B018 - a cached property, built here
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
-    spare_core = workers < (os.cpu_count() or 1)  # else the tokenizer thread of each worker only adds contention
+    spare_core = workers < (os.cpu_count() or 1)  # else a thread of each worker only adds contention
+    writer = _ShardWriter(folder, threaded=spare_core)  # writes the shards of one worker (this process)
     try:
         for index, records in _undone_shards(inputs, size, folder, fingerprint, progress):
             if pool is None:
-                progress.update(run_shard(index, records, config, str(folder), spare_core))
+                table, summary = _process_shard(index, records, config, spare_core)
+                writer.write(index, table, summary)
+                progress.update(summary)
                 continue
             pending.add(pool.submit(run_shard, index, records, config, str(folder), spare_core))
             while len(pending) >= 2 * workers:  # bounded: the input streams, memory stays flat
@@ -218,6 +263,7 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
         for future in pending:
             progress.update(future.result())
     finally:
+        writer.close()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
@@ -233,10 +279,9 @@ class _ShardWorker:
     def run(self, index: int, records: list[RawRecord]) -> tuple[int, Any, dict[str, Any]]:
         import ray
 
-        result = process_records(records, self.config, spare_core=False)  # the actor reserved one CPU
-        summary = _summary(index, self.config, result)
+        table, summary = _process_shard(index, records, self.config, spare_core=False)  # the actor reserved one CPU
         summary["ray_node"] = ray.get_runtime_context().get_node_id()  # where it ran (not in the manifest's totals)
-        return index, _table(result.rows), summary
+        return index, table, summary
 
 
 def _ray(
@@ -270,10 +315,11 @@ def _ray(
     pool = ActorPool(actors)
     fingerprint = _fingerprint(config)
     in_flight = 0
+    writer = _ShardWriter(folder, threaded=True)  # the driver waits for the next shard while it writes one
 
     def collect() -> None:
         index, table, summary = pool.get_next_unordered()
-        _write_shard(folder, index, table, summary)
+        writer.write(index, table, summary)
         progress.update(summary)
 
     try:
@@ -286,6 +332,7 @@ def _ray(
         while pool.has_next():
             collect()
     finally:
+        writer.close()
         for actor in actors:
             ray.kill(actor)  # type: ignore[arg-type]  # ray types a remote class and its handle alike
         if connected:
@@ -390,7 +437,7 @@ def _finish(
     if totals["written"] + totals["rejected"] != totals["read"]:  # pragma: no cover - an invariant, checked anyway
         raise PrepareError(f"internal check failed: written + rejected != read ({dict(totals)})")
     fmt = _format(config.model)
-    template_text = "\n".join(fmt.templates.templates[n] for n in fmt.template_names)
+    template_sha256, tokenizer_sha256 = _fingerprints(config.model)
     files = sorted(p.relative_to(out).as_posix() for p in (out / "shards").rglob("*.parquet"))
     manifest = {
         "turnkit_version": __version__,
@@ -408,8 +455,8 @@ def _finish(
             "turns": totals["reasoning_left_out"],
             "records": totals["records_reasoning_left_out"],
         },
-        "template_sha256": hashlib.sha256(template_text.encode()).hexdigest(),
-        "tokenizer_sha256": hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
+        "template_sha256": template_sha256,
+        "tokenizer_sha256": tokenizer_sha256,
         "tokenizer_path": fmt.tokenizer.tokenizer_path,
         "id_field": config.id_field or f"{ID_FIELD_DEFAULT} (where present, else the source file:line)",
         "options": config.to_dict(),
@@ -421,6 +468,18 @@ def _finish(
     write_atomically(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects).encode())
     write_atomically(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False).encode())
     return manifest
+
+
+@lru_cache(maxsize=4)
+def _fingerprints(model: str) -> tuple[str, str]:
+    """The SHA-256 of the format's templates and of its tokenizer's definition (a tokenizer's JSON is megabytes: it
+    is hashed once a process, as the format is loaded once)."""
+    fmt = _format(model)
+    template_text = "\n".join(fmt.templates.templates[n] for n in fmt.template_names)
+    return (
+        hashlib.sha256(template_text.encode()).hexdigest(),
+        hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
+    )
 
 
 def report(manifest: dict[str, Any]) -> str:

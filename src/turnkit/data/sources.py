@@ -25,12 +25,28 @@ _HUB_PROBE_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class RawRecord:
-    """One input record: its id, and either its data or why it could not be read."""
+    """One input record: its id, and either its data or why it could not be read.
+
+    A JSONL record travels as its line (``text``, with its ``line`` number) and is parsed by :meth:`parsed` where it
+    is processed: a worker process, not the process that reads the input (a line costs nothing to send; a parsed
+    record costs a pickle and an unpickle).
+    """
 
     record_id: str
     data: Any = None
     error: str | None = None
     field: str | None = None
+    text: str | None = None
+    line: int = 0
+
+    def parsed(self) -> RawRecord:
+        """The record with its line parsed: its data, or why it is not valid JSON."""
+        if self.text is None:
+            return self
+        try:
+            return RawRecord(self.record_id, json.loads(self.text))
+        except ValueError as exc:
+            return RawRecord(self.record_id, error=f"line {self.line} is not valid JSON: {exc}", field="line")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -49,11 +65,7 @@ def _jsonl(path: Path, label: str) -> Iterator[RawRecord]:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            record_id = f"{label}:{number}"
-            try:
-                yield RawRecord(record_id, json.loads(line))
-            except ValueError as exc:
-                yield RawRecord(record_id, error=f"line {number} is not valid JSON: {exc}", field="line")
+            yield RawRecord(f"{label}:{number}", text=line, line=number)
 
 
 def _json_array(path: Path, label: str) -> Iterator[RawRecord]:

@@ -100,5 +100,6 @@ class Encoding:
         unrendered: tuple[tuple[int, str], ...] = (),
     ) -> Encoding:
         ids = np.asarray(input_ids, dtype=np.int64)
-        labels = np.where(mask.astype(bool), ids, IGNORE_INDEX)
-        return cls(ids, labels, mask.astype(np.int8), message_index, is_data, text, control_counts, unrendered)
+        mask = mask.astype(np.int8, copy=False)  # 0 or 1
+        labels = np.where(mask.view(bool), ids, IGNORE_INDEX)
+        return cls(ids, labels, mask, message_index, is_data, text, control_counts, unrendered)

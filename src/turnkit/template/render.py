@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
@@ -63,11 +63,13 @@ class RenderLimits:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A render, the character spans of its ``{% generation %}`` blocks (when tracked), and the spans of data
-    ``(start, end, source)`` (when rendered with provenance)."""
+    ``(start, end, source)`` (when rendered with provenance). ``skeleton``: the skeleton a spliced render was filled
+    from (:mod:`turnkit.template.splice`), else None; not part of the render's value."""
 
     text: str
     generation_spans: tuple[tuple[int, int], ...] = ()
     data_spans: tuple[Span, ...] = ()
+    skeleton: Any = field(default=None, compare=False, repr=False)
 
     def up_to(self, end: int) -> Rendered:
         """The render cut at character ``end`` (an open final message), its spans clipped to the cut."""
