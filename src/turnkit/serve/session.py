@@ -140,7 +140,9 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
     if not chat_input.offers_tools or choice == "auto":
         return []
     spec = fmt.reply_format
-    if spec.tool_syntax != "tagged_json" or spec.tool_start not in fmt.tokenizer.added:
+    start = spec.tools[0].trigger if spec.tools else ""
+    hermes = bool(spec.tools) and spec.tools[0].arguments.encoding == "json_call" and not spec.tools[0].block
+    if not hermes or start not in fmt.tokenizer.added:
         raise APIError(
             400,
             f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
@@ -150,7 +152,7 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
         text = '\n{"name": ' + json.dumps(choice["function"]["name"]) + ', "arguments": '
     else:
         text = '\n{"name": "'
-    return [fmt.tokenizer.added[spec.tool_start].id, *fmt.tokenizer.encode_as_text(text).ids]
+    return [fmt.tokenizer.added[start].id, *fmt.tokenizer.encode_as_text(text).ids]
 
 
 @dataclass
