@@ -41,6 +41,8 @@ from turnkit.parse.values import (
 __all__ = ["Engine"]
 
 _WS = " \t\r\n"
+#: Characters the arguments' own syntax uses: an end literal starting with one does not cut a reader short.
+_SYNTAX_CHARS = frozenset("]}),:;\"'0123456789")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@")
 
 
@@ -52,6 +54,7 @@ class _Lit:
     cores: tuple[str, ...]
     lead: str
     trail: str
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class _Syntax:
     block_end: _Lit | None
     separator: _Lit
     trigger: str
+    trigger_cores: int = 1
 
     @property
     def end_core(self) -> str | None:
@@ -96,11 +100,20 @@ def _symbolize(text: str, symbols: Mapping[str, str]) -> str:
 
 def _lit(text: str, symbols: Mapping[str, str]) -> _Lit:
     literal = Lit(_symbolize(text, symbols))
-    return _Lit(literal.cores, literal.lead, literal.trail)
+    return _Lit(literal.cores, literal.lead, literal.trail, literal.text)
+
+
+def _trigger(spec: ToolSyntax, first: _Lit | None, table: dict[str, str], stops: frozenset[str]) -> tuple[str, int]:
+    """What starts this syntax's calls in content, and how many literal cores it covers: the first core, or where
+    that is also a stop (GigaChat's ``<|message_sep|>`` ends a turn and starts a call), the whole first literal."""
+    trigger = _symbolize(spec.trigger, table)
+    if trigger in stops and first is not None and len(first.cores) > 1:
+        return first.text.strip(), len(first.cores)
+    return trigger, 1
 
 
 @lru_cache(maxsize=256)
-def _compile(fmt: ReplyFormat, symbols: tuple[tuple[str, str], ...]) -> _Compiled:
+def _compile(fmt: ReplyFormat, symbols: tuple[tuple[str, str], ...], stops: frozenset[str]) -> _Compiled:
     table = dict(sorted(symbols, key=lambda item: -len(item[0])))
     syntaxes = []
     for spec in fmt.tools:
@@ -115,8 +128,10 @@ def _compile(fmt: ReplyFormat, symbols: tuple[tuple[str, str], ...]) -> _Compile
                 call.append(element)
         block_start = _lit(spec.block[0], table) if spec.block else None
         block_end = _lit(spec.block[1], table) if spec.block and spec.block[1].strip() else None
-        trigger = _symbolize(spec.trigger, table)
-        syntaxes.append(_Syntax(spec, tuple(call), block_start, block_end, _lit(spec.separator, table), trigger))
+        first = block_start if block_start is not None and block_start.cores else call[0]
+        trigger, covered = _trigger(spec, first if isinstance(first, _Lit) else None, table, stops)
+        separator = _lit(spec.separator, table)
+        syntaxes.append(_Syntax(spec, tuple(call), block_start, block_end, separator, trigger, covered))
     reasoning = None
     if fmt.reasoning is not None:
         reasoning = (_symbolize(fmt.reasoning.start, table), _symbolize(fmt.reasoning.end, table))
@@ -264,7 +279,7 @@ class Engine:
         in_reasoning: bool,
     ) -> None:
         self.format = fmt
-        self._compiled = _compile(fmt, tuple(sorted(symbols.items())))
+        self._compiled = _compile(fmt, tuple(sorted(symbols.items())), frozenset(stops))
         self._unsymbols = {ord(symbol): marker for marker, symbol in symbols.items()}
         self._stops = dict(stops)
         self._tools = tools
@@ -395,8 +410,8 @@ class Engine:
             return list(found)
         if isinstance(element, _Args) and element.spec.encoding == "tagged":
             return list(_first_cores(element.param, 0, frozenset()) | _first_cores(call.seq, call.pos + 1, frozenset()))
-        if isinstance(element, _Args):  # a reader: the call's end literal cuts it short (outside a string)
-            return self._resync_needles(call)
+        if isinstance(element, _Args):  # a reader: the call's end marker cuts it short (outside a string)
+            return [n for n in self._resync_needles(call) if n[0] not in _SYNTAX_CHARS]
         return []
 
     def _candidate_seq(self, call: _Call, candidate: _Syntax) -> tuple[_Elem, ...]:
@@ -527,7 +542,8 @@ class Engine:
                 self._enter()
                 return
             call.raw.append(self._plain(trigger))
-        self._lit_matched()
+        for _ in range(first.trigger_cores):
+            self._lit_matched()
 
     def _new_call(self, candidates: list[_Syntax], seq: tuple[_Elem, ...]) -> None:
         index = len(self.calls)

@@ -1,25 +1,168 @@
-"""Choosing the reply format of a template (temporary: substring rules, replaced by probe renders)."""
+"""Choosing the reply format of a template by what it writes, not by what its text mentions.
+
+At load, the probe replies (:mod:`.probes`) are rendered through the template. A reading *fits* a probe the template
+writes when parsing the rendered reply (with its prompt and tools) gives the probe's message back: content and
+reasoning exact up to surrounding whitespace, calls as names and arguments compared as JSON values. The choice, in
+order:
+
+1. the format a built-in family declares;
+2. the first catalog format (:mod:`.catalog`) that fits every probe the template writes;
+3. the format derived from the renders themselves (:mod:`.derive`), when it fits them all;
+4. otherwise the reading that fits the most probes, with the ones it cannot read named in the reason; when those
+   include tool calls, :attr:`Choice.tools_unreadable` is set (the server refuses requests with ``tools`` rather
+   than return calls as content, and ``turnkit doctor`` reports it).
+
+Whatever is chosen also ends replies at the template's own end-of-turn text, found in the same renders.
+"""
 
 from __future__ import annotations
 
-from turnkit.parse.catalog import REPLY_FORMATS, get
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from turnkit.parse import catalog
+from turnkit.parse.derive import derive, end_texts, first_marker
 from turnkit.parse.formats import ReplyFormat
+from turnkit.parse.parser import StreamParser
+from turnkit.parse.probes import PROBE_TOOLS, Rendered, render_probes
 from turnkit.template.chat_template import ChatTemplate
 
-__all__ = ["for_template"]
+__all__ = ["Choice", "choose", "fits", "for_template"]
+
+_SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in PROBE_TOOLS}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A reply format chosen for a template, with what the probes showed."""
+
+    format: ReplyFormat
+    #: The probes the template writes, and whether the chosen format reads each back.
+    read: dict[str, bool]
+    #: The template writes tool calls that the chosen format does not read back.
+    tools_unreadable: bool = False
+
+
+def _in_reasoning(fmt: ReplyFormat, prompt: str | None) -> bool:
+    if fmt.reasoning is None:
+        return False
+    if prompt is None:
+        return fmt.reasoning.prefilled
+    return prompt.rfind(fmt.reasoning.start) > prompt.rfind(fmt.reasoning.end)
+
+
+def reads_back(fmt: ReplyFormat, rendered: Rendered, eos: str | None = None) -> bool:
+    """Whether ``fmt`` parses the rendered probe reply back into the probe's message."""
+    probe = rendered.probe
+    if rendered.rest is None:
+        return False
+    ends = {eos: "end_of_turn"} if eos else {}
+    parser = StreamParser(
+        fmt,
+        tools=_SCHEMAS if probe.tools else None,
+        in_reasoning=_in_reasoning(fmt, rendered.prompt),
+        call_id=lambda index: f"call_{index}",
+        end_texts=ends,  # type: ignore[arg-type]
+    )
+    try:
+        parser.feed_text(rendered.rest)
+        reply = parser.finish()
+    except (ValueError, KeyError, IndexError, TypeError, AssertionError):
+        return False
+    message = probe.message
+    if reply.content.strip() != (message.get("content") or "").strip():
+        return False
+    if (reply.reasoning_content or "").strip() != (message.get("reasoning_content") or "").strip():
+        return False
+    got: list[tuple[str, Any]] = []
+    for call in reply.tool_calls:
+        try:
+            got.append((call.name, json.loads(call.arguments)))
+        except ValueError:
+            return False
+    return got == probe.calls
+
+
+def fits(fmt: ReplyFormat, rendered: dict[str, Rendered], eos: str | None = None) -> dict[str, bool]:
+    """For each probe the template writes, whether ``fmt`` reads it back."""
+    return {name: reads_back(fmt, r, eos) for name, r in rendered.items() if r.written}
+
+
+def _with_tool_ends(fmt: ReplyFormat, rendered: dict[str, Rendered]) -> ReplyFormat:
+    """``fmt`` also ending replies at the marker a template writes after its tool calls (Gemma 4's
+    ``<|tool_response>``, a turn's end that differs after calls): what is left as content after the calls."""
+    found = []
+    for name in _TOOL_PROBES:
+        probe = rendered[name]
+        if not probe.written or probe.rest is None:
+            continue
+        parser = StreamParser(fmt, tools=_SCHEMAS, call_id=lambda index: f"call_{index}")
+        parser.feed_text(probe.rest)
+        reply = parser.finish()
+        if reply.tool_calls and reply.content.strip():
+            marker = first_marker(reply.content)
+            if marker is not None and marker not in fmt.markers:
+                found.append(marker)
+    return fmt.ending_with(tuple(found)) if found else fmt
+
+
+_TOOL_PROBES = ("one_call", "two_calls", "bare_call")
+
+
+def choose(template: ChatTemplate) -> Choice:
+    """The reply format of ``template`` and what the probes showed (see the module docstring)."""
+    if template.reply_format is not None:
+        fmt = catalog.get(template.reply_format)
+        return Choice(fmt.because(f"{fmt.name}: declared by the family"), {})
+    rendered = render_probes(template)
+    written = [name for name, r in rendered.items() if r.written]
+    ends = end_texts(rendered)
+    eos = template.eos_token
+    if not written:
+        fmt = catalog.get("plain").ending_with(ends)
+        return Choice(fmt.because("plain: the template writes none of the probe replies"), {})
+    texts = "".join(r.rest or "" for r in rendered.values() if r.written)
+    best: tuple[int, ReplyFormat, dict[str, bool]] | None = None
+    for known in catalog.REPLY_FORMATS.values():
+        if any(marker not in texts for marker in _required_markers(known)):
+            continue
+        candidate = _with_tool_ends(known.ending_with(ends), rendered)
+        read = fits(candidate, rendered, eos)
+        if all(read.values()):
+            return Choice(candidate.because(f"{known.name}: reads back every probe reply the template writes"), read)
+        score = sum(read.values())
+        if best is None or score > best[0]:
+            best = (score, candidate, read)
+    derived = _with_tool_ends(derive(rendered), rendered)
+    read = fits(derived, rendered, eos)
+    if all(read.values()):
+        return Choice(derived.because(f"derived from the template's renders: {derived.describe()}"), read)
+    score = sum(read.values())
+    if best is None or score > best[0]:
+        best = (score, derived, read)
+    assert best is not None
+    _, fmt, read = best
+    missed = sorted(name for name, ok in read.items() if not ok)
+    tools_unreadable = any(not read.get(name, True) for name in _TOOL_PROBES)
+    reason = f"{fmt.name}: reads back {sum(read.values())} of {len(read)} probe replies; not {', '.join(missed)}"
+    if tools_unreadable:
+        fmt = fmt.without_tools() if not any(read.get(n, False) for n in _TOOL_PROBES) else fmt
+    return Choice(fmt.because(reason), read, tools_unreadable)
+
+
+def _required_markers(fmt: ReplyFormat) -> tuple[str, ...]:
+    """Markers a catalog format needs to see in a template's renders before it is worth trying."""
+    found = []
+    if fmt.tools:
+        found.append(fmt.tools[0].trigger)
+    if fmt.channels is not None:
+        found.append(fmt.channels.header_end)
+    if not fmt.tools and fmt.reasoning is not None:
+        found.append(fmt.reasoning.end)
+    return tuple(m for m in found if m)
 
 
 def for_template(template: ChatTemplate) -> ReplyFormat:
-    if template.reply_format is not None:
-        return get(template.reply_format)
-    text = template.all_text
-    thinks = "<think>" in text and "</think>" in text
-    if "<tool_call>" in text:
-        return REPLY_FORMATS["qwen3" if thinks else "hermes"]
-    if "[TOOL_CALLS]" in text:
-        return REPLY_FORMATS["mistral"]
-    if "<|python_tag|>" in text or ("<|start_header_id|>" in text and '"parameters"' in text):
-        return REPLY_FORMATS["llama3"]
-    if thinks:
-        return REPLY_FORMATS["reasoning"]
-    return REPLY_FORMATS["plain"]
+    """The reply format chosen for ``template`` (its reason in ``.reason``)."""
+    return choose(template).format
