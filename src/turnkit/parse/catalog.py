@@ -74,6 +74,12 @@ MINIMAX_M2 = tool_syntax(
     param='<parameter name="{key}">{value}</parameter>\n',
     block=("<minimax:tool_call>\n", "</minimax:tool_call>"),
 )
+_M3 = "]<]minimax[>["
+MINIMAX_M3 = tool_syntax(
+    _M3 + '<invoke name="{name}">{args}' + _M3 + "</invoke>\n",
+    Arguments("xml", quote=_M3),
+    block=(_M3 + "<tool_call>\n", _M3 + "</tool_call>"),
+)
 SEED_OSS = tool_syntax(
     "<seed:tool_call>\n<function={name}>\n{args}</function>\n</seed:tool_call>",
     _TAGGED,
@@ -132,8 +138,21 @@ HARMONY = Channels(
     message_ends=("<|end|>", "<|call|>", "<|return|>"),
     channel="<|channel|>",
     routes=(("analysis", "reasoning"), ("final", "content"), ("commentary", "content")),
-    recipient="functions.",
+    tool_prefix="functions.",
     constrain="<|constrain|>",
+)
+FUNCTIONARY_V32 = Channels(start=">>>", header_end="\n", routes=(("all", "content"),), recipient="", tool_prefix="")
+GLIMMER = Channels(
+    start="<|start|>",
+    header_end="<|message|>",
+    message_ends=("<|eom|>", "<|eot|>"),
+    routes=(("self", "reasoning"), ("user", "content")),
+)
+GLIMMER_TOOLS = tool_syntax(
+    '<atem:invoke name="{name}">\n{args}</atem:invoke>\n',
+    _TAGGED,
+    param='<atem:parameter name="{key}">{value}</atem:parameter>\n',
+    block=("<atem:function_calls>\n", "</atem:function_calls>"),
 )
 
 _COHERE_CONTENT = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
@@ -163,6 +182,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("deepseek_v4", DEEPSEEK_V4, reasoning=_THINK),
         _format("kimi_k2", KIMI_K2, reasoning=_THINK),
         _format("minimax_m2", MINIMAX_M2, reasoning=_THINK_PREFILLED),
+        _format("minimax_m3", MINIMAX_M3, reasoning=Reasoning("<mm:think>", "</mm:think>")),
         _format("seed_oss", SEED_OSS, reasoning=Reasoning("<seed:think>", "</seed:think>")),
         _format("step3", STEP3, reasoning=_THINK_PREFILLED),
         _format("minicpm5", MINICPM5, reasoning=_THINK),
@@ -189,6 +209,8 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("functionary_v31", FUNCTIONARY_31),
         _format("gigachat3", *GIGACHAT3),
         ReplyFormat("harmony", channels=HARMONY),  # gpt-oss
+        ReplyFormat("functionary_v32", channels=FUNCTIONARY_V32),
+        _format("glimmer", GLIMMER_TOOLS, channels=GLIMMER),  # muse glimmer
     )
 }
 

@@ -612,4 +612,14 @@ def derive(rendered: dict[str, Rendered]) -> ReplyFormat:
         tools=(syntax,) if syntax is not None else (),
         content_markers=markers,
         end_texts=ends,
+        lead=_reply_lead(rendered, lead),
     )
+
+
+def _reply_lead(rendered: dict[str, Rendered], before_content: str) -> str:
+    """Plain text every written reply starts with (``Assistant: ``), where the prompt does not end with it."""
+    words = before_content.strip()
+    if not words or any(_is_marker(x) for run in words.split() for x in marker_pieces(run)):
+        return ""
+    rests = [r.rest for r in rendered.values() if r.written and r.rest is not None]
+    return words if all(rest.lstrip().startswith(words) for rest in rests) else ""

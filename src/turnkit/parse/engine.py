@@ -31,6 +31,7 @@ from turnkit.parse.lexer import NEEDLE, Lexer, needles
 from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, ToolCallDelta
 from turnkit.parse.values import (
     ValueSyntaxError,
+    element_arguments,
     gemma_value,
     is_plain_string,
     param_schema,
@@ -89,6 +90,7 @@ class _Compiled:
     reasoning: tuple[str, str] | None
     content_markers: frozenset[str]
     channels: Any
+    lead: str = ""
 
 
 def _symbolize(text: str, symbols: Mapping[str, str]) -> str:
@@ -146,9 +148,11 @@ def _compile(fmt: ReplyFormat, symbols: tuple[tuple[str, str], ...], stops: froz
             channel=_symbolize(c.channel, table),
             routes=dict(c.routes),
             recipient=c.recipient,
+            tool_prefix=c.tool_prefix,
             constrain=_symbolize(c.constrain, table) if c.constrain else "",
         )
-    return _Compiled(tuple(syntaxes), reasoning, markers, channels)
+    lead = fmt.lead.strip()
+    return _Compiled(tuple(syntaxes), reasoning, markers, channels, _symbolize(lead, table) if lead else "")
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,13 @@ class _ChannelSymbols:
     channel: str
     routes: dict[str, str]
     recipient: str
+    tool_prefix: str | None
     constrain: str
+
+    @property
+    def boundaries(self) -> list[str]:
+        """What ends a body: its end markers, and the start of another message."""
+        return [*self.message_ends, self.start]
 
 
 def _first_cores(seq: tuple[_Elem, ...], index: int, after: frozenset[str]) -> frozenset[str]:
@@ -303,7 +313,6 @@ class Engine:
             self.reasoning.drop_leading = True
         else:
             self._mode = "content"
-        self._route = "content"
 
     # -- input -----------------------------------------------------------------------------------------------------
 
@@ -363,10 +372,16 @@ class Engine:
                 found.append(compiled.reasoning[0])
                 found.append(compiled.reasoning[1])  # a stray end marker is dropped
             found += self._triggers()
+            if compiled.lead and not self.content.started and not self.calls:
+                found.append(compiled.lead)
+            if compiled.channels is not None:
+                found += compiled.channels.boundaries
         elif mode == "reasoning":
-            assert compiled.reasoning is not None
-            found.append(compiled.reasoning[1])
+            if compiled.reasoning is not None:
+                found.append(compiled.reasoning[1])
             found += [s.trigger for s in compiled.syntaxes if not s.spec.bare]
+            if compiled.channels is not None:
+                found += compiled.channels.boundaries
         elif mode == "call":
             found += self._call_needles()
         elif mode == "between":
@@ -376,9 +391,8 @@ class Engine:
         elif mode == "header":
             channels = compiled.channels
             found += [channels.header_end, channels.start]
-        elif mode == "body":
-            channels = compiled.channels
-            found += [*channels.message_ends, channels.start]
+        elif mode == "after_call":
+            found += compiled.channels.boundaries
         return found
 
     def _triggers(self) -> list[str]:
@@ -410,6 +424,8 @@ class Engine:
             return list(found)
         if isinstance(element, _Args) and element.spec.encoding == "tagged":
             return list(_first_cores(element.param, 0, frozenset()) | _first_cores(call.seq, call.pos + 1, frozenset()))
+        if isinstance(element, _Args) and element.spec.encoding == "xml":  # read up to what follows the arguments
+            return list(_first_cores(call.seq, call.pos + 1, frozenset()))
         if isinstance(element, _Args):  # a reader: the call's end marker cuts it short (outside a string)
             return [n for n in self._resync_needles(call) if n[0] not in _SYNTAX_CHARS]
         return []
@@ -454,6 +470,13 @@ class Engine:
     def _needle(self, needle: str) -> None:
         mode = self._mode
         compiled = self._compiled
+        channels = compiled.channels
+        if channels is not None and mode in ("content", "reasoning", "after_call") and needle in channels.boundaries:
+            self._end_message()
+            return
+        if mode == "content" and needle == compiled.lead:
+            self.content.drop_leading = True
+            return
         if mode == "content":
             if needle in compiled.content_markers:
                 self.content.held = ""
@@ -469,8 +492,7 @@ class Engine:
                 return
             self._start_calls(needle)
         elif mode == "reasoning":
-            assert compiled.reasoning is not None
-            if needle == compiled.reasoning[1]:
+            if compiled.reasoning is not None and needle == compiled.reasoning[1]:
                 self.reasoning.held = ""
                 self._mode = "content"
                 self.content.drop_leading = not self.content.started
@@ -488,8 +510,6 @@ class Engine:
                 self._end_block()
         elif mode == "header":
             self._header_needle(needle)
-        elif mode == "body":
-            self._body_needle(needle)
 
     def _text(self, text: str) -> None:
         mode = self._mode
@@ -502,6 +522,8 @@ class Engine:
             self._call_text(text)
         elif mode == "between":
             self._between_text(text)
+        elif mode == "after_call":
+            pass  # after a call's JSON, up to the end of its message
         elif mode == "expect":
             stripped = text.lstrip(_WS)
             if stripped:
@@ -510,8 +532,6 @@ class Engine:
                 self._lexer.unread(stripped)
         elif mode == "header":
             self._header.append(text)
-        elif mode == "body":
-            self._body_text(text)
 
     def _show(self, text: str) -> None:
         if (shown := self.content.add(self._plain(text))) != "":
@@ -594,6 +614,8 @@ class Engine:
             if spec.encoding == "tagged":
                 call.param_pos = None
                 call.params = 0
+            elif spec.encoding == "xml":
+                call.hole = []
             elif spec.encoding == "json":
                 call.reader = ValueReader()
             elif spec.encoding == "json_call":
@@ -692,6 +714,9 @@ class Engine:
             self._pick_after_hole(call, needle)
             self._hole_done(call, element)
             self._lexer.unread(needle)
+        elif isinstance(element, _Args) and element.spec.encoding == "xml":
+            self._elements_done(call, element)
+            self._lexer.unread(needle)
         elif isinstance(element, _Args):
             if call.reader is not None and call.reader.in_string:  # a marker inside a string is the string's text
                 self._read_arguments(needle)
@@ -750,6 +775,9 @@ class Engine:
             self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
         elif isinstance(element, Hole):
             self._hole_text(call, element, text)
+        elif isinstance(element, _Args) and element.spec.encoding == "xml":
+            call.raw.append(self._plain(text))
+            call.hole.append(text)
         elif isinstance(element, _Args):
             self._read_arguments(text)
 
@@ -847,6 +875,22 @@ class Engine:
             self._reader_failed(call, reader.failed, text[used:])
         elif reader.done:
             self._reader_done(call, spec)
+
+    def _elements_done(self, call: _Call, args: _Args) -> None:
+        """MiniMax M3's elements, read when the text after them starts: sent whole."""
+        text = self._plain("".join(call.hole))
+        call.hole = []
+        tools = self._tools
+        parameters = tools.get(call.name) if tools and call.name else None
+        try:
+            value = element_arguments(text, self._plain(args.spec.quote), parameters)
+        except ValueSyntaxError as exc:
+            call.status, call.error = CallStatus.INVALID_JSON, str(exc)
+        else:
+            self._send(call, json.dumps(value, ensure_ascii=False))
+        call.pos += 1
+        call.core = 0
+        self._enter()
 
     def _cut_reader(self, call: _Call, spec: Arguments) -> None:
         """The call's end literal came before its arguments were complete."""
@@ -1125,8 +1169,8 @@ class Engine:
         self._finish_call(call, cut=False)
         block = self._block
         self._call = None
-        if self._compiled.channels is not None:
-            self._mode, self._route = "body", "after_call"
+        if self._compiled.channels is not None and call.syntax is _HARMONY_SYNTAX:
+            self._mode = "after_call"
         elif block is not None:
             self._mode = "between"
         else:
@@ -1203,7 +1247,7 @@ class Engine:
         self._mode = "content"
         self.content.drop_leading = not self.content.started
 
-    # -- Harmony-style channels ---------------------------------------------------------------------------------------
+    # -- headed messages (Harmony, Functionary v3.2) --------------------------------------------------------------
 
     def _header_needle(self, needle: str) -> None:
         channels = self._compiled.channels
@@ -1215,44 +1259,36 @@ class Engine:
         self._open_body(header)
 
     def _open_body(self, header: str) -> None:
+        """Route the body by its header: a channel or recipient that a route names, a tool call, or content."""
         channels = self._compiled.channels
-        plain_channel = self._plain(channels.channel)
-        words = header.replace(plain_channel, " " + plain_channel + " ").split()
-        recipient = next((w[3:] for w in words if w.startswith("to=")), None)
+        marker = self._plain(channels.channel)
+        words = (header.replace(marker, " " + marker + " ") if marker else header).split()
+        if words and words[0] == "assistant":  # the role after a message's start
+            words = words[1:]
         channel = None
-        if plain_channel in words:
-            at = words.index(plain_channel)
+        if marker and marker in words:
+            at = words.index(marker)
             channel = words[at + 1] if at + 1 < len(words) else None
-        self._mode = "body"
-        if recipient is not None and recipient.startswith(channels.recipient):
-            name = recipient[len(channels.recipient) :]
+        if channels.recipient:
+            recipient = next((w[len(channels.recipient) :] for w in words if w.startswith(channels.recipient)), None)
+        else:
+            recipient = words[0] if words else None
+        prefix = channels.tool_prefix
+        routed = channels.routes.get(recipient or "") or channels.routes.get(channel or "")
+        if recipient is not None and prefix is not None and recipient.startswith(prefix) and routed is None:
             self._new_call([_HARMONY_SYNTAX], _HARMONY_SYNTAX.call)
             call = self._call
             assert call is not None
-            call.name = name
-            call.pos = 0
-            self._mode = "call"
+            call.name = recipient[len(prefix) :]
             self._enter()
-            self._route = "call"
             return
-        route = channels.routes.get(channel or "", "content")
-        if recipient is not None and channel is None:
-            route = "content"
-        self._route = route
+        route = routed or "content"
+        self._mode = route
         target = self.reasoning if route == "reasoning" else self.content
         target.held = ""
         target.drop_leading = not target.started
 
-    def _body_text(self, text: str) -> None:
-        if self._route == "after_call":
-            return
-        if self._route == "reasoning":
-            if (shown := self.reasoning.add(self._plain(text))) != "":
-                self._emit(Delta(reasoning_content=shown))
-        else:
-            self._show(text)
-
-    def _body_needle(self, needle: str) -> None:
+    def _end_message(self) -> None:
         self._mode = "header"
         self._header = []
 

@@ -81,7 +81,7 @@ class Hole:
     kind: HoleKind
 
 
-Encoding = Literal["json", "json_call", "tagged", "python", "gemma"]
+Encoding = Literal["json", "json_call", "tagged", "python", "gemma", "xml"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ class Arguments:
             arguments under one of ``keys`` (or, with ``name_as_key``, ``{"NAME": {...}}``); ``tagged``: ``param``
             repeated, one per argument; ``python``: ``key=value`` pairs of a Python call (``f(a=1, b="x")``, JSON's
             ``true``/``null`` accepted too); ``gemma``: Gemma 4's ``{key:<|"|>text<|"|>,n:1}`` (``quote`` says how
-            strings are quoted).
+            strings are quoted); ``xml``: MiniMax M3's elements, ``<key>value</key>`` each after ``quote``, nested
+            for objects, ``<item>`` for list entries (read when complete).
         param: For ``tagged``: the literals and holes of one argument.
         raw_types: For a ``tagged`` parameter with a ``type`` hole: the type texts whose value is raw text (DeepSeek
             DSML ``string="true"``, Kimi K3 ``type="string"``); any other type text means the value is JSON.
@@ -110,7 +111,7 @@ class Arguments:
     @property
     def self_delimited(self) -> bool:
         """True when the arguments' own syntax says where they end (a JSON object, Python's parentheses)."""
-        return self.encoding != "tagged"
+        return self.encoding not in ("tagged", "xml")
 
 
 Element = Lit | Hole | Arguments
@@ -177,24 +178,29 @@ class Reasoning:
 
 @dataclass(frozen=True)
 class Channels:
-    """Messages with headers (Harmony): ``<|start|>assistant<|channel|>analysis<|message|>...<|end|>``.
+    """Messages with headers: Harmony's ``<|start|>assistant<|channel|>analysis<|message|>...<|end|>``, Functionary's
+    ``>>>all\n...``.
 
     Attributes:
-        start: What starts a message (followed by the role) when the reply holds several.
+        start: What starts a message (followed by the role, which is read and dropped) when the reply holds several.
         header_end: What ends a header and starts its body.
-        message_ends: What ends a body (a message that ends the reply, such as ``<|call|>``, is usually an EOS id).
-        channel: The marker before a channel name in a header.
-        routes: Where the body of a channel goes: ``reasoning`` or ``content``.
-        recipient: The header prefix of a tool call's recipient (``to=functions.``); its body is the call's JSON.
+        message_ends: What ends a body (one that ends the reply, such as ``<|call|>``, is usually an EOS id too).
+        channel: The marker before a channel name in a header; "" when a header names only a recipient.
+        routes: Where the body goes, by channel name or recipient: ``reasoning`` or ``content`` (content is read with
+            the format's tool syntax, so a body may hold calls).
+        recipient: How a recipient is written in a header (``to=``); "" when the header is the recipient itself.
+        tool_prefix: A recipient that starts with it is a tool call (the rest is its name) whose body is the call's
+            JSON arguments; "" makes every recipient that no route names a call; None: no such calls.
         constrain: A header marker before the body's content type (``<|constrain|>json``), read and dropped.
     """
 
     start: str
     header_end: str
-    message_ends: tuple[str, ...]
-    channel: str
-    routes: tuple[tuple[str, Literal["reasoning", "content"]], ...]
-    recipient: str
+    message_ends: tuple[str, ...] = ()
+    channel: str = ""
+    routes: tuple[tuple[str, Literal["reasoning", "content"]], ...] = ()
+    recipient: str = "to="
+    tool_prefix: str | None = None
     constrain: str = ""
 
     @property
@@ -214,6 +220,8 @@ class ReplyFormat:
         channels: Harmony-style headed messages, or None.
         end_texts: Text that ends a reply in the template's own terms (``<|role_end|>`` where the tokenizer's EOS is
             another token), found by rendering; a reply given as ids also ends at every end id.
+        lead: Text every reply starts with that is not content (a template whose replies begin ``Assistant: ``
+            although its prompt does not end with it); dropped at the start of a reply.
         reason: Why this format was chosen for a template (set by :mod:`.select`; not part of equality).
     """
 
@@ -223,6 +231,7 @@ class ReplyFormat:
     content_markers: tuple[str, ...] = ()
     channels: Channels | None = None
     end_texts: tuple[str, ...] = ()
+    lead: str = ""
     reason: str = field(default="", compare=False)
 
     @property

@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
     "ValueSyntaxError",
+    "element_arguments",
     "gemma_value",
     "is_plain_string",
     "param_schema",
@@ -185,37 +187,136 @@ def _guess(raw: str) -> Any:
 # -- Python call syntax ------------------------------------------------------------------------------------------
 
 
-class _Literals(ast.NodeTransformer):
-    """JSON's words in Python syntax: ``true``, ``false``, ``null`` as names."""
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        words: dict[str, Any] = {"true": True, "false": False, "null": None}
-        if node.id in words:
-            return ast.copy_location(ast.Constant(words[node.id]), node)
-        raise ValueSyntaxError(f"{node.id!r} is not a literal")
-
-
 def python_arguments(text: str) -> dict[str, Any]:
-    """The keyword arguments of a Python call's argument list (``city="Paris", days=3``) as JSON data."""
-    try:
-        tree = ast.parse(f"f({text})", mode="eval")
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-        raise ValueSyntaxError(f"the arguments are not Python call syntax ({exc})") from None
-    call = tree.body
-    if not isinstance(call, ast.Call):
-        raise ValueSyntaxError("the arguments are not Python call syntax")
-    if call.args:
-        raise ValueSyntaxError("a Python tool call must name every argument (key=value)")
+    """The keyword arguments of a Python call's argument list (``city="Paris", days=3``) as JSON data.
+
+    Values are Python literals (strings, numbers, ``True``/``None``, lists, tuples, dicts), JSON's ``true``,
+    ``false`` and ``null`` too; a comma missing between two arguments is tolerated (a template that joins them
+    without one teaches its model to write them so).
+    """
+    reader = _PythonLiterals(text)
     out: dict[str, Any] = {}
-    for keyword in call.keywords:
-        if keyword.arg is None:
-            raise ValueSyntaxError("a Python tool call cannot unpack **arguments")
-        try:
-            node = _Literals().visit(keyword.value)
-            out[keyword.arg] = _plain(ast.literal_eval(node))
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
-            raise ValueSyntaxError(f"argument {keyword.arg!r} is not a literal ({exc})") from None
-    return out
+    while True:
+        reader.skip(",")
+        if reader.at_end():
+            return out
+        key = reader.name()
+        if key is None:
+            raise ValueSyntaxError(f"expected an argument name at {reader.rest()!r}")
+        reader.skip()
+        if not reader.take("="):
+            raise ValueSyntaxError(f"a Python tool call must name every argument (key=value): {key!r}")
+        out[key] = reader.value()
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STRING = re.compile(
+    "[rRbBuU]{0,2}(?:"
+    + "|".join(
+        [
+            r"'''(?:\\.|[^\\])*?'''",
+            r'"""(?:\\.|[^\\])*?"""',
+            r"'(?:\\.|[^'\\\n])*'",
+            r'"(?:\\.|[^"\\\n])*"',
+        ]
+    )
+    + ")",
+    re.DOTALL,
+)
+_PY_WORDS = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+
+
+class _PythonLiterals:
+    """A small reader of Python literals (``ast.literal_eval`` reads each string token)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def rest(self) -> str:
+        return self.text[self.pos : self.pos + 30]
+
+    def at_end(self) -> bool:
+        self.skip()
+        return self.pos >= len(self.text)
+
+    def skip(self, also: str = "") -> None:
+        while self.pos < len(self.text) and (self.text[self.pos] in " \t\r\n" or self.text[self.pos] in also):
+            self.pos += 1
+
+    def take(self, char: str) -> bool:
+        if self.text.startswith(char, self.pos):
+            self.pos += len(char)
+            return True
+        return False
+
+    def name(self) -> str | None:
+        match = _NAME.match(self.text, self.pos)
+        if match is None:
+            return None
+        self.pos = match.end()
+        return match.group(0)
+
+    def value(self) -> Any:
+        self.skip()
+        text, pos = self.text, self.pos
+        if pos >= len(text):
+            raise ValueSyntaxError("a value is missing")
+        char = text[pos]
+        if char in "[(":
+            close = "]" if char == "[" else ")"
+            self.pos += 1
+            items: list[Any] = []
+            while True:
+                self.skip(",")
+                if self.take(close):
+                    return items
+                items.append(self.value())
+                self.skip()
+                if not (self.take(",") or self.text.startswith(close, self.pos)):
+                    raise ValueSyntaxError(f"a list is not closed at {self.rest()!r}")
+        if char == "{":
+            self.pos += 1
+            out: dict[str, Any] = {}
+            while True:
+                self.skip(",")
+                if self.take("}"):
+                    return out
+                key = self.value()
+                self.skip()
+                if not self.take(":"):
+                    raise ValueSyntaxError(f"a dict key has no ':' at {self.rest()!r}")
+                out[str(key)] = self.value()
+                self.skip()
+                if not (self.take(",") or self.text.startswith("}", self.pos)):
+                    raise ValueSyntaxError(f"a dict is not closed at {self.rest()!r}")
+        match = _STRING.match(text, pos)
+        if match is not None and match.group(0)[-1:] in "'\"":
+            self.pos = match.end()
+            try:
+                value = ast.literal_eval(match.group(0))
+            except (ValueError, SyntaxError) as exc:
+                raise ValueSyntaxError(f"a string does not read ({exc})") from None
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        match = _NAME.match(text, pos)
+        if match is not None:
+            word = match.group(0)
+            if word not in _PY_WORDS:  # ``truename=`` where a comma is missing: the literal, then the next name
+                word = next((w for w in _PY_WORDS if word.startswith(w)), "")
+                if not word:
+                    raise ValueSyntaxError(f"{match.group(0)!r} is not a literal")
+            self.pos = pos + len(word)
+            return _PY_WORDS[word]
+        match = _NUMBER.match(text, pos)
+        if match is not None and match.group(0) not in "+-":
+            self.pos = match.end()
+            number = match.group(0).replace("_", "")
+            try:
+                return int(number)
+            except ValueError:
+                return float(number)
+        raise ValueSyntaxError(f"not a literal at {self.rest()!r}")
 
 
 # -- Gemma 4 literals ----------------------------------------------------------------------------------------------
@@ -296,3 +397,58 @@ def _gemma(text: str, pos: int, quote: str) -> tuple[Any, int]:
         return json.loads(word), end
     except ValueError:
         return word, end
+
+
+# -- MiniMax M3's elements -------------------------------------------------------------------------------------------
+
+
+def element_arguments(text: str, prefix: str, parameters: Schema | None) -> dict[str, Any]:
+    """``<key>value</key>`` elements, each tag after ``prefix``; an element holding elements is an object, or a list
+    when they are all ``<item>``; a leaf is typed by its schema."""
+    value, end = _elements(text, 0, prefix, {"type": "object", **(parameters or {})})
+    if text[end:].strip():
+        raise ValueSyntaxError(f"unexpected text after the arguments: {text[end:][:40]!r}")
+    if not isinstance(value, dict):
+        raise ValueSyntaxError("the arguments are not elements")
+    return value
+
+
+def _child_schema(schema: Schema | None, key: str) -> Schema | None:
+    if not isinstance(schema, Mapping):
+        return None
+    if key == "item" and isinstance(schema.get("items"), Mapping):
+        return schema["items"]
+    return param_schema(schema, key)
+
+
+def _elements(text: str, pos: int, prefix: str, schema: Schema | None) -> tuple[Any, int]:
+    """Elements from ``pos`` until a closing tag (not consumed) or the end: an object or a list."""
+    items: list[tuple[str, Any]] = []
+    while True:
+        at = _skip(text, pos)
+        if not text.startswith(prefix + "<", at) or text.startswith(prefix + "</", at):
+            break
+        start = at + len(prefix) + 1
+        close = text.find(">", start)
+        if close < 0:
+            raise ValueSyntaxError("a tag is not closed")
+        key = text[start:close]
+        end_tag = f"{prefix}</{key}>"
+        inner = close + 1
+        child = _child_schema(schema, key)
+        if text.startswith(prefix + "<", _skip(text, inner)) and not text.startswith(end_tag, _skip(text, inner)):
+            value, after = _elements(text, inner, prefix, child)
+            after = _skip(text, after)
+            if not text.startswith(end_tag, after):
+                raise ValueSyntaxError(f"<{key}> is not closed")
+            pos = after + len(end_tag)
+        else:
+            finish = text.find(end_tag, inner)
+            if finish < 0:
+                raise ValueSyntaxError(f"<{key}> is not closed")
+            value = typed_value(text[inner:finish], child)
+            pos = finish + len(end_tag)
+        items.append((key, value))
+    if items and all(key == "item" for key, _ in items):
+        return [value for _, value in items], pos
+    return dict(items), pos
