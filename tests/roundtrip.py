@@ -10,7 +10,8 @@ A template *writes* a probe when the rest holds it (the function names, the cont
 rest is a continuation of the prompt. The probes are this file's own, not the ones :mod:`turnkit.parse.select`
 renders to choose a format, so the check is not circular.
 
-Run it as a script for the scoreboard: ``.venv/bin/python tests/roundtrip.py [-v] [NAME_SUBSTRING]``.
+Run it as a script for the scoreboard: ``.venv/bin/python tests/roundtrip.py [-v] [--derived] [NAME_SUBSTRING]``
+(``--derived``: every template read with the format derived from its own renders, never a catalog format).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import CorpusTemplate, all_templates
 
 from turnkit import ChatFormat, TurnkitError
+from turnkit.parse import select
 
 TOOLS = [
     {
@@ -144,7 +146,7 @@ def got(reply: Any) -> dict[str, Any]:
     }
 
 
-def check(template: CorpusTemplate, probe: Probe, fmt: ChatFormat | None = None) -> Outcome:
+def check(template: CorpusTemplate, probe: Probe, fmt: ChatFormat | None = None, reply_format: Any = None) -> Outcome:
     fmt = fmt or ChatFormat.from_template(template.source, **template.special_tokens)
     rendered = render_rest(fmt, probe)
     if rendered is None:
@@ -153,7 +155,7 @@ def check(template: CorpusTemplate, probe: Probe, fmt: ChatFormat | None = None)
     if not all(mark in rest for mark in probe.marks):
         return Outcome(template.name, probe.name, False, False, "not written", rest)
     try:
-        reply = fmt.parse(rest, prompt=prompt, tools=probe.tools)
+        reply = fmt.parse(rest, prompt=prompt, tools=probe.tools, reply_format=reply_format)
     except TurnkitError as exc:
         return Outcome(template.name, probe.name, True, False, f"error: {exc}", rest)
     want, have = expected(probe), got(reply)
@@ -162,15 +164,18 @@ def check(template: CorpusTemplate, probe: Probe, fmt: ChatFormat | None = None)
     return Outcome(template.name, probe.name, True, False, f"got {have}", rest)
 
 
-def run(selected: list[CorpusTemplate]) -> list[Outcome]:
+def run(selected: list[CorpusTemplate], *, derived_only: bool = False) -> list[Outcome]:
+    """The round trip over ``selected``; ``derived_only``: with the reading derived from each template's renders,
+    never a catalog format (the check that derivation is not a hand list)."""
     outcomes = []
     for template in selected:
         try:
             fmt = ChatFormat.from_template(template.source, **template.special_tokens)
         except TurnkitError:
             continue
+        reply_format = select.choose(fmt.chat_template, known=False).format if derived_only else None
         for probe in PROBES:
-            outcomes.append(check(template, probe, fmt))
+            outcomes.append(check(template, probe, fmt, reply_format))
     return outcomes
 
 
@@ -178,7 +183,7 @@ def main(argv: list[str]) -> None:
     verbose = "-v" in argv
     wanted = [a for a in argv if not a.startswith("-")]
     selected = [t for t in all_templates() if not wanted or any(w in t.name for w in wanted)]
-    outcomes = run(selected)
+    outcomes = run(selected, derived_only="--derived" in argv)
     for probe in PROBES:
         rows = [o for o in outcomes if o.probe == probe.name]
         written = [o for o in rows if o.written]

@@ -40,7 +40,7 @@ _PIECE = re.compile(
     r"<\|[^\s<>|]{0,48}\|>"  # <|im_end|>
     r"|<｜[^｜\s]{1,48}｜>"  # DeepSeek's full-width bars
     r"|<\|[^\s<>|]{1,30}>|<[^\s<>|]{1,30}\|>"  # Gemma 4's <|turn> and <turn|>
-    r"|</?[A-Za-z_][\w:.\-]{0,40}>"  # <think>, </s>, <seed:think>
+    r"|</?[^\s<>]{1,60}>"  # <think>, </s>, <seed:think>, <｜DSML｜tool_calls>
     r"|\[/?[A-Za-z_][\w:.\-]{0,30}\]|\[\|[\w]+\|\]"  # [THINK], [|endofturn|]
 )
 #: Tokens of text being compared: marker pieces, words, whitespace runs, single characters. Literals learned from
@@ -75,7 +75,12 @@ def first_marker(text: str) -> str | None:
     if _is_marker(pieces[0]):
         return pieces[0]
     run = runs[0]
-    if len(run) <= 40 and not run.isalnum() and not re.fullmatch(r"[\w'\-]+[:.,!?]?", run):
+    if (
+        len(run) <= 40
+        and not run.isalnum()
+        and not re.fullmatch(r"[\w'\-]+[:.,!?]?", run)
+        and not set(run) & set("{}\"'")
+    ):
         return run
     return None
 
@@ -431,7 +436,7 @@ def _assemble(
     tail = call_end_last + after_last
     call_end = _common_prefix(gap, tail)
     separator = gap[len(call_end) :]
-    block_end = _before_end(tail[len(call_end) :], ends)
+    block_end = _before_end(tail[len(call_end) :], ends, block_start)
     call: list[Element] = [*_with_ids(head)]
     if name_in_head:
         call.append(Hole("name"))
@@ -457,17 +462,32 @@ def _strip_lead(text: str, lead: str) -> str:
     return text
 
 
-def _before_end(text: str, ends: tuple[str, ...]) -> str:
-    """The block's end: the text after the last call, up to the end of the turn."""
+def _before_end(text: str, ends: tuple[str, ...], opening: str) -> str:
+    """The block's end: the text after the last call up to the end of the turn; where no end of turn is known, as
+    many marker pieces as the block's start has (``<|START_ACTION|>[`` closes with ``]<|END_ACTION|>``)."""
     cut = len(text)
     for end in ends:
         at = text.find(end)
         if 0 <= at < cut:
             cut = at
-    if cut == len(text):
-        runs = text.split()
-        return runs[0] if runs and cut == len(text) and len(runs) > 1 else text.rstrip()
-    return text[:cut].rstrip()
+    if cut < len(text):
+        return text[:cut].rstrip()
+    runs = text.split()
+    if not runs:
+        return ""
+    size = max(1, len(marker_pieces(opening.split()[-1])) if opening.split() else 1)
+    lead = text[: len(text) - len(text.lstrip())]
+    return lead + "".join(marker_pieces(runs[0])[:size])
+
+
+def tool_end(rest: str, syntax: ToolSyntax) -> str | None:
+    """The marker a rest holds after its calls' block (Cohere's ``<|END_OF_TURN_TOKEN|>`` after ``<|END_ACTION|>``):
+    the turn's end after tool calls."""
+    if syntax.block is None or not syntax.block[1].strip():
+        return None
+    closing = syntax.block[1].strip()
+    at = rest.rfind(closing)
+    return first_marker(rest[at + len(closing) :]) if at >= 0 else None
 
 
 def _single_call(one: Rendered, lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
@@ -479,8 +499,8 @@ def _single_call(one: Rendered, lead: str, ends: tuple[str, ...]) -> ToolSyntax 
     if call is None or call.encoding == "tagged" or call.arguments is None:
         return None
     before = _mark_ids(_strip_lead(rest[: call.unit_start], lead))
-    after = rest[call.args_end :]
-    end = _before_end(after, ends)
+    after = rest[call.unit_end :]
+    end = _before_end(after, ends, before)
     elements: list[Element] = [*_with_ids(before)]
     if call.encoding != "json_call":
         elements.append(Hole("name"))
@@ -489,6 +509,8 @@ def _single_call(one: Rendered, lead: str, ends: tuple[str, ...]) -> ToolSyntax 
     if end:
         elements.append(Lit(end))
     elements = [e for e in elements if not (isinstance(e, Lit) and not e.text)]
+    if isinstance(elements[0], Arguments) and call.encoding == "json_call":  # the reply is the call (Llama 3)
+        return ToolSyntax(tuple(elements), bare=True)
     if not isinstance(elements[0], Lit) or not elements[0].text.strip():
         return None
     return ToolSyntax(tuple(elements))
@@ -526,7 +548,7 @@ def _tagged(
         if len(shared) < len(name_suffix):
             name_suffix = shared
             key_prefix = name_to_key[len(name_suffix) :]
-    value_suffix = value_to_key[: len(value_to_key) - len(key_prefix)]
+    value_suffix = value_to_key[: len(value_to_key) - len(_common_suffix(value_to_key, key_prefix))]
     mid1 = rest[k1 + len(key1) : v1]
     mid2 = rest[k2 + len(key2) : v2]
     string_first = key1 == p.TEXT_KEY
@@ -599,13 +621,11 @@ def derive(rendered: dict[str, Rendered]) -> ReplyFormat:
     if content.written and content.rest is not None:
         lead = content.rest[: content.rest.find(p.CONTENT)]
     syntax = _tool_syntax(rendered, lead, ends)
-    tool_ends: list[str] = []
     if syntax is not None:
         for probe in ("one_call", "two_calls"):
             rest = rendered[probe].rest
-            if rendered[probe].written and rest is not None:
-                tail = rest.rstrip()
-                tool_ends.extend(e for e in ends if tail.endswith(e))
+            if rendered[probe].written and rest is not None and (marker := tool_end(rest, syntax)) is not None:
+                ends = tuple(dict.fromkeys((*ends, marker)))
     return ReplyFormat(
         "derived",
         reasoning=syntax_reasoning,

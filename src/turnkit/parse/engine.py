@@ -172,6 +172,11 @@ class _ChannelSymbols:
         return [*self.message_ends, self.start]
 
 
+def _opening(seq: tuple[_Elem, ...]) -> _Elem | None:
+    """The first element of a call that writes something (a literal that is only whitespace does not)."""
+    return next((e for e in seq if not (isinstance(e, _Lit) and not e.cores)), None)
+
+
 def _first_cores(seq: tuple[_Elem, ...], index: int, after: frozenset[str]) -> frozenset[str]:
     """The literal cores that can come first from ``seq[index]`` on (``after`` when the sequence may end)."""
     if index >= len(seq):
@@ -458,8 +463,8 @@ class Engine:
         found = list(block.separator.cores)
         if block.block_end is not None:
             found.append(block.block_end.cores[0])
-        first = block.call[0]
-        if isinstance(first, _Lit) and first.cores:
+        first = _opening(block.call)
+        if isinstance(first, _Lit):
             found.append(first.cores[0])
         elif isinstance(first, _Args) and first.spec.encoding in ("json", "json_call", "gemma"):
             found.append("{")
@@ -1233,7 +1238,7 @@ class Engine:
             return
         block = self._block
         assert block is not None
-        first = block.call[0]
+        first = _opening(block.call)
         if isinstance(first, _Lit):  # not a call: the block ended without its end marker
             self._end_block()
             self._lexer.unread(stripped)

@@ -110,8 +110,10 @@ def _with_tool_ends(fmt: ReplyFormat, rendered: dict[str, Rendered]) -> ReplyFor
 _TOOL_PROBES = ("one_call", "two_calls", "bare_call")
 
 
-def choose(template: ChatTemplate) -> Choice:
-    """The reply format of ``template`` and what the probes showed (see the module docstring)."""
+def choose(template: ChatTemplate, *, known: bool = True) -> Choice:
+    """The reply format of ``template`` and what the probes showed (see the module docstring). ``known=False``
+    skips the catalog: the reading derived from the renders alone (how well derivation does on templates it has
+    never seen)."""
     if template.reply_format is not None:
         fmt = catalog.get(template.reply_format)
         return Choice(fmt.because(f"{fmt.name}: declared by the family"), {})
@@ -124,13 +126,13 @@ def choose(template: ChatTemplate) -> Choice:
         return Choice(fmt.because("plain: the template writes none of the probe replies"), {})
     texts = "".join(r.rest or "" for r in rendered.values() if r.written)
     best: tuple[int, ReplyFormat, dict[str, bool]] | None = None
-    for known in catalog.REPLY_FORMATS.values():
-        if any(marker not in texts for marker in _required_markers(known)):
+    for entry in catalog.REPLY_FORMATS.values() if known else ():
+        if any(marker not in texts for marker in _required_markers(entry)):
             continue
-        candidate = _with_tool_ends(known.ending_with(ends), rendered)
+        candidate = _with_tool_ends(entry.ending_with(ends), rendered)
         read = fits(candidate, rendered, eos)
         if all(read.values()):
-            return Choice(candidate.because(f"{known.name}: reads back every probe reply the template writes"), read)
+            return Choice(candidate.because(f"{entry.name}: reads back every probe reply the template writes"), read)
         score = sum(read.values())
         if best is None or score > best[0]:
             best = (score, candidate, read)
