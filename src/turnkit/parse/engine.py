@@ -1279,7 +1279,7 @@ class Engine:
         else:
             recipient = words[0] if words else None
         prefix = channels.tool_prefix
-        routed = channels.routes.get(recipient or "") or channels.routes.get(channel or "")
+        routed = channels.routes.get(recipient or "")
         if recipient is not None and prefix is not None and recipient.startswith(prefix) and routed is None:
             self._new_call([_HARMONY_SYNTAX], _HARMONY_SYNTAX.call)
             call = self._call
@@ -1287,7 +1287,7 @@ class Engine:
             call.name = recipient[len(prefix) :]
             self._enter()
             return
-        route = routed or "content"
+        route = routed or channels.routes.get(channel or "") or "content"
         self._mode = route
         target = self.reasoning if route == "reasoning" else self.content
         target.held = ""

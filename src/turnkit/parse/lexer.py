@@ -84,7 +84,7 @@ class Lexer:
             elif start > 0:
                 self.buffer = buffer[start:]
                 return TEXT, buffer[:start]
-            elif end == len(buffer) and not self.final and found.extends[match.group(0)]:
+            elif not self.final and found.extends[match.group(0)] and buffer in found.prefixes:
                 return None  # a longer needle may still complete here: wait
             else:
                 self.buffer = buffer[end:]

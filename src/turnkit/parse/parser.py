@@ -83,9 +83,14 @@ class StreamParser:
     ) -> None:
         self.format = reply_format
         self.strict = strict
+        given = dict(end_texts or {})
+        if reply_format.channels is not None:  # a message's end is not the reply's unless the template ends on it
+            for marker in reply_format.channels.message_ends:
+                if marker not in reply_format.end_texts:
+                    given.pop(marker, None)
         ends = {
             **{text: EndReason.END_OF_TURN for text in reply_format.end_texts},
-            **(end_texts or {}),
+            **given,
             **dict.fromkeys(stops, EndReason.STOP_STRING),
         }
         found = marker_symbols([*reply_format.markers, *ends], added_tokens or {})
