@@ -120,7 +120,8 @@ _USER = {"role": "user", "content": "Probe question?"}
 @dataclass(frozen=True)
 class Rendered:
     """A probe through a template: the serving prompt and the rest the reply adds (None where the template refused
-    the probe, or its full render does not continue the prompt)."""
+    the probe). Where the full render does not continue the serving prompt, ``prompt`` is the part both share and
+    ``rest`` what the render writes after it."""
 
     probe: Probe
     prompt: str | None
@@ -143,6 +144,25 @@ def render_probes(template: ChatTemplate) -> dict[str, Rendered]:
         except TurnkitError:
             out[probe.name] = Rendered(probe, None, None)
             continue
-        rest = full[len(prompt) :] if full.startswith(prompt) else None
-        out[probe.name] = Rendered(probe, prompt, rest)
+        if full.startswith(prompt):
+            out[probe.name] = Rendered(probe, prompt, full[len(prompt) :])
+            continue
+        # A template whose generation prompt differs from its render of a final reply (a thinking prompt ending
+        # "<think>\n" while the reply is rendered "<think></think>..."): the reply is what follows the part both
+        # share, as long as that holds the user's turn.
+        shared = _shared_prefix(prompt, full)
+        if _USER["content"] in full[:shared]:
+            out[probe.name] = Rendered(probe, prompt[:shared], full[shared:])
+        else:
+            out[probe.name] = Rendered(probe, prompt, None)
     return out
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """The length both texts share, cut back so that neither rest starts inside a marker or a word."""
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    while n and (a[n - 1].isalnum() or a[n - 1] in "<[{(|_:/\uff5c"):
+        n -= 1
+    return n

@@ -1,0 +1,162 @@
+"""The serving peers' own parse vectors (``../shared/conformance/peers/``), run through turnkit's parser.
+
+Each loader yields cases with what turnkit got and what the peer expects, compared the way the peer's test compares
+(``../shared/conformance/README.md`` says how for each file). Run it as a script for a per-file count and the
+failures: ``.venv/bin/python tests/parse_peers.py [FILE_SUBSTRING] [-v]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import PEERS, TEMPLATES, manifest
+
+from turnkit import ChatFormat, TurnkitError
+from turnkit.parse import Reply
+
+
+@dataclass
+class Result:
+    file: str
+    case: str
+    ok: bool
+    detail: str = ""
+    #: Why turnkit differs, when it does on purpose (a stated decision); None for a plain failure.
+    difference: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _json(name: str) -> Any:
+    return json.loads((PEERS / name).read_text(encoding="utf-8"))
+
+
+# -- llama.cpp: test-chat.cpp's parse cases, each with its template ---------------------------------------------------
+
+
+@cache
+def _template(file: str) -> ChatFormat:
+    entry = manifest()[file]
+    tokens = {k: entry[k] for k in ("bos_token", "eos_token") if entry.get(k) is not None}
+    return ChatFormat.from_template((TEMPLATES / file).read_text(encoding="utf-8"), **tokens)
+
+
+def _llamacpp_tools(data: dict[str, Any], keys: list[str]) -> list[dict[str, Any]] | None:
+    if not keys:
+        return None
+    tools = []
+    for key in keys:
+        spec = {k: v for k, v in data["tools"][key].items() if k != "parameters_text"}
+        tools.append({"type": "function", "function": spec})
+    return tools
+
+
+def _same_arguments(got: str, want: dict[str, Any]) -> bool:
+    if want.get("arguments_as") == "string_unparseable":
+        try:
+            json.loads(got)
+        except ValueError:
+            return True
+        return False
+    try:
+        value = json.loads(got)
+    except ValueError:
+        return False
+    return value == want["arguments"] and list(value) == list(want["arguments"]) if isinstance(value, dict) else (
+        value == want["arguments"]
+    )
+
+
+#: Decisions where turnkit differs from llama.cpp's expectation on purpose, by what the case asks.
+LLAMACPP_DECISIONS = {
+    "reasoning_format_none": "llama.cpp's reasoning_format=none returns the reasoning as content with its markers "
+    "(and the generation prompt's own <think> prepended); turnkit always separates reasoning into "
+    "reasoning_content and has no such switch: a client that wants the raw text reads the raw text",
+}
+
+
+def llamacpp_cases(verbose: bool = False) -> Iterator[Result]:
+    data = _json("llamacpp_parse_cases.json")
+    for case in data["cases"]:
+        file = case["template"].rsplit("/", 1)[-1]
+        options = case["options"]
+        fmt = _template(file)
+        messages = case.get("messages") or [{"role": "user", "content": "Hey there!"}]
+        tools = _llamacpp_tools(data, case["tools"])
+        kwargs: dict[str, Any] = {}
+        if "enable_thinking" in options["options_set"]:
+            kwargs["enable_thinking"] = options["enable_thinking"]
+        continuing = options["continue_final_message"]
+        try:
+            prompt = fmt.render(
+                messages,
+                tools=tools,
+                add_generation_prompt=options["add_generation_prompt"] and continuing == "none",
+                continue_final_message={"none": False, "content": True, "reasoning": "reasoning_content"}[continuing],
+                **kwargs,
+            )
+        except TurnkitError as exc:
+            yield Result("llamacpp", case["id"], False, f"render: {exc}")
+            continue
+        reply = fmt.parse(case["output"], prompt=prompt, tools=tools)
+        expected = case["expected"]
+        content, reasoning = reply.content, reply.reasoning_content or ""
+        if continuing != "none":  # the peer merges the message being continued with its continuation
+            last = messages[-1]
+            if continuing == "content":
+                content = (last.get("content") or "") + content
+                reasoning = (last.get("reasoning_content") or "") + reasoning
+            else:
+                reasoning = (last.get("reasoning_content") or "") + reasoning
+        problems = []
+        if content.strip() != expected["content"].strip():
+            problems.append(f"content {content!r} != {expected['content']!r}")
+        if reasoning.strip() != (expected["reasoning_content"] or "").strip():
+            problems.append(f"reasoning {reasoning!r} != {expected['reasoning_content']!r}")
+        calls = expected["tool_calls"]
+        if len(reply.tool_calls) != len(calls):
+            problems.append(f"calls {[(c.name, c.arguments) for c in reply.tool_calls]} != {calls}")
+        else:
+            for call, want in zip(reply.tool_calls, calls, strict=True):
+                if call.name != want["name"] or not _same_arguments(call.arguments, want):
+                    problems.append(f"call {call.name} {call.arguments} != {want['name']} {want['arguments']}")
+                if want.get("id") and call.id != want["id"]:
+                    problems.append(f"id {call.id!r} != {want['id']!r}")
+        difference = None
+        if problems and options["reasoning_format"] == "none":
+            difference = "reasoning_format_none"
+        detail = "; ".join(problems)
+        if verbose and problems:
+            detail += f"\n     reason: {fmt.reply_format.reason}\n     output: {case['output']!r}"
+        yield Result("llamacpp", case["id"], not problems, detail, difference)
+
+
+def summarize(results: list[Result], verbose: bool) -> None:
+    by_file: dict[str, list[Result]] = {}
+    for result in results:
+        by_file.setdefault(result.file, []).append(result)
+    for file, rows in by_file.items():
+        passed = sum(r.ok for r in rows)
+        stated = sum(1 for r in rows if not r.ok and r.difference)
+        print(f"{file}: {passed}/{len(rows)} pass, {stated} stated differences, {len(rows) - passed - stated} fail")
+    for result in results:
+        if not result.ok and (verbose or not result.difference):
+            tag = f"[{result.difference}]" if result.difference else "FAIL"
+            print(f"{tag} {result.case}: {result.detail[:1500]}")
+
+
+def _reply_text(reply: Reply) -> str:
+    return json.dumps({"content": reply.content, "reasoning": reply.reasoning_content})
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    verbose = "-v" in argv
+    summarize(list(llamacpp_cases(verbose)), verbose)
