@@ -69,8 +69,10 @@ def _same_arguments(got: str, want: dict[str, Any]) -> bool:
         value = json.loads(got)
     except ValueError:
         return False
-    return value == want["arguments"] and list(value) == list(want["arguments"]) if isinstance(value, dict) else (
-        value == want["arguments"]
+    return (
+        value == want["arguments"] and list(value) == list(want["arguments"])
+        if isinstance(value, dict)
+        else (value == want["arguments"])
     )
 
 
@@ -82,28 +84,60 @@ LLAMACPP_DECISIONS = {
 }
 
 
+def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """llama.cpp's test messages as a transformers user writes them: calls in OpenAI shape with their arguments as
+    objects, and no empty reasoning or call lists."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if v not in ("", [], None) or k == "content"}
+        calls = []
+        for call in message.get("tool_calls", []):
+            arguments = call.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    pass
+            entry = {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
+            if call.get("id"):
+                entry["id"] = call["id"]
+            calls.append(entry)
+        if calls:
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
 def llamacpp_cases(verbose: bool = False) -> Iterator[Result]:
     data = _json("llamacpp_parse_cases.json")
     for case in data["cases"]:
         file = case["template"].rsplit("/", 1)[-1]
         options = case["options"]
         fmt = _template(file)
-        messages = case.get("messages") or [{"role": "user", "content": "Hey there!"}]
+        messages = _openai_messages(case.get("messages") or [{"role": "user", "content": "Hey there!"}])
         tools = _llamacpp_tools(data, case["tools"])
         kwargs: dict[str, Any] = {}
         if "enable_thinking" in options["options_set"]:
             kwargs["enable_thinking"] = options["enable_thinking"]
         continuing = options["continue_final_message"]
-        try:
-            prompt = fmt.render(
-                messages,
-                tools=tools,
-                add_generation_prompt=options["add_generation_prompt"] and continuing == "none",
-                continue_final_message={"none": False, "content": True, "reasoning": "reasoning_content"}[continuing],
-                **kwargs,
-            )
-        except TurnkitError as exc:
-            yield Result("llamacpp", case["id"], False, f"render: {exc}")
+        prompt = None
+        failure = None
+        for offered in (tools, []) if tools is None else (tools,):  # a tool_use template may need a tools list
+            try:
+                prompt = fmt.render(
+                    messages,
+                    tools=offered,
+                    add_generation_prompt=options["add_generation_prompt"] and continuing == "none",
+                    continue_final_message={"none": False, "content": True, "reasoning": "reasoning_content"}[
+                        continuing
+                    ],
+                    **kwargs,
+                )
+                break
+            except TurnkitError as exc:
+                failure = exc
+        if prompt is None:
+            yield Result("llamacpp", case["id"], False, f"render: {failure}")
             continue
         reply = fmt.parse(case["output"], prompt=prompt, tools=tools)
         expected = case["expected"]

@@ -433,6 +433,7 @@ class ChatFormat:
             byte_table=binding.byte_table if binding else None,
             backend=binding.backend if binding else None,
             in_reasoning=self._prompt_opens_reasoning(prompt, spec),
+            continues=self._prompt_continues(prompt, spec),
             call_id=call_id,
             strict=strict,
         )
@@ -446,6 +447,14 @@ class ChatFormat:
         start, end = spec.reasoning.start, spec.reasoning.end
         text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
         return text.rfind(start) > text.rfind(end)
+
+    def _prompt_continues(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
+        """Whether the prompt ends inside reasoning text rather than right after the reasoning's start marker (a
+        prompt rendered with ``continue_final_message``): the reply then continues that text, spaces included."""
+        if prompt is None or spec.reasoning is None or not self._prompt_opens_reasoning(prompt, spec):
+            return False
+        text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
+        return bool(text[text.rfind(spec.reasoning.start) + len(spec.reasoning.start) :].strip())
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any

@@ -42,6 +42,8 @@ from turnkit.parse.values import (
 __all__ = ["Engine"]
 
 _WS = " \t\r\n"
+#: Keys under which a call written as one JSON object holds its id.
+_ID_KEYS = ("id", "tool_call_id", "call_id")
 #: Characters the arguments' own syntax uses: an end literal starting with one does not cut a reader short.
 _SYNTAX_CHARS = frozenset("]}),:;\"'0123456789")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@")
@@ -194,6 +196,20 @@ def _first_cores(seq: tuple[_Elem, ...], index: int, after: frozenset[str]) -> f
     return frozenset()
 
 
+def _written_id(reader: ObjectReader) -> str | None:
+    """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``): the call's id.
+    One written after the name comes too late for the stream, which sent the id with the name."""
+    for key in _ID_KEYS:
+        if key in reader.values:
+            try:
+                written = json.loads(reader.values[key])
+            except ValueError:
+                continue
+            if isinstance(written, str | int) and not isinstance(written, bool):
+                return str(written)
+    return None
+
+
 # -- text channels and calls ------------------------------------------------------------------------------------
 
 
@@ -292,6 +308,7 @@ class Engine:
         tools: Mapping[str, Any] | None,
         call_id: Callable[[int], str],
         in_reasoning: bool,
+        continues: bool = False,
     ) -> None:
         self.format = fmt
         self._compiled = _compile(fmt, tuple(sorted(symbols.items())), frozenset(stops))
@@ -309,13 +326,14 @@ class Engine:
         self._call: _Call | None = None
         self._block: _Syntax | None = None  # a block of calls is open
         self._expect: list[str] = []
+        self._calls_allowed = True  # False in a headed message routed to content or reasoning
         compiled = self._compiled
         if compiled.channels is not None:
             self._mode = "header"
             self._header: list[str] = []
         elif in_reasoning and compiled.reasoning is not None:
             self._mode = "reasoning"
-            self.reasoning.drop_leading = True
+            self.reasoning.drop_leading = not continues
         else:
             self._mode = "content"
 
@@ -384,7 +402,8 @@ class Engine:
         elif mode == "reasoning":
             if compiled.reasoning is not None:
                 found.append(compiled.reasoning[1])
-            found += [s.trigger for s in compiled.syntaxes if not s.spec.bare]
+            if self._calls_allowed:
+                found += [s.trigger for s in compiled.syntaxes if not s.spec.bare]
             if compiled.channels is not None:
                 found += compiled.channels.boundaries
         elif mode == "call":
@@ -401,6 +420,8 @@ class Engine:
         return found
 
     def _triggers(self) -> list[str]:
+        if not self._calls_allowed:
+            return []
         at_start = not self.content.started and not self.calls and self._call is None
         return [s.trigger for s in self._compiled.syntaxes if at_start or not s.spec.bare]
 
@@ -925,6 +946,7 @@ class Engine:
                     name = None
             if isinstance(name, str) and name:
                 name = self._plain(name)
+                call.written_id = _written_id(reader)
                 call.confirmed = True
                 call.name = name
                 call.pending.append(self._plain(fragment))
@@ -1280,14 +1302,16 @@ class Engine:
             recipient = words[0] if words else None
         prefix = channels.tool_prefix
         routed = channels.routes.get(recipient or "")
-        if recipient is not None and prefix is not None and recipient.startswith(prefix) and routed is None:
+        if recipient is not None and prefix is not None and routed is None:
             self._new_call([_HARMONY_SYNTAX], _HARMONY_SYNTAX.call)
             call = self._call
             assert call is not None
-            call.name = recipient[len(prefix) :]
+            call.name = recipient.removeprefix(prefix) if prefix else recipient
             self._enter()
             return
         route = routed or channels.routes.get(channel or "") or "content"
+        # a routed message is text; calls come in messages to a recipient no route names
+        self._calls_allowed = recipient is not None and routed is None
         self._mode = route
         target = self.reasoning if route == "reasoning" else self.content
         target.held = ""

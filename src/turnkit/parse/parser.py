@@ -61,7 +61,9 @@ class StreamParser:
     ``stops`` are the request's stop strings (end reason ``stop_string``); ``end_texts`` is text that ends the reply
     in the format's own terms, with its reason: a family's stop strings, always, and for text replies the markers
     that end a turn. ``tools`` are the names of the tools offered, or their ``parameters`` schemas by name (which
-    type raw parameter values). ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
+    type raw parameter values). ``in_reasoning``: the prompt left reasoning open (a generation prompt that writes
+    ``<think>``); ``continues``: the reply continues text the prompt ended with (``continue_final_message``), so its
+    leading whitespace is kept. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
     for a reply that did not end cleanly (see :attr:`~.reply.Reply.ended_cleanly`); lenient parsing, the default,
     returns it with its failed calls and end reason.
     """
@@ -78,6 +80,7 @@ class StreamParser:
         byte_table: ByteTable | None = None,
         backend: Any = None,
         in_reasoning: bool = False,
+        continues: bool = False,
         call_id: Callable[[int], str] | None = None,
         strict: bool = False,
     ) -> None:
@@ -109,6 +112,7 @@ class StreamParser:
             tools=tools,
             call_id=call_id or (lambda index: f"call_{prefix}{index}"),
             in_reasoning=in_reasoning,
+            continues=continues,
         )
         self.final_deltas: list[Delta] = []
 

@@ -126,6 +126,10 @@ class Rendered:
     probe: Probe
     prompt: str | None
     rest: str | None
+    #: The serving prompt as rendered (``prompt`` is shorter where the reply's render does not continue it).
+    serving: str | None = None
+    #: The template raised on this probe (it cannot render such a reply at all).
+    refused: bool = False
 
     @property
     def written(self) -> bool:
@@ -142,19 +146,19 @@ def render_probes(template: ChatTemplate) -> dict[str, Rendered]:
             prompt = template.render(messages[:1], tools=probe.tools, add_generation_prompt=True).text
             full = template.render(messages, tools=probe.tools).text
         except TurnkitError:
-            out[probe.name] = Rendered(probe, None, None)
+            out[probe.name] = Rendered(probe, None, None, refused=True)
             continue
         if full.startswith(prompt):
-            out[probe.name] = Rendered(probe, prompt, full[len(prompt) :])
+            out[probe.name] = Rendered(probe, prompt, full[len(prompt) :], prompt)
             continue
         # A template whose generation prompt differs from its render of a final reply (a thinking prompt ending
         # "<think>\n" while the reply is rendered "<think></think>..."): the reply is what follows the part both
         # share, as long as that holds the user's turn.
         shared = _shared_prefix(prompt, full)
         if _USER["content"] in full[:shared]:
-            out[probe.name] = Rendered(probe, prompt[:shared], full[shared:])
+            out[probe.name] = Rendered(probe, prompt[:shared], full[shared:], prompt)
         else:
-            out[probe.name] = Rendered(probe, prompt, None)
+            out[probe.name] = Rendered(probe, prompt, None, prompt)
     return out
 
 

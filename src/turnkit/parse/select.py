@@ -18,7 +18,7 @@ Whatever is chosen also ends replies at the template's own end-of-turn text, fou
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.parse import catalog
@@ -118,6 +118,11 @@ def choose(template: ChatTemplate, *, known: bool = True) -> Choice:
         fmt = catalog.get(template.reply_format)
         return Choice(fmt.because(f"{fmt.name}: declared by the family"), {})
     rendered = render_probes(template)
+    choice = _chosen(template, rendered, known)
+    return _completed(choice, template, rendered) if known else choice
+
+
+def _chosen(template: ChatTemplate, rendered: dict[str, Rendered], known: bool) -> Choice:
     written = [name for name, r in rendered.items() if r.written]
     ends = end_texts(rendered)
     eos = template.eos_token
@@ -151,6 +156,48 @@ def choose(template: ChatTemplate, *, known: bool = True) -> Choice:
     if tools_unreadable:
         fmt = fmt.without_tools() if not any(read.get(n, False) for n in _TOOL_PROBES) else fmt
     return Choice(fmt.because(reason), read, tools_unreadable)
+
+
+def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rendered]) -> Choice:
+    """What the renders could not show, completed from the template.
+
+    * Reasoning the template never renders for a final reply (QwQ, DeepSeek-R1 and Granite 3.3 drop it; Ministral
+      writes ``[THINK]`` only in its instructions): the first catalog reasoning whose markers the template's text
+      writes, pre-written by the generation prompt when that prompt ends with its start.
+    * Tool calls the template cannot render at all (it raises on them, as Kimi K2 Thinking's does in a sandbox):
+      the first catalog syntax whose markers the template's text writes.
+
+    A completion that would stop a written probe from reading back is not made.
+    """
+    fmt, notes = choice.format, []
+    text = template.all_text
+    serving = next((r.serving for r in rendered.values() if r.serving is not None), None) or ""
+    reasoning = fmt.reasoning
+    if reasoning is None and not rendered["reasoning"].written:
+        for entry in catalog.REPLY_FORMATS.values():
+            found = entry.reasoning
+            if found is not None and found.start in text and found.end in text:
+                reasoning = found
+                notes.append(f"reasoning {found.start!r}...{found.end!r} from the template's text")
+                break
+    if reasoning is not None and serving.rstrip().endswith(reasoning.start) and not reasoning.prefilled:
+        reasoning = replace(reasoning, prefilled=True)
+        notes.append(f"its generation prompt opens {reasoning.start!r}")
+    tools = fmt.tools
+    refused = [rendered[name].refused for name in _TOOL_PROBES]
+    if not tools and fmt.channels is None and all(refused):
+        for entry in catalog.REPLY_FORMATS.values():
+            if entry.tools and all(core in text for core in entry.tools[0].markers[:3]):
+                tools = entry.tools
+                notes.append(f"tool calls as {entry.name} from the template's text (it raises on rendering one)")
+                break
+    if not notes:
+        return choice
+    completed = replace(fmt, reasoning=reasoning, tools=tools)
+    if fits(completed, rendered, template.eos_token) != choice.read:
+        return choice  # what the renders do show wins over the template's text
+    reason = f"{choice.format.reason}; {'; '.join(notes)}"
+    return Choice(completed.because(reason), choice.read, choice.tools_unreadable)
 
 
 def _required_markers(fmt: ReplyFormat) -> tuple[str, ...]:
