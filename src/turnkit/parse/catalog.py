@@ -63,10 +63,10 @@ DEEPSEEK_V4 = tool_syntax(
     param=_DSML_PARAM,
     block=("<｜DSML｜tool_calls>\n", "</｜DSML｜tool_calls>"),
 )
-KIMI_K2 = tool_syntax(
-    "<|tool_call_begin|>functions.{name}:{skip}<|tool_call_argument_begin|>{args}<|tool_call_end|>",
-    _JSON,
-    block=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+KIMI_K2_CALL = "<|tool_call_begin|>{named_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+KIMI_K2 = (
+    tool_syntax(KIMI_K2_CALL, _JSON, block=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")),
+    tool_syntax(KIMI_K2_CALL, _JSON),  # the section's markers left out
 )
 MINIMAX_M2 = tool_syntax(
     '<invoke name="{name}">\n{args}</invoke>\n',
@@ -180,7 +180,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("deepseek_v31", DEEPSEEK_V31, reasoning=_THINK),
         _format("deepseek_v32", DEEPSEEK_V32, reasoning=_THINK),
         _format("deepseek_v4", DEEPSEEK_V4, reasoning=_THINK),
-        _format("kimi_k2", KIMI_K2, reasoning=_THINK),
+        _format("kimi_k2", *KIMI_K2, reasoning=_THINK),
         _format("minimax_m2", MINIMAX_M2, reasoning=_THINK_PREFILLED),
         _format("minimax_m3", MINIMAX_M3, reasoning=Reasoning("<mm:think>", "</mm:think>")),
         _format("seed_oss", SEED_OSS, reasoning=Reasoning("<seed:think>", "</seed:think>")),

@@ -31,7 +31,7 @@ from turnkit.parse import probes as p
 from turnkit.parse.formats import Arguments, Element, Hole, Lit, Reasoning, ReplyFormat, ToolSyntax
 from turnkit.parse.probes import Rendered
 
-__all__ = ["derive", "end_texts", "first_marker", "marker_pieces"]
+__all__ = ["derive", "end_texts", "first_marker", "is_marker", "marker_pieces"]
 
 _WS = " \t\r\n"
 
@@ -62,7 +62,7 @@ def marker_pieces(run: str) -> list[str]:
     return out
 
 
-def _is_marker(piece: str) -> bool:
+def is_marker(piece: str) -> bool:
     return bool(_PIECE.fullmatch(piece))
 
 
@@ -72,7 +72,7 @@ def first_marker(text: str) -> str | None:
     if not runs:
         return None
     pieces = marker_pieces(runs[0])
-    if _is_marker(pieces[0]):
+    if is_marker(pieces[0]):
         return pieces[0]
     run = runs[0]
     if (
@@ -137,7 +137,7 @@ def _prompt_start(prompt: str, end: str) -> str | None:
     pieces = marker_pieces(runs[-1])
     for size in range(1, len(pieces) + 1):
         candidate = "".join(pieces[-size:])
-        if _is_marker(pieces[-size]) and candidate not in end:
+        if is_marker(pieces[-size]) and candidate not in end:
             return candidate
     return None
 
@@ -173,7 +173,7 @@ def _reasoning(rendered: dict[str, Rendered]) -> _ReasoningFound | None:
     size = min(len(marker_pieces(start)), len(end_pieces))
     end = "".join(end_pieces[:size])
     left = ["".join(end_pieces[size:]), *runs[1:]]
-    markers = tuple(run for run in left if run and any(_is_marker(x) for x in marker_pieces(run)))
+    markers = tuple(run for run in left if run and any(is_marker(x) for x in marker_pieces(run)))
     return _ReasoningFound(Reasoning(start, end, prefilled), markers)
 
 
@@ -188,7 +188,7 @@ def _content_markers(rendered: dict[str, Rendered], reasoning: Reasoning | None)
         for marker in known:
             run = run.replace(marker, " ")
         for part in run.split():
-            if any(_is_marker(x) for x in marker_pieces(part)):
+            if any(is_marker(x) for x in marker_pieces(part)):
                 out.append(part)
     return tuple(out)
 
@@ -639,7 +639,7 @@ def derive(rendered: dict[str, Rendered]) -> ReplyFormat:
 def _reply_lead(rendered: dict[str, Rendered], before_content: str) -> str:
     """Plain text every written reply starts with (``Assistant: ``), where the prompt does not end with it."""
     words = before_content.strip()
-    if not words or any(_is_marker(x) for run in words.split() for x in marker_pieces(run)):
+    if not words or any(is_marker(x) for run in words.split() for x in marker_pieces(run)):
         return ""
     rests = [r.rest for r in rendered.values() if r.written and r.rest is not None]
     return words if all(rest.lstrip().startswith(words) for rest in rests) else ""

@@ -441,6 +441,11 @@ class Engine:
                 there = other[call.pos] if call.pos < len(other) else None
                 if isinstance(there, _Lit) and there.cores:
                     cores.add(there.cores[min(call.core, len(there.cores) - 1)])
+            if self._closing_only(call):  # a call whose end marker the model left out: the next call ends it
+                cores.update(s.trigger for s in self._compiled.syntaxes if not s.spec.bare)
+                first = _opening(call.syntax.call)
+                if isinstance(first, _Lit):
+                    cores.add(first.cores[0])
             return list(cores)
         if isinstance(element, Hole):
             found: set[str] = set()
@@ -455,6 +460,10 @@ class Engine:
         if isinstance(element, _Args):  # a reader: the call's end marker cuts it short (outside a string)
             return [n for n in self._resync_needles(call) if n[0] not in _SYNTAX_CHARS]
         return []
+
+    def _closing_only(self, call: _Call) -> bool:
+        """Only the call's end literals are left to read (its name and arguments are complete)."""
+        return call.pos > 0 and all(isinstance(e, _Lit) for e in call.seq[call.pos :])
 
     def _candidate_seq(self, call: _Call, candidate: _Syntax) -> tuple[_Elem, ...]:
         prefix = len(call.seq) - len(call.syntax.call)
@@ -731,6 +740,12 @@ class Engine:
             assert isinstance(element, _Args)
             self._param_needle(call, element, needle)
             return
+        if isinstance(element, _Lit) and needle != element.cores[call.core] and self._closing_only(call):
+            expected = [c.seq[call.pos] for c in [call]]
+            if not any(isinstance(e, _Lit) and needle in e.cores for e in expected):
+                self._end_call()  # the next call starts where this one's end marker should be
+                self._lexer.unread(needle)
+                return
         if isinstance(element, _Lit):
             self._pick(call, needle)
             if call.pos < len(call.seq) - 1 or not call.confirmed:
@@ -839,6 +854,13 @@ class Engine:
             call.name = text
         elif hole.kind == "id":
             call.written_id = text or None
+        elif hole.kind == "named_id":
+            name = text.rpartition(":")[0] if ":" in text else text
+            name = name.rpartition(".")[2]
+            if not name or not set(name) <= _NAME_CHARS:
+                self._mismatch(call, f"{text!r} holds no function name", "")
+                return
+            call.written_id, call.name = text, name
         call.pos += 1
         call.core = 0
         self._enter()

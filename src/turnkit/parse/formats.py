@@ -66,15 +66,16 @@ class Lit:
         return self.text[len(self.text.rstrip()) :]
 
 
-HoleKind = Literal["name", "id", "skip", "key", "value", "type"]
+HoleKind = Literal["name", "id", "named_id", "skip", "key", "value", "type"]
 
 
 @dataclass(frozen=True)
 class Hole:
     """Text the model chooses, ended by the literal that follows it.
 
-    ``name``: the function name; ``id``: the call's id (kept as the call id); ``skip``: text that is read and dropped
-    (Kimi's call index); in a parameter, ``key``, ``value`` (raw text, typed by the schema) and ``type`` (a type
+    ``name``: the function name; ``id``: the call's id (kept as the call id); ``named_id``: an id that holds the
+    name (Kimi's ``functions.NAME:0``: the name is what follows the last ``.`` before the last ``:``); ``skip``: text
+    that is read and dropped; in a parameter, ``key``, ``value`` (raw text, typed by the schema) and ``type`` (a type
     attribute: see :attr:`Arguments.raw_types`).
     """
 
@@ -272,7 +273,7 @@ class ReplyFormat:
         return f"{self.name}: " + (", ".join(parts) or "text only")
 
 
-_HOLES = ("name", "id", "skip", "key", "value", "type")
+_HOLES = ("name", "id", "named_id", "skip", "key", "value", "type")
 
 
 def pattern(text: str, arguments: Arguments | None = None) -> tuple[Element, ...]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.parse import catalog
-from turnkit.parse.derive import derive, end_texts, first_marker
-from turnkit.parse.formats import ReplyFormat
+from turnkit.parse.derive import derive, end_texts, first_marker, is_marker, marker_pieces
+from turnkit.parse.formats import ReplyFormat, ToolSyntax
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.probes import PROBE_TOOLS, Rendered, render_probes
 from turnkit.template.chat_template import ChatTemplate
@@ -187,7 +187,7 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
     refused = [rendered[name].refused for name in _TOOL_PROBES]
     if not tools and fmt.channels is None and all(refused):
         for entry in catalog.REPLY_FORMATS.values():
-            if entry.tools and all(core in text for core in entry.tools[0].markers[:3]):
+            if entry.tools and _writes_markers(text, entry.tools[0]):
                 tools = entry.tools
                 notes.append(f"tool calls as {entry.name} from the template's text (it raises on rendering one)")
                 break
@@ -198,6 +198,13 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
         return choice  # what the renders do show wins over the template's text
     reason = f"{choice.format.reason}; {'; '.join(notes)}"
     return Choice(completed.because(reason), choice.read, choice.tools_unreadable)
+
+
+def _writes_markers(text: str, syntax: ToolSyntax) -> bool:
+    """The template's text holds every distinctive marker of ``syntax`` (a bare or punctuation-only syntax has none
+    to go by)."""
+    distinctive = [piece for core in syntax.markers for piece in marker_pieces(core) if is_marker(piece)]
+    return not syntax.bare and bool(distinctive) and all(m in text for m in distinctive)
 
 
 def _required_markers(fmt: ReplyFormat) -> tuple[str, ...]:
