@@ -434,6 +434,7 @@ class ChatFormat:
             backend=binding.backend if binding else None,
             in_reasoning=self._prompt_opens_reasoning(prompt, spec),
             continues=self._prompt_continues(prompt, spec),
+            open_message=self._prompt_open_message(prompt, spec),
             call_id=call_id,
             strict=strict,
         )
@@ -449,12 +450,32 @@ class ChatFormat:
         return text.rfind(start) > text.rfind(end)
 
     def _prompt_continues(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
-        """Whether the prompt ends inside reasoning text rather than right after the reasoning's start marker (a
-        prompt rendered with ``continue_final_message``): the reply then continues that text, spaces included."""
-        if prompt is None or spec.reasoning is None or not self._prompt_opens_reasoning(prompt, spec):
+        """Whether the prompt ends inside reasoning or message text rather than right after the marker that opens it
+        (a prompt rendered with ``continue_final_message``): the reply then continues that text, spaces included."""
+        if prompt is None:
             return False
-        text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
+        text = self._prompt_tail(prompt)
+        if spec.channels is not None:
+            opened = text.rfind(spec.channels.header_end)
+            return opened >= 0 and bool(text[opened + len(spec.channels.header_end) :].strip())
+        if spec.reasoning is None or not self._prompt_opens_reasoning(prompt, spec):
+            return False
         return bool(text[text.rfind(spec.reasoning.start) + len(spec.reasoning.start) :].strip())
+
+    def _prompt_open_message(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> str | None:
+        """For headed messages: the header of the message whose body the prompt left open, if it did."""
+        channels = spec.channels
+        if prompt is None or channels is None:
+            return None
+        text = self._prompt_tail(prompt)
+        opened = text.rfind(channels.header_end)
+        closed = max([text.rfind(m) for m in channels.message_ends if m] + [text.rfind(channels.start)])
+        if opened < 0 or closed < 0 or opened < closed:
+            return None
+        return text[max(closed, 0) : opened].removeprefix(channels.start)
+
+    def _prompt_tail(self, prompt: Sequence[int] | str) -> str:
+        return prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any

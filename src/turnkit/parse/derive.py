@@ -163,8 +163,16 @@ def _reasoning(rendered: dict[str, Rendered]) -> _ReasoningFound | None:
         return None  # written without any delimiter: not readable
     start_runs = before.split()
     end_pieces = marker_pieces(runs[0])
+    if not any(is_marker(piece) for piece in end_pieces):  # a text marker ("[BEGIN FINAL RESPONSE]"): its line
+        end_pieces = [between.strip().split("\n")[0].strip()]
+        runs = [end_pieces[0], *between.strip().split("\n", 1)[1:]]
+    serving = probe.serving or prompt
     if start_runs:
         start, prefilled = start_runs[-1], False
+    elif serving != prompt and serving.startswith(prompt) and serving[len(prompt) :].strip():
+        # the generation prompt pre-writes text the reply's render does not (Apriel's "Here are my reasoning
+        # steps:"): that text opens the reasoning
+        start, prefilled = serving[len(prompt) :].strip(), True
     else:
         found = _prompt_start(prompt, runs[0])
         if found is None:

@@ -309,6 +309,7 @@ class Engine:
         call_id: Callable[[int], str],
         in_reasoning: bool,
         continues: bool = False,
+        open_message: str | None = None,
     ) -> None:
         self.format = fmt
         self._compiled = _compile(fmt, tuple(sorted(symbols.items())), frozenset(stops))
@@ -328,9 +329,13 @@ class Engine:
         self._expect: list[str] = []
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
         compiled = self._compiled
-        if compiled.channels is not None:
+        self._header: list[str] = []
+        if compiled.channels is not None and open_message is not None:
+            self._open_body(open_message)  # the prompt left this message's body open: the reply continues it
+            target = self.reasoning if self._mode == "reasoning" else self.content
+            target.drop_leading = not continues
+        elif compiled.channels is not None:
             self._mode = "header"
-            self._header: list[str] = []
         elif in_reasoning and compiled.reasoning is not None:
             self._mode = "reasoning"
             self.reasoning.drop_leading = not continues
@@ -1316,12 +1321,14 @@ class Engine:
             words = words[1:]
         channel = None
         if marker and marker in words:
-            at = words.index(marker)
+            at = len(words) - 1 - words[::-1].index(marker)  # the last channel named wins
             channel = words[at + 1] if at + 1 < len(words) else None
         if channels.recipient:
             recipient = next((w[len(channels.recipient) :] for w in words if w.startswith(channels.recipient)), None)
         else:
             recipient = words[0] if words else None
+        if recipient == "assistant":  # addressed to the assistant itself: no recipient
+            recipient = None
         prefix = channels.tool_prefix
         routed = channels.routes.get(recipient or "")
         if recipient is not None and prefix is not None and routed is None:

@@ -63,7 +63,8 @@ class StreamParser:
     that end a turn. ``tools`` are the names of the tools offered, or their ``parameters`` schemas by name (which
     type raw parameter values). ``in_reasoning``: the prompt left reasoning open (a generation prompt that writes
     ``<think>``); ``continues``: the reply continues text the prompt ended with (``continue_final_message``), so its
-    leading whitespace is kept. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
+    leading whitespace is kept; ``open_message``: for headed messages (Harmony), the header of a message whose body
+    the prompt left open. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
     for a reply that did not end cleanly (see :attr:`~.reply.Reply.ended_cleanly`); lenient parsing, the default,
     returns it with its failed calls and end reason.
     """
@@ -81,6 +82,7 @@ class StreamParser:
         backend: Any = None,
         in_reasoning: bool = False,
         continues: bool = False,
+        open_message: str | None = None,
         call_id: Callable[[int], str] | None = None,
         strict: bool = False,
     ) -> None:
@@ -113,6 +115,7 @@ class StreamParser:
             call_id=call_id or (lambda index: f"call_{prefix}{index}"),
             in_reasoning=in_reasoning,
             continues=continues,
+            open_message=open_message,
         )
         self.final_deltas: list[Delta] = []
 

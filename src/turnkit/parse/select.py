@@ -53,15 +53,24 @@ def _in_reasoning(fmt: ReplyFormat, prompt: str | None) -> bool:
 
 
 def reads_back(fmt: ReplyFormat, rendered: Rendered, eos: str | None = None) -> bool:
-    """Whether ``fmt`` parses the rendered probe reply back into the probe's message."""
-    probe = rendered.probe
+    """Whether ``fmt`` parses the rendered probe reply back into the probe's message: after the prompt it was
+    rendered after, or, where the generation prompt pre-writes more than the reply's render shows (Apriel's "Here are
+    my reasoning steps:"), after the generation prompt."""
     if rendered.rest is None:
         return False
+    if _reads_back(fmt, rendered, rendered.prompt, eos):
+        return True
+    return rendered.serving != rendered.prompt and _reads_back(fmt, rendered, rendered.serving, eos)
+
+
+def _reads_back(fmt: ReplyFormat, rendered: Rendered, prompt: str | None, eos: str | None) -> bool:
+    probe = rendered.probe
+    assert rendered.rest is not None
     ends = {eos: "end_of_turn"} if eos else {}
     parser = StreamParser(
         fmt,
         tools=_SCHEMAS if probe.tools else None,
-        in_reasoning=_in_reasoning(fmt, rendered.prompt),
+        in_reasoning=_in_reasoning(fmt, prompt),
         call_id=lambda index: f"call_{index}",
         end_texts=ends,  # type: ignore[arg-type]
     )

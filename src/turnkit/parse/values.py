@@ -436,7 +436,15 @@ def _elements(text: str, pos: int, prefix: str, schema: Schema | None) -> tuple[
         end_tag = f"{prefix}</{key}>"
         inner = close + 1
         child = _child_schema(schema, key)
-        if text.startswith(prefix + "<", _skip(text, inner)) and not text.startswith(end_tag, _skip(text, inner)):
+        nested = text.startswith(prefix + "<", _skip(text, inner)) and not text.startswith(end_tag, _skip(text, inner))
+        if nested and _types(child)[:1] == ["string"]:  # a schema that lists string first keeps the elements as text
+            finish = text.find(end_tag, inner)
+            if finish < 0:
+                raise ValueSyntaxError(f"<{key}> is not closed")
+            items.append((key, text[inner:finish]))
+            pos = finish + len(end_tag)
+            continue
+        if nested:
             value, after = _elements(text, inner, prefix, child)
             after = _skip(text, after)
             if not text.startswith(end_tag, after):
