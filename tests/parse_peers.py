@@ -238,7 +238,108 @@ def _reply_text(reply: Reply) -> str:
     return json.dumps({"content": reply.content, "reasoning": reply.reasoning_content})
 
 
+# -- vLLM: tool-parser cases, by parser name ------------------------------------------------------------------------
+
+#: vLLM parser names (as the vectors spell them) to turnkit's catalog formats.
+VLLM_PARSERS = {
+    "lfm2": "lfm2",
+    "mistral (vllm.parser.mistral)": "mistral",
+    "qwen3 engine (vllm.parser.qwen3; Qwen3-Coder/qwen3_xml format)": "qwen3_coder",
+    "qwen3_coder": "qwen3_coder",
+    "mimo (vllm.parser.mimo; qwen3_xml-style format)": "qwen3_coder",
+    "deepseek_v32": "deepseek_v32",
+    "deepseek_v32 engine": "deepseek_v32",
+    "llama4_pythonic": "llama4_pythonic",
+    "gemma4": "gemma4",
+    "kimi_k2": "kimi_k2",
+    "olmo3": "olmo3",
+    "pythonic": "pythonic",
+    "minimax_m2": "minimax_m2",
+    "minimax_m2 engine": "minimax_m2",
+    "granite": "granite",
+    "phi4_mini_json": "phi4_mini_json",
+    "internlm": "internlm",
+    "glm47": "glm45",
+    "glm45": "glm45",
+    "deepseek_v3": "deepseek_v3",
+    "deepseek_v31": "deepseek_v31",
+    "granite-20b-fc": "granite_20b_fc",
+    "step3": "step3",
+    "jamba": "jamba",
+    "seed_oss engine (vllm.parser.seed_oss)": "seed_oss",
+    "hermes": "hermes",
+}
+
+
+def _vllm_calls_match(reply: Reply, expected: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    if len(reply.tool_calls) != len(expected):
+        return [f"calls {[(c.name, c.arguments) for c in reply.tool_calls]} != {expected}"]
+    for call, want in zip(reply.tool_calls, expected, strict=True):
+        if want.get("name_asserted", True) and "name" in want and call.name != want["name"]:
+            problems.append(f"name {call.name!r} != {want['name']!r}")
+        mode = want.get("arguments_as", "object")
+        if mode == "not_asserted":
+            continue
+        if mode == "string":
+            if call.arguments != want["arguments"]:
+                try:
+                    same = json.loads(call.arguments) == json.loads(want["arguments"])
+                except ValueError:
+                    same = False
+                problems.append(
+                    ("arguments (as JSON) " if same else "arguments ") + f"{call.arguments!r} != {want['arguments']!r}"
+                )
+            continue
+        try:
+            value = json.loads(call.arguments)
+        except ValueError:
+            problems.append(f"arguments not JSON: {call.arguments!r}")
+            continue
+        if mode.startswith("subset"):
+            if not isinstance(value, dict) or any(value.get(k) != v for k, v in want["arguments"].items()):
+                problems.append(f"arguments {value} lack {want['arguments']}")
+        elif value != want["arguments"]:
+            problems.append(f"arguments {value} != {want['arguments']}")
+    return problems
+
+
+def vllm_tool_cases(verbose: bool = False) -> Iterator[Result]:
+    from turnkit.parse import StreamParser, catalog
+
+    data = _json("vllm_tool_parser_cases.json")
+    for n, case in enumerate(data["cases"]):
+        name = f"{case['parser']}:{case['test_name']}:{case['case_id']}#{n}"
+        fmt = catalog.get(VLLM_PARSERS[case["parser"]])
+        parser = StreamParser(fmt, call_id=lambda i: f"call_{i}")
+        chunks = case.get("deltas") or [case["model_output"]]
+        for chunk in chunks:
+            parser.feed_text(chunk)
+        reply = parser.finish()
+        problems = []
+        if case["expected_tool_calls"] is not None:
+            problems += _vllm_calls_match(reply, case["expected_tool_calls"])
+        if case.get("expected_num_tool_calls") is not None and len(reply.tool_calls) != case["expected_num_tool_calls"]:
+            problems.append(f"{len(reply.tool_calls)} calls != {case['expected_num_tool_calls']}")
+        if case.get("expected_tools_called") is not None:
+            called = any(c.status == "ok" for c in reply.tool_calls)
+            if called != case["expected_tools_called"]:
+                problems.append(f"tools_called {called} != {case['expected_tools_called']}")
+        if case["content_asserted"]:
+            want = case["expected_content"] or ""
+            if reply.content.strip() != want.strip():
+                problems.append(f"content {reply.content!r} != {want!r}")
+        detail = "; ".join(problems)
+        if verbose and problems:
+            detail += f"\n     output: {case['model_output']!r}\n     xfail: {case.get('xfail')} notes: {case['notes']}"
+        yield Result("vllm_tool", name, not problems, detail)
+
+
+LOADERS = {"llamacpp": llamacpp_cases, "vllm_tool": vllm_tool_cases}
+
 if __name__ == "__main__":
     argv = sys.argv[1:]
     verbose = "-v" in argv
-    summarize(list(llamacpp_cases(verbose)), verbose)
+    wanted = [a for a in argv if not a.startswith("-")]
+    results = [r for key, load in LOADERS.items() if not wanted or any(w in key for w in wanted) for r in load(verbose)]
+    summarize(results, verbose)

@@ -36,7 +36,7 @@ LLAMA3 = (
     tool_syntax("<|python_tag|>{args}", _LLAMA_CALL, block=("", ""), separator=";"),
 )
 MISTRAL = (
-    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS][", "]"), separator=","),
+    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS] [", "]"), separator=","),
     tool_syntax("[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{args}", _JSON),
     tool_syntax("[TOOL_CALLS]{name}[ARGS]{args}", _JSON),
 )
@@ -97,12 +97,12 @@ MINICPM5 = tool_syntax(
 )
 PYTHONIC = tool_syntax("{name}({args})", _PYTHON, block=("[", "]"), separator=",", bare=True)
 LLAMA4_PYTHONIC = (
-    tool_syntax("{name}({args})", _PYTHON, block=("<|python_start|>[", "]<|python_end|>"), separator=","),
+    tool_syntax("{name}({args})", _PYTHON, block=("<|python_start|> [", "] <|python_end|>"), separator=","),
     PYTHONIC,
 )
 LFM2 = (
-    tool_syntax("{name}({args})", _PYTHON, block=("<|tool_call_start|>[", "]<|tool_call_end|>"), separator=","),
-    tool_syntax("{args}", _HERMES_CALL, block=("<|tool_call_start|>[", "]<|tool_call_end|>"), separator=","),
+    tool_syntax("{name}({args})", _PYTHON, block=("<|tool_call_start|> [", "] <|tool_call_end|>"), separator=","),
+    tool_syntax("{args}", _HERMES_CALL, block=("<|tool_call_start|> [", "] <|tool_call_end|>"), separator=","),
 )
 OLMO3 = tool_syntax("{name}({args})", _PYTHON, block=("<function_calls>", "</function_calls>"), separator="\n")
 GEMMA4 = tool_syntax("<|tool_call>call:{name}{args}<tool_call|>", Arguments("gemma"))
@@ -116,13 +116,13 @@ def _json_list(start: str, end: str, arguments: Arguments = _HERMES_CALL) -> Too
 
 
 COHERE = _json_list(
-    "<|START_ACTION|>[", "]<|END_ACTION|>", Arguments("json_call", name_key="tool_name", keys=("parameters",))
+    "<|START_ACTION|> [", "] <|END_ACTION|>", Arguments("json_call", name_key="tool_name", keys=("parameters",))
 )
-GRANITE = (_json_list("<|tool_call|>[", "]"), _json_list("<tool_call>[", "]"))
-JAMBA = _json_list("<tool_calls>[", "]</tool_calls>")
-NEMOTRON = _json_list("<TOOLCALL>[", "]</TOOLCALL>")
-PHI4_MINI = _json_list("functools[", "]")
-APERTUS = _json_list("<|tools_prefix|>[", "]<|tools_suffix|>", Arguments("json_call", name_as_key=True))
+GRANITE = (_json_list("<|tool_call|> [", "]"), _json_list("<tool_call> [", "]"))
+JAMBA = _json_list("<tool_calls> [", "] </tool_calls>")
+NEMOTRON = _json_list("<TOOLCALL> [", "] </TOOLCALL>")
+PHI4_MINI = _json_list("functools [", "]")
+APERTUS = _json_list("<|tools_prefix|> [", "] <|tools_suffix|>", Arguments("json_call", name_as_key=True))
 XLAM = tool_syntax("{args}", _HERMES_CALL, block=("[", "]"), separator=",", bare=True)
 INTERNLM = tool_syntax("<|action_start|><|plugin|>\n{args}<|action_end|>", _LLAMA_CALL)
 GRANITE_20B = tool_syntax("<function_call>{args}", _HERMES_CALL)

@@ -455,10 +455,28 @@ def _assemble(
     call = [e for e in call if not (isinstance(e, Lit) and not e.text)]
     if not any(isinstance(e, Lit) and e.text.strip() for e in call) and not block_start.strip():
         return None  # nothing marks where calls start
-    block = (block_start, block_end) if block_start.strip() or block_end.strip() else None
+    block = (_loosen(block_start), _loosen(block_end)) if block_start.strip() or block_end.strip() else None
     if block is not None and _ID in block[0] + block[1]:
         return None
     return ToolSyntax(tuple(call), block, separator if block is not None or separator.strip() else "")
+
+
+def _loosen(text: str) -> str:
+    """A block literal with a space between a marker and a bracket glued to it (``<|tool_call_start|>[`` becomes
+    ``<|tool_call_start|> [``): literals match any whitespace there, or none, and the bracket is a literal of its own,
+    so a block whose end marker the model leaves out still ends at its bracket."""
+    out = []
+    for run in re.split(r"(\s+)", text):
+        if not run or run.isspace():
+            out.append(run)
+            continue
+        pieces = marker_pieces(run)
+        joined = pieces[0]
+        for before, after in zip(pieces, pieces[1:], strict=False):
+            glue = " " if (is_marker(before) and after in "[]{}") or (before in "[]{}" and is_marker(after)) else ""
+            joined += glue + after
+        out.append(joined)
+    return "".join(out)
 
 
 def _strip_lead(text: str, lead: str) -> str:

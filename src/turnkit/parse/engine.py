@@ -282,6 +282,8 @@ class _Call:
         self.params = 0
         self.closing = False  # a broken call skipping to its end
         self.peek = False  # several syntaxes still possible: the next character decides
+        #: Syntaxes that share the trigger but continue differently: (syntax, elements, element, core) each.
+        self.alternatives: list[tuple[_Syntax, tuple[_Elem, ...], int, int]] | None = None
 
     @property
     def syntax(self) -> _Syntax:
@@ -588,12 +590,12 @@ class Engine:
             self._show(trigger)
             return
         self.content.held = ""
-        first = candidates[0]
+        starts = [self._after_trigger(s) for s in candidates]
+        first, seq, pos, core = starts[0]
+        aligned = [st for st in starts if st[2:] == (pos, core) and st[1][:pos] == seq[:pos]]
         spec = first.spec
         self._block = first if spec.block is not None or (spec.bare and spec.separator.strip()) else None
-        opening = first.block_start if first.block_start is not None and first.block_start.cores else None
-        seq = (opening, *first.call) if opening is not None else first.call
-        self._new_call(candidates, seq)
+        self._new_call([st[0] for st in aligned], seq)
         call = self._call
         assert call is not None
         if spec.bare:
@@ -602,8 +604,21 @@ class Engine:
                 self._enter()
                 return
             call.raw.append(self._plain(trigger))
+        if len(aligned) < len(starts):  # what follows the shared trigger decides (Mistral's list or name[ARGS])
+            call.alternatives = starts
+            call.peek = True
+            return
         for _ in range(first.trigger_cores):
             self._lit_matched()
+
+    def _after_trigger(self, syntax: _Syntax) -> tuple[_Syntax, tuple[_Elem, ...], int, int]:
+        """A syntax's elements, and where its trigger leaves them (element, literal core)."""
+        opening = syntax.block_start if syntax.block_start is not None and syntax.block_start.cores else None
+        seq = (opening, *syntax.call) if opening is not None else syntax.call
+        first = seq[0]
+        if isinstance(first, _Lit) and syntax.trigger_cores < len(first.cores):
+            return syntax, seq, 0, syntax.trigger_cores
+        return syntax, seq, 1, 0
 
     def _new_call(self, candidates: list[_Syntax], seq: tuple[_Elem, ...]) -> None:
         index = len(self.calls)
@@ -689,6 +704,9 @@ class Engine:
             call.raw.append(self._plain(text[: len(text) - len(stripped)]))
             lexer.buffer = stripped
         char = stripped[0]
+        if call.alternatives is not None:
+            self._choose(call, char)
+            return True
         kept = []
         for candidate in call.candidates:
             seq = self._candidate_seq(call, candidate)
@@ -705,6 +723,29 @@ class Engine:
         call.peek = False
         self._enter_resolved()
         return True
+
+    def _choose(self, call: _Call, char: str) -> None:
+        """Pick, among syntaxes that share the trigger, those whose next element can start with ``char``."""
+        assert call.alternatives is not None
+        fitting = []
+        for syntax, seq, pos, core in call.alternatives:
+            element = seq[pos] if pos < len(seq) else None
+            if isinstance(element, _Lit):
+                fits = bool(element.cores) and element.cores[core].startswith(char)
+            elif isinstance(element, _Args):
+                fits = char in "{[" if element.spec.encoding in ("json", "json_call", "gemma") else True
+            else:
+                fits = char not in "{["
+            if fits:
+                fitting.append((syntax, seq, pos, core))
+        syntax, seq, pos, core = (fitting or call.alternatives)[0]
+        call.candidates = [st[0] for st in fitting if st[2:] == (pos, core) and st[1][:pos] == seq[:pos]] or [syntax]
+        call.seq, call.pos, call.core = seq, pos, core
+        call.alternatives = None
+        call.peek = False
+        spec = syntax.spec
+        self._block = syntax if spec.block is not None or (spec.bare and spec.separator.strip()) else None
+        self._enter()
 
     def _enter_resolved(self) -> None:
         call = self._call

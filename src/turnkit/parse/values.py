@@ -6,7 +6,8 @@ when it looks like a number (``"007"``); ``integer``/``number``/``boolean``/``nu
 ``None`` too, since templates write ``{{ value }}``); ``object``/``array`` parse as JSON, else as a Python literal
 (``{'a': 1}``, what ``{{ value }}`` writes for a dict). A union takes the first non-string type the text parses as,
 else a string when the union allows one; a nullable string given ``null`` is null; an ``enum`` without a ``type``
-is a string. Text a schema cannot type is kept as a string rather than dropped.
+is a string. Without a schema (no tools given, or a parameter the schema does not list) a value is the text as
+written. Text a schema cannot type is kept as a string rather than dropped.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def param_schema(parameters: Schema | None, key: str) -> Schema | None:
     properties = parameters.get("properties")
     if isinstance(properties, Mapping) and isinstance(properties.get(key), Mapping):
         return properties[key]
+    for option in [o for k in ("anyOf", "oneOf", "allOf") for o in parameters.get(k) or []]:  # a composed schema
+        if (found := param_schema(option, key)) is not None:
+            return found
     return None
 
 
@@ -160,7 +164,7 @@ def typed_value(raw: str, schema: Schema | None) -> Any:
     """A raw parameter value as the JSON value its schema says (see the module docstring)."""
     kinds = _types(schema)
     if not kinds:
-        return _guess(raw)
+        return raw  # no schema says otherwise: the text as written (as vLLM does; "007" stays "007")
     for kind in kinds:
         if kind == "string":
             continue
