@@ -208,14 +208,15 @@ class StreamParser:
     def finish(self, *, length: bool = False) -> Reply:
         """End the stream (``length=True`` when the token budget ran out) and return the reply.
 
-        Any text held back is released first; the deltas returned by that last step are in ``final_deltas``.
+        Any text held back is released first (but an incomplete character that a reply cut by ``length`` ends in is
+        dropped, never shown as U+FFFD); the deltas returned by that last step are in ``final_deltas``.
 
         Raises:
             ReplyParseError: The parser is strict and the reply did not end cleanly.
         """
         out = self._out = []
         if self._end is None and self._decoder is not None:
-            self._text_events(self._scanner.feed(self._decoder.flush()))
+            self._text_events(self._scanner.feed(self._decoder.flush(cut=length)))
         if self._end is None:
             self._text_events(self._scanner.flush())
         if self._end is None:

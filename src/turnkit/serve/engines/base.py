@@ -96,10 +96,18 @@ class Generation:
 
     # called from the backend's thread
     def put(self, event: TokenEvent) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        self._send(event)
 
     def close(self, error: BaseException | None = None) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
+        self._send(error)
+
+    def _send(self, item: TokenEvent | BaseException | None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
+            # the reader's event loop is gone (turnkit generate has printed its reply and closed it): nobody to tell
 
     def cancel(self) -> None:
         self.cancelled.set()

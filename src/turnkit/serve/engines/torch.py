@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turnkit.quiet import progress_bars
 from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, TokenEvent
 
 __all__ = ["TorchBackend"]
@@ -74,7 +75,8 @@ class TorchBackend:
         cuda = torch.cuda.is_available()
         dtype = torch.bfloat16 if cuda else torch.float32
         folder = _converted_gguf(path) if path.is_file() else path
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        with progress_bars(shown=False):  # a local load: turnkit says what it loads
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
         if cuda:
             model = model.to("cuda")  # type: ignore[arg-type]  # transformers types .to() through a wrapper
         context = getattr(model.config, "max_position_embeddings", None) or 4096
@@ -286,7 +288,8 @@ def _converted_gguf(path: Path) -> Path:
         from transformers import AutoModelForCausalLM
 
         log.info("converting %s to a safetensors folder (once)", path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+        with progress_bars(shown=True):  # dequantizing takes long: a bar on a terminal helps
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
         # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
         model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
