@@ -60,7 +60,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     first = registry.default_name
     spec = registry.spec(first)
     engine = spec.engine or default_engine(resolve_model(spec.path))
-    print(f"turnkit: reading {first} ({engine} engine, {threads} threads)", file=sys.stderr, flush=True)
+    plural = "s" if threads != 1 else ""
+    print(f"turnkit: reading {first} ({engine} engine, {threads} thread{plural})", file=sys.stderr, flush=True)
     from turnkit.serve.protocol import APIError
 
     try:  # every model's template now (a broken one is one line here, not a 503 later); weights stay lazy
