@@ -327,3 +327,80 @@ def test_serve_names_what_a_tokenizer_only_folder_lacks(tmp_path, capsys, smollm
     err = capsys.readouterr().err.splitlines()[-1]
     assert f"turnkit: error: {folder} holds no model to serve: it has no config.json and no weights" in err
     assert "Unrecognized model" not in err
+
+
+HERMES_REPLY = (
+    'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+)
+
+
+def _parse(capsys, *argv: str) -> tuple[int, str]:
+    code = main(["parse", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_parse_reads_a_reply_back_and_says_which_format_and_why(tmp_path, capsys):
+    reply = tmp_path / "reply.txt"
+    reply.write_text(HERMES_REPLY)
+    code, out = _parse(capsys, "--family", "qwen2.5", str(reply))
+    result = json.loads(out)
+    assert code == 0 and result["message"]["content"] == "Let me look."
+    (call,) = result["message"]["tool_calls"]
+    assert call["status"] == "ok" and call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert result["finish_reason"] == "tool_calls" and result["ended_cleanly"] is True
+    assert result["reply_format"] == {"name": "hermes", "why": "declared by the family 'qwen2.5'"}
+
+    # the embedded SmolLM2 writes no tool calls: they come back as text, and the output says why and what to do
+    result = json.loads(_parse(capsys, "--model", "default", str(reply))[1])
+    assert "tool_calls" not in result["message"] and "<tool_call>" in result["message"]["content"]
+    assert result["reply_format"]["name"] == "plain"
+    assert result["reply_format"]["why"].startswith("inferred: the template writes no marker")
+    assert "--reply-format hermes" in result["hint"]
+
+    # a template that writes the markers: inferred from them
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}{# <tool_call> </tool_call> #}")
+    result = json.loads(_parse(capsys, "--template", str(template), str(reply))[1])
+    assert result["reply_format"] == {
+        "name": "hermes",
+        "why": "inferred from markers in the template (<tool_call>, </tool_call>)",
+    }
+
+
+def test_parse_gives_each_call_its_status(tmp_path, capsys):
+    reply = tmp_path / "reply.txt"
+    reply.write_text(
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><tool_call>{"name": oops</tool_call>'
+    )
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER_TOOL]))
+    result = json.loads(_parse(capsys, "--family", "qwen2.5", "--tools", str(tools), "--length", str(reply))[1])
+    unknown, broken = result["message"]["tool_calls"]
+    assert unknown["status"] == "unknown_tool" and broken["status"] == "invalid_json"
+    assert broken["raw"] == '{"name": oops' and broken["error"]
+    assert result["finish_reason"] == "length" and result["ended_cleanly"] is False
+
+
+def test_parse_streams_ids_in_chunks_to_the_same_message(tmp_path, capsys, smollm2_hf_folder):
+    ids = ChatFormat.from_pretrained(smollm2_hf_folder).tokenizer.encode(HERMES_REPLY).ids
+    reply = tmp_path / "reply.ids"
+    reply.write_text(json.dumps(ids))
+    common = ["--family", "qwen2.5", "--tokenizer", str(smollm2_hf_folder), "--ids", str(reply)]
+    whole = json.loads(_parse(capsys, *common)[1])
+    for size in ("1", "3"):
+        code, out = _parse(capsys, *common, "--stream", size)
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and lines[-1] == whole
+        deltas = [line["delta"] for line in lines[:-1]]
+        assert "".join(d.get("content", "") for d in deltas) == "Let me look."
+        arguments = "".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []))
+        assert arguments == '{"city": "Paris"}'
+    # text in chunks of tokens agrees with the whole text too
+    text = tmp_path / "reply.txt"
+    text.write_text(HERMES_REPLY)
+    out = _parse(capsys, "--family", "qwen2.5", "--tokenizer", str(smollm2_hf_folder), "--stream", "2", str(text))[1]
+    assert json.loads(out.splitlines()[-1]) == json.loads(_parse(capsys, "--family", "qwen2.5", str(text))[1])
+    bad = tmp_path / "bad.ids"
+    bad.write_text("1, 2, x")
+    assert main(["parse", "--model", "default", "--ids", str(bad)]) == 2
+    assert "--ids: " in capsys.readouterr().err

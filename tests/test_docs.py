@@ -191,6 +191,8 @@ NOT_CHECK_IDS = {
     "data-token-id",
     "data-origin",
     "data-message",
+    "data-bytes",
+    "data-chars",
     "all-linear",
 }
 

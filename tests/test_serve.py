@@ -267,9 +267,10 @@ def replay_server(smollm2_hf_folder):
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<tool_call>", "</tool_call>"])
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)
     reply_ids = fmt.tokenizer.encode(REPLY).ids
+    japanese_ids = fmt.tokenizer.encode("Tokyo 東京<|im_end|>").ids  # 東 and 京 are two byte-level tokens each
 
     def script(prompt_ids):
-        return reply_ids
+        return japanese_ids if "in Japanese" in fmt.tokenizer.decode(list(prompt_ids)) else reply_ids
 
     backend = ReplayBackend(script, delay=0.01, max_active=2)
     with serving(Server(fmt, backend, model_id="replay", api_key="sekrit").app()) as url:
@@ -297,6 +298,22 @@ def test_metrics_are_behind_the_api_key_unless_public(replay_server, smollm2_hf_
     with TestClient(public.app()) as http:
         assert http.get("/metrics").status_code == 200
         assert http.get("/v1/models").status_code == 401
+
+
+def test_a_reply_cut_inside_a_character_ends_before_it(replay_server):
+    """max_tokens that cuts 東 between its two tokens: no U+FFFD (a character the model never wrote), the tokens still
+    count; whole, streamed, and on the completions API alike."""
+    client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
+    messages = [{"role": "user", "content": "Tokyo in Japanese?"}]
+    for max_tokens, expected in ((3, "Tokyo "), (4, "Tokyo "), (5, "Tokyo 東"), (6, "Tokyo 東"), (7, "Tokyo 東京")):
+        whole = client.chat.completions.create(model="replay", messages=messages, max_tokens=max_tokens)
+        choice = whole.choices[0]
+        assert (choice.message.content, choice.finish_reason) == (expected, "length")
+        assert whole.usage.completion_tokens == max_tokens
+        stream = client.chat.completions.create(model="replay", messages=messages, max_tokens=max_tokens, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
+        completion = client.completions.create(model="replay", prompt="Tokyo in Japanese", max_tokens=max_tokens)
+        assert completion.choices[0].text == expected and completion.choices[0].finish_reason == "length"
 
 
 def test_tool_calls_streamed_and_whole_agree(replay_server):

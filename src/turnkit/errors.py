@@ -79,37 +79,30 @@ class TurnkitError(Exception):
         return None
 
 
-class MessageError(TurnkitError, ValueError):
-    """A message of a conversation is malformed.
-
-    ``index`` is the position of the message in the conversation (``None`` when the conversation itself is wrong)
-    and ``field`` the dotted path of the offending field, for example ``tool_calls[0].function.arguments``.
-    """
+class _MessagePlaceError(TurnkitError):
+    """An error about one place in a conversation: ``index`` is the position of the message (``None`` when the
+    conversation itself is wrong) and ``field`` the dotted path of the field, for example
+    ``tool_calls[0].function.arguments``; the message reads ``message 2, field 'content': reason``."""
 
     def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
         self.reason = reason
         self.index = index
         self.field = field
-        super().__init__(_in_message(reason, index, field))
+        where = []
+        if index is not None:
+            where.append(f"message {index}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
 
     @property
     def location(self) -> str:
-        return _message_location(self.index, self.field)
+        where = "messages" if self.index is None else f"messages[{self.index}]"
+        return f"{where}.{self.field}" if self.field else where
 
 
-def _in_message(reason: str, index: int | None, field: str | None) -> str:
-    """``message 2, field 'content': reason`` (what is known of the place first)."""
-    where = []
-    if index is not None:
-        where.append(f"message {index}")
-    if field is not None:
-        where.append(f"field {field!r}")
-    return f"{', '.join(where)}: {reason}" if where else reason
-
-
-def _message_location(index: int | None, field: str | None) -> str:
-    where = "messages" if index is None else f"messages[{index}]"
-    return f"{where}.{field}" if field else where
+class MessageError(_MessagePlaceError, ValueError):
+    """A message of a conversation is malformed (``index`` and ``field`` say where)."""
 
 
 class TemplateError(TurnkitError):
@@ -160,19 +153,9 @@ class EmptyMaskError(EncodeError):
     """No token would be trained: a training example that teaches nothing is a bug in the data."""
 
 
-class DroppedDataError(EncodeError):
+class DroppedDataError(_MessagePlaceError, EncodeError):
     """A trained assistant turn's tool calls or content are not in the render: the template leaves them out, and the
     example would train what is left (often an empty reply). ``index`` and ``field`` say which message and field."""
-
-    def __init__(self, reason: str, *, index: int, field: str) -> None:
-        self.reason = reason
-        self.index = index
-        self.field = field
-        super().__init__(_in_message(reason, index, field))
-
-    @property
-    def location(self) -> str:
-        return _message_location(self.index, self.field)
 
 
 class ReplyParseError(TurnkitError, ValueError):

@@ -359,6 +359,7 @@ class ChatFormat:
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
         strict: bool = False,
+        text: bool = False,
     ) -> StreamParser:
         """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
 
@@ -373,8 +374,10 @@ class ChatFormat:
             call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
             strict: ``finish()`` raises :class:`~turnkit.errors.ReplyParseError` when the reply does not end cleanly
                 (a failed tool call, or cut off: see ``Reply.ended_cleanly``) instead of returning it.
+            text: A parser fed text (``feed_text``), for replies that only exist as text: the markers written in it
+                count, as :meth:`parse` reads a ``str``.
         """
-        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
+        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=not text)
 
     def parse(
         self,

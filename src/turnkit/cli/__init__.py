@@ -7,6 +7,9 @@ prints the exact text a conversation renders to. ``--show`` makes whitespace and
 on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` reports prefix stability and
 ``--split-turns`` encodes one example per trained turn (for templates that are not prefix-stable).
 
+``turnkit parse --model PATH REPLY`` reads a reply (text, or ids with ``--ids``) back into a message and says which
+reply format read it and why; ``--stream N`` parses in chunks as a server streams.
+
 ``turnkit inspect CONV.json --model PATH [-o PAGE.html]`` writes one self-contained HTML page of its tokens;
 ``--data SHARDS`` does the same for rows sampled from ``turnkit prepare``'s shards.
 
@@ -15,9 +18,9 @@ on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` r
 Errors are printed as one clear line (``turnkit: error: message 2, field 'role': ...``) with exit status 2, never as a
 stack trace; advice in the library's messages that names Python arguments is given as the flags instead.
 
-One module per command (``render.py``, ``encode.py``, ``inspect.py``, ``prepare.py``, ``doctor.py``, ``serve.py``,
-``terminal.py`` for ``generate`` and ``chat``, ``chatml.py`` for ``add-chatml``), each with a ``register`` that adds its
-parser; ``common.py`` holds what they share.
+One module per command (``render.py``, ``encode.py``, ``parse.py``, ``inspect.py``, ``prepare.py``, ``doctor.py``,
+``serve.py``, ``terminal.py`` for ``generate`` and ``chat``, ``chatml.py`` for ``add-chatml``), each with a
+``register`` that adds its parser; ``common.py`` holds what they share.
 """
 
 from __future__ import annotations
@@ -30,14 +33,14 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from turnkit import __version__
-from turnkit.cli import chatml, doctor, encode, inspect, prepare, render, serve, terminal
+from turnkit.cli import chatml, doctor, encode, inspect, parse, prepare, render, serve, terminal
 from turnkit.cli.common import FLAG_ADVICE, UsageError, command_line_message
 from turnkit.errors import TurnkitError
 
 __all__ = ["FLAG_ADVICE", "UsageError", "build_parser", "command_line_message", "main"]
 
 #: The commands in the order ``turnkit --help`` lists them.
-_COMMANDS = (render, encode, inspect, prepare, doctor, serve, chatml, terminal)
+_COMMANDS = (render, encode, parse, inspect, prepare, doctor, serve, chatml, terminal)
 
 
 _NUMBER = re.compile(r"-\d+(\.\d+)?")

@@ -168,15 +168,12 @@ def name_text(text: str) -> tuple[str, str]:
     return name, value
 
 
-def add_format_arguments(command: argparse.ArgumentParser) -> None:
+def add_source_arguments(command: argparse.ArgumentParser) -> None:
+    """Where the format comes from: ``--model``, ``--template`` (with ``--token``) or ``--family``."""
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
     source.add_argument("--family", choices=families.names(), help="a built-in family")
-    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
-    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
-    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
-    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
     command.add_argument(
         "--token",
         metavar="NAME=TEXT",
@@ -184,6 +181,14 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
         action="append",
         help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
     )
+
+
+def add_format_arguments(command: argparse.ArgumentParser) -> None:
+    add_source_arguments(command)
+    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
+    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
+    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
+    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
     command.add_argument(
         "--var",
         metavar="KEY=VALUE",

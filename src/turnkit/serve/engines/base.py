@@ -130,12 +130,12 @@ class Generation:
     # called from the backend's thread
     def admit(self) -> None:
         """The engine took the request into a slot."""
-        self._loop.call_soon_threadsafe(self._settle, None)
+        self._send(self._settle, None)
 
     def put(self, event: TokenEvent) -> None:
         """A token (which also says the request was admitted, for an engine that does not say so first)."""
-        self._loop.call_soon_threadsafe(self._settle, None)
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        self._send(self._settle, None)
+        self._send(self._queue.put_nowait, event)
 
     def close(self, error: BaseException | None = None) -> None:
         """The engine is done with the request: the stream ends (with ``error``, if one is given), after the
@@ -154,8 +154,17 @@ class Generation:
         self.cancelled.set()
 
     def _end(self, error: BaseException | None) -> None:
-        self._loop.call_soon_threadsafe(self._settle, error)
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
+        self._send(self._settle, error)
+        self._send(self._queue.put_nowait, error)
+
+    def _send(self, call: Callable[[Any], None], item: Any) -> None:
+        """``call(item)`` on the reader's event loop, from any thread; nothing when that loop is already closed
+        (``turnkit generate`` has printed its reply and closed it, or the server stopped): nobody is left to tell."""
+        try:
+            self._loop.call_soon_threadsafe(call, item)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
 
     def _settle(self, error: BaseException | None) -> None:
         if not self._admitted.done():

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turnkit.quiet import progress_bars
 from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationRequest, Inbox, Load, TokenEvent
 
 __all__ = ["TorchBackend"]
@@ -95,7 +96,8 @@ class TorchBackend:
             config.rope_parameters = rope
             config.max_position_embeddings = context
             log.info("context %d: RoPE scaled with YaRN %gx past the trained %d", context, context / trained, trained)
-        model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype)
+        with progress_bars(shown=False):  # a local load: turnkit says what it loads
+            model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype)
         if cuda:
             model = model.to("cuda")  # type: ignore[arg-type]  # transformers types .to() through a wrapper
         name = path.stem if path.is_file() else path.name
@@ -316,7 +318,8 @@ def _converted_gguf(path: Path) -> Path:
         from transformers import AutoModelForCausalLM
 
         log.info("converting %s to a safetensors folder (once)", path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+        with progress_bars(shown=True):  # dequantizing takes long: a bar on a terminal helps
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
         # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
         model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
