@@ -13,8 +13,10 @@ error reports and update checks are switched off (the machine reaches only packa
 * The prompts these clients send are 9k (Codex) and 12k (Claude Code) tokens, past SmolLM2's 8,192. The test serves
   with ``--context 32768`` when ``turnkit serve`` has that flag; without it, it asks each client for a smaller prompt
   with the client's own settings (Codex: ``model_instructions_file``; Claude Code: ``--tools Bash --system-prompt``),
-  and says so in the test's log. Claude Code asks for 32,000 reply tokens by default, more than the context leaves:
-  ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` bounds it.
+  and says so in the test's log.
+* Claude Code asks for 32,000 reply tokens, more than the context leaves; the server's answer says so in Anthropic's
+  words (``input length and `max_tokens` exceed context limit: N + K > M``) and Claude Code retries with fewer, as it
+  does against Anthropic's API.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def test_codex_exec_over_the_responses_api(clients, server, tmp_path):
         'web_search = "disabled"',
     ]
     if not long_context:
+        print("no --context on turnkit serve: Codex runs with a short model_instructions_file")
         instructions = tmp_path / "instructions.md"
         instructions.write_text("You are a coding agent. Answer briefly.\n")
         settings.append(f'model_instructions_file = "{instructions}"')
@@ -138,9 +141,10 @@ def test_claude_print_over_the_messages_api(clients, server, tmp_path):
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": "unused",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "512",
     }
     smaller = [] if long_context else ["--tools", "Bash", "--system-prompt", "You are a helpful assistant."]
+    if not long_context:
+        print("no --context on turnkit serve: Claude Code runs with --tools Bash and a short --system-prompt")
     before = len(_replies(log))
     done = _run([str(binary), "-p", PROMPT, "--model", "smollm2", "--output-format", "json", *smaller], env, tmp_path)
     result = json.loads(done.stdout.strip().splitlines()[-1])

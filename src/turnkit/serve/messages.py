@@ -66,13 +66,21 @@ _SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result", "web_fetch_tool_r
 def error_body(error: APIError) -> dict[str, Any]:
     """An :class:`~.protocol.APIError` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
 
-    A prompt over the context says ``prompt is too long`` first, as Anthropic does (agents compact on it)."""
+    Context overflows are worded as Anthropic words them, because agents act on the words: Claude Code compacts the
+    conversation on ``prompt is too long: N tokens > M maximum`` and retries with a smaller ``max_tokens`` on
+    ``input length and `max_tokens` exceed context limit: N + K > M``."""
     kind = _ERROR_TYPES.get(error.status, "invalid_request_error" if error.status < 500 else "api_error")
     message = error.message
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
-    if error.code == "context_length_exceeded":
-        message = f"prompt is too long: {message}"
+    facts = error.facts
+    if error.code == "context_length_exceeded" and "max_tokens" in facts:
+        message = (
+            f"input length and `max_tokens` exceed context limit: {facts['prompt_tokens']} + {facts['max_tokens']} > "
+            f"{facts['context']}, decrease input length or `max_tokens` and try again"
+        )
+    elif error.code == "context_length_exceeded":
+        message = f"prompt is too long: {facts.get('prompt_tokens')} tokens > {facts.get('context')} maximum"
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 

@@ -48,10 +48,18 @@ _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_
 
 class APIError(Exception):
     """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
-    type exists (401, 404, 429); a 5xx is a ``server_error``."""
+    type exists (401, 404, 429); a 5xx is a ``server_error``. ``facts`` are the numbers behind the message
+    (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None, kind: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+        facts: dict[str, int] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -59,6 +67,7 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.facts = facts or {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
