@@ -274,6 +274,8 @@ def _tool_result(block: dict[str, Any], where: str, referenced: set[str]) -> dic
         content = text
     elif not isinstance(content, str):
         raise APIError(400, "tool_result content must be a string or a list of blocks", param=f"{where}.content")
+    if block.get("is_error") is True:  # a template has no field for it: the model reads it in the result's text
+        content = f"Error: {content}"
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
