@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.parse.reply import CallStatus, EndReason
@@ -84,13 +84,13 @@ def error_body(error: APIError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
+@dataclass(frozen=True)
 class MessagesRequest:
     """A Messages body read onto the one path: the :class:`~.protocol.ChatRequest`, and whether thinking text is
     shown (``thinking.display: "omitted"`` asks for thinking blocks without their text)."""
 
-    def __init__(self, chat: ChatRequest, *, show_thinking: bool = True) -> None:
-        self.chat = chat
-        self.show_thinking = show_thinking
+    chat: ChatRequest
+    show_thinking: bool = True
 
 
 def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesRequest:
