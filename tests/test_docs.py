@@ -183,6 +183,7 @@ NOT_CHECK_IDS = {
     "data-origin",
     "data-message",
     "all-linear",
+    "x-api-key",
 }
 
 
