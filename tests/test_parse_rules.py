@@ -123,7 +123,7 @@ def test_a_failed_call_keeps_the_text_the_model_wrote(qwen3):
     (call,) = _every_way(qwen3, f"Sure.<tool_call>{body}</tool_call>").tool_calls
     assert call.status == CallStatus.INVALID_JSON and call.raw == body
     (listed,) = ChatFormat.from_family("chatml").parse("[TOOL_CALLS][{oops}]", reply_format="mistral").tool_calls
-    assert listed.status == CallStatus.INVALID_JSON and listed.raw == "[{oops}]"
+    assert listed.status == CallStatus.INVALID_JSON and listed.raw == "{oops}"
 
 
 # -- ended_cleanly and strict ---------------------------------------------------------------------------------------

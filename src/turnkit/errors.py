@@ -18,7 +18,8 @@ The hierarchy::
     ├── ToolSchemaError (ValueError)         a Python function cannot become a tool schema
     ├── TokenizerError                       no tokenizer bound, or one that cannot be used
     ├── EncodeError                          a conversation cannot be encoded as asked
-    │   └── EmptyMaskError                   nothing would be trained
+    │   ├── EmptyMaskError                   nothing would be trained
+    │   └── DroppedDataError                 the template leaves out a trained turn's data: .index, .field
     ├── ReplyParseError (ValueError)         strict parsing: a reply did not end cleanly: .reply, .call_index
     ├── UnknownReplyFormatError (LookupError)
     ├── TranscriptError (ValueError)         a ChatML transcript is malformed: .line, .column
@@ -44,6 +45,7 @@ __all__ = [
     "ChatMLError",
     "ClusterError",
     "DoctorInputError",
+    "DroppedDataError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
@@ -88,17 +90,26 @@ class MessageError(TurnkitError, ValueError):
         self.reason = reason
         self.index = index
         self.field = field
-        where = []
-        if index is not None:
-            where.append(f"message {index}")
-        if field is not None:
-            where.append(f"field {field!r}")
-        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+        super().__init__(_in_message(reason, index, field))
 
     @property
     def location(self) -> str:
-        where = "messages" if self.index is None else f"messages[{self.index}]"
-        return f"{where}.{self.field}" if self.field else where
+        return _message_location(self.index, self.field)
+
+
+def _in_message(reason: str, index: int | None, field: str | None) -> str:
+    """``message 2, field 'content': reason`` (what is known of the place first)."""
+    where = []
+    if index is not None:
+        where.append(f"message {index}")
+    if field is not None:
+        where.append(f"field {field!r}")
+    return f"{', '.join(where)}: {reason}" if where else reason
+
+
+def _message_location(index: int | None, field: str | None) -> str:
+    where = "messages" if index is None else f"messages[{index}]"
+    return f"{where}.{field}" if field else where
 
 
 class TemplateError(TurnkitError):
@@ -147,6 +158,21 @@ class EncodeError(TurnkitError):
 
 class EmptyMaskError(EncodeError):
     """No token would be trained: a training example that teaches nothing is a bug in the data."""
+
+
+class DroppedDataError(EncodeError):
+    """A trained assistant turn's tool calls or content are not in the render: the template leaves them out, and the
+    example would train what is left (often an empty reply). ``index`` and ``field`` say which message and field."""
+
+    def __init__(self, reason: str, *, index: int, field: str) -> None:
+        self.reason = reason
+        self.index = index
+        self.field = field
+        super().__init__(_in_message(reason, index, field))
+
+    @property
+    def location(self) -> str:
+        return _message_location(self.index, self.field)
 
 
 class ReplyParseError(TurnkitError, ValueError):

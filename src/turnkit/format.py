@@ -223,9 +223,12 @@ class ChatFormat:
         continue_final_message: bool | str = False,
         template_name: str | None = None,
         track_generation: bool = False,
+        with_data_spans: bool = False,
         **template_kwargs: Any,
     ) -> Rendered:
-        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked."""
+        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked, and
+        with ``with_data_spans`` the spans of text that came from data (messages, tools, documents), which tell a
+        marker the template wrote from one a user typed."""
         return self.chat_template.render(
             messages,
             tools=tools,
@@ -234,6 +237,7 @@ class ChatFormat:
             continue_final_message=continue_final_message,
             template_name=template_name,
             track_generation=track_generation,
+            with_data_spans=with_data_spans,
             template_kwargs=template_kwargs,
         )
 
@@ -332,9 +336,9 @@ class ChatFormat:
     @cached_property
     def reply_format(self) -> ReplyFormat:
         """How this format's replies write reasoning and tool calls (inferred; pass ``reply_format=`` to override)."""
-        from turnkit.parse import formats
+        from turnkit.parse import select
 
-        return formats.for_template(self.chat_template)
+        return select.for_template(self.chat_template)
 
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
@@ -410,16 +414,20 @@ class ChatFormat:
         *,
         with_tokenizer: bool,
     ) -> StreamParser:
-        from turnkit.parse import formats
+        from turnkit.parse import catalog
         from turnkit.parse.parser import StreamParser
         from turnkit.parse.reply import EndReason
         from turnkit.template.tools import tool_schemas
 
-        spec = formats.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
+        spec = catalog.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        names = None
+        schemas: dict[str, Any] | None = None
         if tools is not None:
-            names = [t.get("function", t).get("name") for t in tool_schemas(tools) or [] if isinstance(t, Mapping)]
+            schemas = {}
+            for schema in tool_schemas(tools) or []:
+                if isinstance(schema, Mapping):
+                    function = schema.get("function", schema)
+                    schemas[function.get("name")] = function.get("parameters")
         binding = self.tokenizer if with_tokenizer else None
         # The family's stop strings end a reply always; text has no ids, so there the end-of-turn markers count as text.
         template = self.chat_template
@@ -433,21 +441,53 @@ class ChatFormat:
             stop_ids=self.stop_ids if binding else None,
             stops=stops,
             end_texts=ends,
-            tools=names,
+            tools=schemas,
             byte_table=binding.byte_table if binding else None,
             backend=binding.backend if binding else None,
             in_reasoning=self._prompt_opens_reasoning(prompt, spec),
+            continues=self._prompt_continues(prompt, spec),
+            open_message=self._prompt_open_message(prompt, spec),
             call_id=call_id,
             strict=strict,
         )
 
     def _prompt_opens_reasoning(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
         """Whether the prompt ends inside an open reasoning block (a generation prompt that pre-writes ``<think>``)."""
-        if prompt is None or spec.reasoning is None:
+        if spec.reasoning is None:
             return False
-        start, end = spec.reasoning
+        if prompt is None:
+            return spec.reasoning.prefilled
+        start, end = spec.reasoning.start, spec.reasoning.end
         text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
         return text.rfind(start) > text.rfind(end)
+
+    def _prompt_continues(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
+        """Whether the prompt ends inside reasoning or message text rather than right after the marker that opens it
+        (a prompt rendered with ``continue_final_message``): the reply then continues that text, spaces included."""
+        if prompt is None:
+            return False
+        text = self._prompt_tail(prompt)
+        if spec.channels is not None:
+            opened = text.rfind(spec.channels.header_end)
+            return opened >= 0 and bool(text[opened + len(spec.channels.header_end) :].strip())
+        if spec.reasoning is None or not self._prompt_opens_reasoning(prompt, spec):
+            return False
+        return bool(text[text.rfind(spec.reasoning.start) + len(spec.reasoning.start) :].strip())
+
+    def _prompt_open_message(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> str | None:
+        """For headed messages: the header of the message whose body the prompt left open, if it did."""
+        channels = spec.channels
+        if prompt is None or channels is None:
+            return None
+        text = self._prompt_tail(prompt)
+        opened = text.rfind(channels.header_end)
+        closed = max([text.rfind(m) for m in channels.message_ends if m] + [text.rfind(channels.start)])
+        if opened < 0 or closed < 0 or opened < closed:
+            return None
+        return text[max(closed, 0) : opened].removeprefix(channels.start)
+
+    def _prompt_tail(self, prompt: Sequence[int] | str) -> str:
+        return prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any

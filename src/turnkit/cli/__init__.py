@@ -23,8 +23,11 @@ parser; ``common.py`` holds what they share.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from turnkit import __version__
 from turnkit.cli import chatml, doctor, encode, inspect, prepare, render, serve, terminal
@@ -37,18 +40,55 @@ __all__ = ["FLAG_ADVICE", "UsageError", "build_parser", "command_line_message", 
 _COMMANDS = (render, encode, inspect, prepare, doctor, serve, chatml, terminal)
 
 
+_NUMBER = re.compile(r"-\d+(\.\d+)?")
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser that names a misspelt flag, with the nearest real one, instead of the error it causes
+    (``render --modle default`` otherwise says that one of --model, --template, --family is required)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def unknown_flag(self) -> str | None:
+        flags = [option for action in self._actions for option in action.option_strings]
+        for token in self._given:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("-") or name == "-" or _NUMBER.fullmatch(name) or name in flags:
+                continue
+            if name.startswith("--") and any(flag.startswith(name) for flag in flags):
+                continue  # an abbreviation argparse accepts (or reports as ambiguous itself)
+            nearest = difflib.get_close_matches(name, flags, n=1)
+            return f"unknown flag {name}" + (f" (did you mean {nearest[0]}?)" if nearest else "")
+        return None
+
+    def error(self, message: str) -> NoReturn:
+        super().error(self.unknown_flag() or message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="turnkit", description="Chat formatting that is correct by construction.")
     parser.add_argument("--version", action="version", version=f"turnkit {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
     for command in _COMMANDS:
         command.register(commands)
+    for command_parser in commands.choices.values():
+        command_parser.set_defaults(command_parser=command_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # what argparse reports as "unrecognized arguments", told by the command's parser
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.handler(args)
     except (TurnkitError, UsageError, ValueError) as exc:

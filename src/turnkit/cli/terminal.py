@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import UsageError
+from turnkit.cli.common import UsageError, missing_model
 from turnkit.serve.modelspec import SAMPLING_KEYS
 
 #: The request fields generate and chat take as flags: a models file's sampling keys, the seed and the budget.
@@ -28,9 +28,7 @@ def _conversation(args: argparse.Namespace) -> Any:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.model != "default" and not Path(args.model).exists():
-        raise UsageError(
-            f"the model {args.model} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
-        )
+        raise missing_model(args.model)
     if args.template is not None and not Path(args.template).is_file():
         raise UsageError(f"the template {args.template} does not exist")
     spec = ModelSpec(args.model, args.model, family=args.family, template=args.template)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
-from turnkit.encode.marking import DataMarker, Prepared
+from turnkit.encode.coverage import unrendered
+from turnkit.encode.marking import DataMarker, Prepared, message_of
 from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.render import Rendered, continuation_end, mark_continuation
-from turnkit.template.splice import SplicingRenderer
+from turnkit.template.splice import MessageShapes, SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
@@ -55,6 +56,12 @@ class Job:
     variables: dict[str, Any]
     options: EncodeOptions
     source: str  # the template text the render used
+    #: The sources of the render's data: which fields of which message the template wrote (see encode.coverage).
+    sources: frozenset[int]
+    #: (message index, field) of assistant data the template left out.
+    unrendered: tuple[tuple[int, str], ...]
+    #: The shape of each prepared message, shared by the renders of the conversation's beginnings (None: no splicing).
+    shapes: MessageShapes | None = None
     #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
     generated: dict[int, str] = field(default_factory=dict)
 
@@ -132,10 +139,16 @@ class Stage:
             documents=prepared.documents,
             add_generation_prompt=add_generation_prompt,
         )
-        rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
+        shapes = MessageShapes(prepared.chat) if self.renders.enabled else None
+        rendered = self.renders.render(
+            source, context, limits=self.template.limits, track_generation=use_blocks, shapes=shapes
+        )
         if final is not None:
             rendered = rendered.up_to(continuation_end(self.marker.restore(rendered.text), final))
-        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
+        sources = frozenset(s for a, b, s in rendered.data_spans if b > a)
+        # the spans by message index from here on; the skeleton (field sources) stays for the history renders' proofs
+        rendered = replace(rendered, data_spans=tuple((a, b, message_of(s)) for a, b, s in rendered.data_spans))
+        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1, skeleton=rendered.skeleton)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
         return Job(
@@ -152,4 +165,7 @@ class Stage:
             variables,
             options,
             source,
+            sources,
+            unrendered(chat, sources, text, rendered.data_spans),
+            shapes,
         )

@@ -38,6 +38,9 @@ class EncodeOptions:
             use emits a :class:`~turnkit.encode.TrustedDataWarning`.
         split_turns: One example per trained assistant turn, each holding the conversation up to that turn and
             training only it (for templates that are not prefix-stable).
+        allow_dropped: Train an assistant turn even when the template leaves out its tool calls or its whole content
+            (by default that raises :class:`~turnkit.errors.DroppedDataError`: the example would teach what is left,
+            often an empty reply).
         attribution: Fill ``message_index`` and ``is_data``; a data pipeline that only needs ids and labels skips it
             (they are then all ``-1`` and ``False``).
         template_kwargs: More template variables (``enable_thinking=False``); they override special tokens.
@@ -53,6 +56,7 @@ class EncodeOptions:
     masks: Literal["auto", "turns", "generation"] = "auto"
     trust_data: bool = False
     split_turns: bool = False
+    allow_dropped: bool = False
     attribution: bool = True
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 

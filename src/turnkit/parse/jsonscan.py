@@ -1,4 +1,6 @@
-"""An incremental reader of one JSON object: its top-level keys and the raw text of their values, as it arrives.
+"""Incremental readers of self-delimited arguments text: a JSON object with its top-level keys (:class:`ObjectReader`),
+one JSON value streamed as written (:class:`ValueReader`), and bracketed text whose end only its brackets and quotes
+tell (:class:`BracketReader`: Python call arguments, Gemma 4 literals).
 
 Tool calls stream as ``{"name": "get_weather", "arguments": {"city": "Par`` ... ; a client wants the name as soon as
 it is complete and the arguments piece by piece. Reading character by character, once, keeps the total work linear
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ObjectReader"]
+__all__ = ["BracketReader", "ObjectReader", "ValueReader"]
 
 _WS = " \t\r\n"
 
@@ -18,17 +20,21 @@ _WS = " \t\r\n"
 class ObjectReader:
     """Reads a JSON object fed in pieces.
 
-    ``feed`` returns the new raw text of the value under ``stream_key`` (the arguments) as it arrives, once the value
+    ``feed`` returns how many characters of the text belong to the object (the rest follows it) and adds the new
+    raw text of the value under one of ``stream_keys`` (the arguments) to ``streamed`` as it arrives, once that value
     is an object or array; a string or scalar value is only known when complete. ``values`` holds each top-level
-    value's raw text once complete, ``done`` is set after the closing brace, ``rest`` holds what followed it.
+    value's raw text once complete, ``done`` is set after the closing brace.
     """
 
-    def __init__(self, stream_keys: tuple[str, ...] = ("arguments",)) -> None:
+    def __init__(self, stream_keys: tuple[str, ...] = ("arguments",), *, stream_first: bool = False) -> None:
         self.stream_keys = stream_keys
+        #: Stream the first key's value whatever its key (``{"NAME": {...}}``, the name written as the key).
+        self.stream_first = stream_first
         self.values: dict[str, str] = {}
         self.done = False
         self.failed: str | None = None
-        self.rest = ""
+        self.streamed = ""
+        self.parts: list[str] = []
         self._state = "start"  # start, key_or_end, key, colon, value_start, value, after_value
         self._key: list[str] = []
         self._current: str | None = None
@@ -43,11 +49,25 @@ class ObjectReader:
         """True while the reader is inside a JSON string (a key or a value): a marker written there is text."""
         return self._state == "key" or (self._state == "value" and self._in_string)
 
-    def feed(self, text: str) -> str:
+    @property
+    def streaming(self) -> bool:
+        return self._streaming
+
+    @property
+    def text(self) -> str:
+        """What was read."""
+        return "".join(self.parts)
+
+    @property
+    def first_key(self) -> str | None:
+        """The first key, once read."""
+        return next(iter(self.values), None) if self.values else self._current
+
+    def feed(self, text: str) -> int:
         if self.done or self.failed:
-            self.rest += text
-            return ""
+            return 0
         streamed: list[str] = []
+        used = len(text)
         for n, char in enumerate(text):
             state = self._state
             if state == "value":
@@ -68,8 +88,8 @@ class ObjectReader:
                         self._value.pop()
                         self._end_value()
                         self._after_value(char)
-                        if self.done:
-                            self._finish(text, n)
+                        if self.done or self.failed:
+                            used = n + 1
                             break
                 elif char == '"':
                     self._in_string = True
@@ -92,6 +112,7 @@ class ObjectReader:
                         self._current = json.loads('"' + "".join(self._key) + '"')
                     except ValueError:
                         self._fail("a key is not a valid JSON string")
+                        used = n
                         break
                     self._state = "colon"
                 else:
@@ -102,6 +123,7 @@ class ObjectReader:
             if state == "start":
                 if char != "{":
                     self._fail(f"expected '{{', got {char!r}")
+                    used = n
                     break
                 self._state = "key_or_end"
             elif state == "key_or_end":
@@ -109,14 +131,17 @@ class ObjectReader:
                     self._key = []
                     self._state = "key"
                 elif char == "}" and not self.values:
-                    self._finish(text, n)
+                    self.done = True
+                    used = n + 1
                     break
                 else:
                     self._fail(f"expected a key, got {char!r}")
+                    used = n
                     break
             elif state == "colon":
                 if char != ":":
                     self._fail(f"expected ':', got {char!r}")
+                    used = n
                     break
                 self._state = "value_start"
             elif state == "value_start":
@@ -126,15 +151,17 @@ class ObjectReader:
                     self._in_string = True
                 elif char in "{[":
                     self._depth = 1
-                    if self._current in self.stream_keys:
+                    if self._current in self.stream_keys or (self.stream_first and not self.values):
                         self._streaming = True
                         streamed.append(char)
             elif state == "after_value":
                 self._after_value(char)
-                if self.done:
-                    self._finish(text, n)
+                if self.done or self.failed:
+                    used = n + 1 if self.done else n
                     break
-        return "".join(streamed)
+        self.parts.append(text[:used])
+        self.streamed += "".join(streamed)
+        return used
 
     def _end_value(self) -> None:
         self.values[self._current or ""] = "".join(self._value)
@@ -149,10 +176,6 @@ class ObjectReader:
         elif char not in _WS:
             self._fail(f"expected ',' or '}}', got {char!r}")
 
-    def _finish(self, text: str, index: int) -> None:
-        self.done = True
-        self.rest = text[index + 1 :]
-
     def _fail(self, reason: str) -> None:
         self.failed = reason
 
@@ -162,3 +185,161 @@ class ObjectReader:
             if key in self.values:
                 return json.loads(self.values[key])
         return None
+
+
+class ValueReader:
+    """Reads one JSON object, array or string fed in pieces, as written: ``feed`` returns how many characters belong
+    to it (the rest follows it); ``text`` is what was read; ``done`` once it closed, ``failed`` when it did not start
+    with ``{``, ``[`` or ``"``. Only nesting is tracked here; whether the text is valid JSON is checked when it is
+    complete."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.done = False
+        self.failed: str | None = None
+        #: The value is a JSON string: its arguments text is only known when it is complete (see ``calls``).
+        self.is_string = False
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+
+    @property
+    def in_string(self) -> bool:
+        return self._in_string
+
+    @property
+    def started(self) -> bool:
+        return self._depth > 0 or self.done
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def feed(self, text: str) -> int:
+        if self.done or self.failed:
+            return 0
+        for n, char in enumerate(text):
+            if self._depth == 0:
+                if char in _WS:
+                    continue
+                if char == '"':
+                    self.is_string = True
+                    self._in_string = True
+                elif char not in "{[":
+                    self.failed = f"expected '{{', got {char!r}"
+                    self.parts.append(text[:n])
+                    return n
+                self._depth = 1
+                continue
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif char == "\\":
+                    self._escape = True
+                elif char == '"':
+                    self._in_string = False
+                    if self.is_string:
+                        self.done = True
+                        self.parts.append(text[: n + 1])
+                        return n + 1
+            elif char == '"':
+                self._in_string = True
+            elif char in "{[":
+                self._depth += 1
+            elif char in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self.done = True
+                    self.parts.append(text[: n + 1])
+                    return n + 1
+        self.parts.append(text)
+        return len(text)
+
+
+class BracketReader:
+    """Reads bracketed text whose end only its brackets and quotes tell.
+
+    ``until_close``: the text is the inside of parentheses already opened (``city="Paris", days=3``), ended by the
+    first unmatched ``)``, which is not consumed; otherwise it is one bracketed value (``{...}``), consumed through
+    its closing bracket. ``quotes`` are the string delimiters (``'`` and ``"`` with backslash escapes for Python;
+    Gemma's ``<|"|>`` without escapes).
+    """
+
+    def __init__(self, *, quotes: tuple[str, ...], escapes: bool, until_close: bool) -> None:
+        self.quotes = quotes
+        self.escapes = escapes
+        self.until_close = until_close
+        self.buffer = ""
+        self.done = False
+        self.failed: str | None = None
+        self._pos = 0
+        self._depth = 0
+        self._quote: str | None = None
+        self._longest_quote = max(map(len, quotes))
+
+    @property
+    def in_string(self) -> bool:
+        return self._quote is not None
+
+    @property
+    def text(self) -> str:
+        return self.buffer
+
+    def feed(self, text: str) -> int:
+        """Characters of ``text`` that belong to the value (all of them while it is open)."""
+        if self.done or self.failed:
+            return 0
+        start = len(self.buffer)
+        self.buffer += text
+        buffer, pos = self.buffer, self._pos
+        while pos < len(buffer):
+            if self._quote is not None:
+                if self.escapes and buffer[pos] == "\\":
+                    if pos + 1 >= len(buffer):
+                        break
+                    pos += 2
+                    continue
+                if buffer.startswith(self._quote, pos):
+                    pos += len(self._quote)
+                    self._quote = None
+                    continue
+                if len(buffer) - pos < len(self._quote) and self._quote.startswith(buffer[pos:]):
+                    break  # maybe the closing quote: wait for more
+                pos += 1
+                continue
+            quote = next((q for q in self.quotes if buffer.startswith(q, pos)), None)
+            partial = quote is None and len(buffer) - pos < self._longest_quote
+            if partial and any(q.startswith(buffer[pos:]) and len(q) > 1 for q in self.quotes):
+                break
+            if quote is not None:
+                self._quote = quote
+                pos += len(quote)
+                continue
+            char = buffer[pos]
+            if self._depth == 0 and not self.until_close:
+                if char in _WS:
+                    pos += 1
+                    continue
+                if char not in "{[":
+                    self.failed = f"expected '{{', got {char!r}"
+                    self.buffer = buffer[:pos]
+                    return max(0, pos - start)
+            if char in "([{":
+                self._depth += 1
+            elif char in ")]}":
+                if self._depth == 0:
+                    if self.until_close and char == ")":
+                        self.done = True
+                        self.buffer = buffer[:pos]
+                        return pos - start
+                    self.failed = f"unbalanced {char!r}"
+                    self.buffer = buffer[:pos]
+                    return max(0, pos - start)
+                self._depth -= 1
+                if self._depth == 0 and not self.until_close:
+                    self.done = True
+                    self.buffer = buffer[: pos + 1]
+                    return pos + 1 - start
+            pos += 1
+        self._pos = pos
+        return len(text)

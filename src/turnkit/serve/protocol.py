@@ -13,6 +13,7 @@ came from. Every problem becomes an :class:`APIError` with an HTTP status and a 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -48,8 +49,9 @@ _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_
 
 class APIError(Exception):
     """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
-    type exists (401, 404, 429); a 5xx is a ``server_error``. ``facts`` are the numbers behind the message
-    (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
+    type exists (401, 404, 429); a 5xx is a ``server_error``. ``retry_after`` (seconds) goes out as the
+    ``Retry-After`` header of a 429 or 503: when a retry is likely to be admitted. ``facts`` are the numbers behind
+    the message (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         kind: str | None = None,
+        retry_after: float | None = None,
         facts: dict[str, int] | None = None,
     ) -> None:
         super().__init__(message)
@@ -67,7 +70,13 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.retry_after = retry_after
         self.facts = facts or {}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers this error asks for: ``Retry-After`` in whole seconds (at least 1)."""
+        return {} if self.retry_after is None else {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}

@@ -28,7 +28,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -37,20 +39,34 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
-from turnkit.serve.engines.base import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.engines.base import (
+    Backend,
+    BackendBusyError,
+    CacheFullError,
+    Generation,
+    GenerationRequest,
+    QueueTimeoutError,
+    ShuttingDownError,
+    TokenEvent,
+)
+from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
-from turnkit.serve.sampling import NEUTRAL, SamplingDefaults
+from turnkit.serve.sampling import SamplingDefaults
 from turnkit.serve.structured import forced_call
 from turnkit.template.switches import SwitchError
 
 __all__ = [
+    "Ledger",
     "Session",
     "Step",
+    "Timing",
     "TokenLogprob",
     "chat_prompt_ids",
     "check_tools_shown",
+    "engine_error",
     "forced_call_ids",
     "generation_request",
+    "recording",
     "start_chat",
     "start_completion",
     "template_variables",
@@ -214,6 +230,40 @@ def forced_call_ids(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
     return fmt.tokenizer.encode_as_text(forced.start + forced.text).ids
 
 
+@dataclass(frozen=True)
+class Timing:
+    """A reply's latencies in seconds, from its submission to the engine (queue wait included): to the first token,
+    per token after it (the mean gap), and to the end; None where the reply did not get that far."""
+
+    first_token: float | None
+    per_token: float | None
+    total: float | None
+
+
+@dataclass
+class Ledger:
+    """The sessions one HTTP request started (its ``n`` choices), for whoever counts requests once they are over."""
+
+    sessions: list[Session] = field(default_factory=list)
+
+
+#: The ledger of the request being answered. The HTTP app opens one per request (:func:`recording`, in
+#: :mod:`.app.inflight`), every :class:`Session` writes itself into it, and the app reads it when the request is over:
+#: so every route that starts sessions is counted (metrics, aborted replies) without passing anything along.
+_ledger: ContextVar[Ledger | None] = ContextVar("turnkit_ledger", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[Ledger]:
+    """A fresh :class:`Ledger` for the sessions started in this context (and in tasks created inside it)."""
+    ledger = Ledger()
+    token = _ledger.set(ledger)
+    try:
+        yield ledger
+    finally:
+        _ledger.reset(token)
+
+
 @dataclass
 class Session:
     """One request being answered. Iterate :meth:`steps` once; afterwards ``reply`` and the token counts are set.
@@ -234,11 +284,22 @@ class Session:
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     completion_tokens: int = field(init=False, default=0)
     reply: Reply | None = field(init=False, default=None)
+    #: ``running`` until the reply ends: then ``finished``, ``aborted`` (closed before its end: the client left) or
+    #: ``failed`` (an error ended it); ``refused`` when the engine never admitted it.
+    outcome: str = field(init=False, default="running")
+    model: str = field(init=False, default="")  # the model's name, as clients use it
+    ended: float | None = field(init=False, default=None)  # time.perf_counter() when the outcome was decided
     _started: float = field(init=False, default_factory=time.perf_counter)
     _first_token: float | None = field(init=False, default=None)
 
+    def __post_init__(self) -> None:
+        ledger = _ledger.get()
+        if ledger is not None:
+            ledger.sessions.append(self)
+
     async def steps(self) -> AsyncGenerator[Step, None]:
-        """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out."""
+        """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out; a reply
+        that does not reach its end (the client left, the request failed) is logged as such, once."""
         try:
             if self.prefix:
                 yield Step(self.parser.feed(self.prefix))
@@ -250,12 +311,29 @@ class Session:
                 yield Step(deltas, self._logprob(event))
                 if self.parser.ended:
                     break
+        except (BackendBusyError, CacheFullError) as exc:  # the engine's reason, for the client to read
+            self._stopped(exc)
+            raise engine_error(exc) from None
+        except BaseException as exc:  # GeneratorExit and cancellation too: the reply stops here, whyever
+            self._stopped(exc)
+            raise
         finally:
             self.generation.cancel()
         length = not self.parser.ended and self.completion_tokens >= self.max_tokens
         self.reply = self.parser.finish(length=length)
+        self.ended = time.perf_counter()
+        self.outcome = "finished"
         self._log(self.reply)
         yield Step(self.parser.final_deltas)
+
+    def timing(self) -> Timing:
+        """How long the reply took, in seconds (the metrics' latencies)."""
+        first = None if self._first_token is None else self._first_token - self._started
+        total = None if self.ended is None else self.ended - self._started
+        per_token = None
+        if self._first_token is not None and self.ended is not None and self.completion_tokens > 1:
+            per_token = (self.ended - self._first_token) / (self.completion_tokens - 1)
+        return Timing(first, per_token, total)
 
     def prompt_logprobs(self) -> list[TokenLogprob]:
         """The prompt's tokens with their log-probabilities (``echo`` with ``logprobs``), once generating started."""
@@ -279,6 +357,21 @@ class Session:
         raw = table.bytes_of(token_id) if table else b""
         return raw.decode("utf-8", errors="replace"), list(raw)
 
+    def _stopped(self, exc: BaseException) -> None:
+        """The reply ended before its end: ``aborted`` (the client left, the answer was closed) or ``failed``."""
+        self.ended = time.perf_counter()
+        self.outcome = "failed" if isinstance(exc, Exception) else "aborted"
+        log.info(
+            "%s %s %s after %d tokens prompt=%d total=%.0fms%s",
+            self.request_id,
+            self.endpoint,
+            self.outcome,
+            self.completion_tokens,
+            self.prompt_tokens,
+            (self.ended - self._started) * 1000,
+            f": {exc}" if self.outcome == "failed" else "",
+        )
+
     def _log(self, reply: Reply) -> None:
         elapsed = time.perf_counter() - self._started
         ttft = (self._first_token - self._started) * 1000 if self._first_token else float("nan")
@@ -294,19 +387,15 @@ class Session:
         )
 
 
-def start_chat(
-    fmt: ChatFormat,
-    backend: Backend,
-    req: ChatRequest,
-    *,
-    default_max_tokens: int,
-    defaults: SamplingDefaults = NEUTRAL,
-    constraint: Any = None,
+async def start_chat(
+    fmt: ChatFormat, model: LoadedModel, req: ChatRequest, *, default_max_tokens: int, constraint: Any = None
 ) -> list[Session]:
-    """Encode the conversation, set up a parser per choice for its tools and reasoning, and start generating
-    (``req.n`` generations, batched by the backend). ``constraint`` makes one grammar matcher per choice."""
+    """Encode the conversation (in a worker thread: a long one takes a while, and the event loop has other clients),
+    set up a parser per choice for its tools and reasoning, and start generating (``req.n`` generations, batched by
+    the backend); returns once the engine admitted them (see :func:`_start`). ``fmt`` is the model's format or the
+    request's own template over it; ``constraint`` makes one grammar matcher per choice."""
     chat_input = req.chat_input
-    prompt = chat_prompt_ids(fmt, chat_input)
+    prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat_input)
     tools = chat_input.tools if chat_input.offers_tools else None
     reply_format = fmt.reply_format.name
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
@@ -317,25 +406,20 @@ def start_chat(
     def parser() -> StreamParser:
         return fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
 
-    return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens, defaults, constraint)
+    return await _start(fmt, model, req, prompt, prefix, parser, endpoint, default_max_tokens, constraint)
 
 
-def start_completion(
-    fmt: ChatFormat,
-    backend: Backend,
-    req: CompletionRequest,
-    prompt: Sequence[int],
-    *,
-    default_max_tokens: int,
-    defaults: SamplingDefaults = NEUTRAL,
+async def start_completion(
+    model: LoadedModel, req: CompletionRequest, prompt: Sequence[int], *, default_max_tokens: int
 ) -> list[Session]:
     """Start generating after a raw prompt: the caller's own formatting, so the reply is parsed as plain text."""
     endpoint = "completion-stream" if req.stream else "completion"
+    fmt = model.fmt
 
     def parser() -> StreamParser:
         return fmt.stream_parser(stop=req.stop, reply_format="plain")
 
-    return _start(fmt, backend, req, list(prompt), [], parser, endpoint, default_max_tokens, defaults, None)
+    return await _start(fmt, model, req, list(prompt), [], parser, endpoint, default_max_tokens, None)
 
 
 def generation_request(
@@ -385,19 +469,23 @@ def _check_supported(backend: Backend, req: Sampling) -> None:
             )
 
 
-def _start(
+async def _start(
     fmt: ChatFormat,
-    backend: Backend,
+    model: LoadedModel,
     req: Sampling,
     prompt: list[int],
     prefix: list[int],
     parser: Callable[[], StreamParser],
     endpoint: str,
     default_max_tokens: int,
-    defaults: SamplingDefaults,
     constraint: Any,
 ) -> list[Session]:
-    """Check the prompt and budget against the context, then submit ``req.n`` generations (429 when full)."""
+    """Check the prompt and budget against the context, submit ``req.n`` generations, and wait until the engine
+    admitted every one of them: a request it refuses (every place taken: 429; its queue deadline passed, or the server
+    is shutting down: 503; both with ``Retry-After``) is answered with that status before any byte of a reply, so a
+    route that awaits this never starts a response it cannot give. Every route that starts sessions gets admission
+    this way."""
+    backend = model.backend
     _check_supported(backend, req)
     context = backend.context_length
     full = prompt + prefix
@@ -420,7 +508,7 @@ def _start(
             facts={"prompt_tokens": len(full), "max_tokens": req.max_tokens, "context": context},
         )
     max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
-    base = generation_request(req, defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
+    base = generation_request(req, model.defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
     sessions: list[Session] = []
     loop = asyncio.get_running_loop()
     try:
@@ -428,11 +516,32 @@ def _start(
             seed = None if req.seed is None else req.seed + index
             request = replace(base, seed=seed, constraint=constraint() if constraint is not None else None)
             generation = backend.submit(request, loop)
-            sessions.append(Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs))
-    except BackendBusyError as exc:
+            session = Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)
+            session.model = model.name
+            sessions.append(session)
+        for session in sessions:
+            await session.generation.started()
+    except BaseException as exc:
         for session in sessions:
             session.generation.cancel()
-        raise APIError(429, str(exc), code="server_busy") from None
+            session.outcome = "refused"
+        if isinstance(exc, BackendBusyError):
+            raise engine_error(exc) from None
+        raise
     for session in sessions[1:]:  # the choices of one answer share its id
         session.request_id, session.created = sessions[0].request_id, sessions[0].created
     return sessions
+
+
+def engine_error(exc: Exception) -> APIError:
+    """What an engine's refusal or failure means to the client: the status, a code naming the reason, and when to
+    retry. A failure that is not one of these is the server's own (a 500, its cause in the log)."""
+    if isinstance(exc, ShuttingDownError):
+        return APIError(503, str(exc), code="server_shutting_down", retry_after=exc.retry_after)
+    if isinstance(exc, QueueTimeoutError):
+        return APIError(503, str(exc), code="queue_timeout", retry_after=exc.retry_after)
+    if isinstance(exc, BackendBusyError):
+        return APIError(429, str(exc), code="server_busy", retry_after=exc.retry_after)
+    if isinstance(exc, CacheFullError):
+        return APIError(503, str(exc), code="kv_cache_full")
+    return APIError(500, "the server failed while generating; see its log")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnkit.format import ChatFormat
+from turnkit.parse.formats import Lit
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest
 
 __all__ = ["ForcedCall", "JsonConstraint", "checked", "constraint_for", "forced_call"]
@@ -107,16 +108,26 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
     if not chat_input.offers_tools or choice == "auto":
         return None
     spec = fmt.reply_format
-    if spec.tool_syntax != "tagged_json" or not spec.tool_start or not spec.tool_end:
+    syntax = spec.tools[0] if spec.tools else None
+    if (
+        syntax is None
+        or syntax.block is not None
+        or len(syntax.call) != 3
+        or not isinstance(syntax.call[0], Lit)
+        or not isinstance(syntax.call[2], Lit)
+        or syntax.arguments.encoding != "json_call"
+        or syntax.arguments.name_as_key
+    ):  # a JSON object between a start and an end marker (hermes, qwen3): what the grammar below writes
         raise APIError(
             400,
             f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
             param="tool_choice",
         )
     added = fmt.tokenizer.added
-    start: int | str = added[spec.tool_start].id if spec.tool_start in added else spec.tool_start
-    end = f"<[{added[spec.tool_end].id}]>" if spec.tool_end in added else json.dumps(spec.tool_end)
-    key = json.dumps(spec.arguments_keys[0])
+    tool_start, tool_end = syntax.call[0].cores[0], syntax.call[2].cores[-1]
+    start: int | str = added[tool_start].id if tool_start in added else tool_start
+    end = f"<[{added[tool_end].id}]>" if tool_end in added else json.dumps(tool_end)
+    key = json.dumps(syntax.arguments.keys[0])
     tools = {t["function"]["name"]: t["function"].get("parameters") for t in chat_input.tools or []}
     tail = f'"}}\\n" {end}'  # the call's closing brace, a newline and the end marker
     if isinstance(choice, dict):

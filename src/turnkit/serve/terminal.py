@@ -55,13 +55,7 @@ class Conversation:
         """
         self.messages.append({"role": "user", "content": text})
         request = parse_chat({"model": self.model.name, "messages": self.messages, **self.sampling})
-        (session,) = start_chat(
-            self.model.fmt,
-            self.model.backend,
-            request,
-            default_max_tokens=self.default_max_tokens,
-            defaults=self.model.defaults,
-        )
+        (session,) = await start_chat(self.model.fmt, self.model, request, default_max_tokens=self.default_max_tokens)
         content: list[str] = []
         try:
             async with contextlib.aclosing(session.steps()) as steps:  # closing it cancels the generation

@@ -12,8 +12,9 @@ Every failure comes out as a :class:`~turnkit.TurnkitError`: the template's own 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
@@ -34,7 +35,7 @@ from turnkit.template.sandbox import (
     compile_template,
     render_state,
 )
-from turnkit.template.taint import DataStr, Span
+from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, DataStr, Span, tagged
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
 
@@ -62,11 +63,13 @@ class RenderLimits:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A render, the character spans of its ``{% generation %}`` blocks (when tracked), and the spans of data
-    ``(start, end, source)`` (when rendered with provenance)."""
+    ``(start, end, source)`` (when rendered with provenance). ``skeleton``: the skeleton a spliced render was filled
+    from (:mod:`turnkit.template.splice`), else None; not part of the render's value."""
 
     text: str
     generation_spans: tuple[tuple[int, int], ...] = ()
     data_spans: tuple[Span, ...] = ()
+    skeleton: Any = field(default=None, compare=False, repr=False)
 
     def up_to(self, end: int) -> Rendered:
         """The render cut at character ``end`` (an open final message), its spans clipped to the cut."""
@@ -123,6 +126,24 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
     return Rendered("".join(chunks), tuple(state.spans or ()), tuple(data_spans))
 
 
+_NO_ATTRIBUTE = re.compile(r"'dict object' has no attribute '([^']+)'")
+#: Message fields a template may read without checking that they are there.
+_MESSAGE_FIELDS = frozenset({"content", "tool_calls", "tool_call_id", "name", *REASONING_FIELDS})
+
+
+def _missing_field(exc: jinja2.UndefinedError, messages: Any) -> MessageError | None:
+    """The template read a message field that a message lacks (``[{"role": "user"}]``): say which message and field,
+    instead of jinja's ``'dict object' has no attribute 'content'``."""
+    match = _NO_ATTRIBUTE.fullmatch(str(exc.message or ""))
+    if match is None or match.group(1) not in _MESSAGE_FIELDS or not isinstance(messages, list):
+        return None
+    field = match.group(1)
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping) and field not in message:
+            return MessageError(f"missing, and the chat template reads it{_at(exc)}", index=index, field=field)
+    return None
+
+
 def run_compiled(
     template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
 ) -> Rendered:
@@ -146,6 +167,9 @@ def run_compiled(
     except MemoryError:
         raise TemplateLimitError("the template ran out of memory") from None
     except jinja2.UndefinedError as exc:
+        missing = _missing_field(exc, context.get("messages"))
+        if missing is not None:
+            raise missing from None
         raise TemplateError(f"the chat template failed{_at(exc)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a template is a program: any Python error can come out of it
         raise TemplateError(f"the chat template failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
@@ -216,20 +240,23 @@ def render_template(
     variables: Mapping[str, Any] | None = None,
     limits: RenderLimits = RenderLimits(),
     track_generation: bool = False,
+    with_data_spans: bool = False,
     **template_kwargs: Any,
 ) -> Rendered:
     """Render ``messages`` through the template text ``source``.
 
     ``variables`` are the template's standard variables (special tokens such as ``bos_token``); ``template_kwargs``
     override them, as in transformers. ``continue_final_message`` may name the field to continue (``"content"`` when
-    ``True``; ``"reasoning_content"`` continues a reasoning block).
+    ``True``; ``"reasoning_content"`` continues a reasoning block). ``with_data_spans`` renders with provenance and
+    fills ``Rendered.data_spans`` (which text came from the messages, tools and documents), for a display that sets
+    apart what the template wrote; data is not neutralised here (the encoder does that).
     """
     if continue_final_message and add_generation_prompt:
         raise ValueError(
             "continue_final_message and add_generation_prompt exclude each other: the first continues the last "
             "message, the second opens a new assistant turn"
         )
-    template = compile_template(source)
+    template = compile_template(source, provenance=with_data_spans)
     chat = normalize_conversation(messages)
     schemas = plain_data(tool_schemas(tools))
     if documents is not None:
@@ -244,6 +271,9 @@ def render_template(
         field = continue_final_message if isinstance(continue_final_message, str) else "content"
         final = mark_continuation(chat, source, field)
 
+    if with_data_spans:
+        chat = [{k: v if k == "role" else tagged(v, n) for k, v in m.items()} for n, m in enumerate(chat)]
+        schemas, documents = tagged(schemas, SOURCE_TOOLS), tagged(documents, SOURCE_DOCUMENTS)
     context = {
         "messages": chat,
         "tools": schemas,

@@ -1,9 +1,11 @@
-"""The API key: every request but ``/health`` and the playground page itself needs it, as OpenAI's clients send it
-(``Authorization: Bearer <key>``) or as Anthropic's do (``x-api-key: <key>``)."""
+"""The API key: every request but ``/health`` and the playground page itself (and ``/metrics`` with
+``--metrics-public``) needs it, as OpenAI's clients send it (``Authorization: Bearer <key>``) or as Anthropic's do
+(``x-api-key: <key>``)."""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from typing import Any
 
 from turnkit.serve.app import ui
@@ -17,13 +19,14 @@ class Authenticate:
     """Every request but ``/health`` needs the key, in ``Authorization: Bearer <key>`` or ``x-api-key`` (a plain ASGI
     middleware: it leaves streaming responses and client disconnects alone)."""
 
-    def __init__(self, app: Any, key: str) -> None:
+    def __init__(self, app: Any, key: str, public: Iterable[str] = ()) -> None:
         self.app = app
         self.bearer = f"Bearer {key}".encode()
         self.key = key.encode()
+        self.public = frozenset({"/health", *ui.PUBLIC_PATHS, *public})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health" and scope["path"] not in ui.PUBLIC_PATHS:
+        if scope["type"] == "http" and scope["path"] not in self.public:
             headers = dict(scope["headers"])
             bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), self.bearer)
             key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), self.key)

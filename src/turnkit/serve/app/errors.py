@@ -37,7 +37,9 @@ def shape_for(path: str) -> ErrorShape:
 
 
 def error_response(error: APIError, headers: Mapping[str, str] | None = None, *, path: str = "") -> Response:
-    return JSONResponse(shape_for(path)(error), status_code=error.status, headers=headers)
+    """The error object in the shape of the API ``path`` belongs to, with its status and the headers it asks for
+    (``Retry-After`` on a 429 or 503)."""
+    return JSONResponse(shape_for(path)(error), status_code=error.status, headers={**error.headers, **(headers or {})})
 
 
 def answering(handler: Handler) -> Handler:

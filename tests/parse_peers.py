@@ -1,0 +1,344 @@
+"""The serving peers' own parse vectors (``../shared/conformance/peers/``), run through turnkit's parser.
+
+Each loader yields cases with what turnkit got and what the peer expects, compared the way the peer's test compares
+(``../shared/conformance/README.md`` says how for each file). Run it as a script for a per-file count and the
+failures: ``.venv/bin/python tests/parse_peers.py [FILE_SUBSTRING] [-v]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import PEERS, TEMPLATES, manifest
+
+from turnkit import ChatFormat, TurnkitError
+from turnkit.parse import Reply
+
+
+@dataclass
+class Result:
+    file: str
+    case: str
+    ok: bool
+    detail: str = ""
+    #: Why turnkit differs, when it does on purpose (a stated decision); None for a plain failure.
+    difference: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _json(name: str) -> Any:
+    return json.loads((PEERS / name).read_text(encoding="utf-8"))
+
+
+# -- llama.cpp: test-chat.cpp's parse cases, each with its template ---------------------------------------------------
+
+
+@cache
+def _template(file: str) -> ChatFormat:
+    entry = manifest()[file]
+    tokens = {k: entry[k] for k in ("bos_token", "eos_token") if entry.get(k) is not None}
+    return ChatFormat.from_template((TEMPLATES / file).read_text(encoding="utf-8"), **tokens)
+
+
+def _llamacpp_tools(data: dict[str, Any], keys: list[str]) -> list[dict[str, Any]] | None:
+    if not keys:
+        return None
+    tools = []
+    for key in keys:
+        spec = {k: v for k, v in data["tools"][key].items() if k != "parameters_text"}
+        tools.append({"type": "function", "function": spec})
+    return tools
+
+
+def _same_arguments(got: str, want: dict[str, Any]) -> bool:
+    if want.get("arguments_as") == "string_unparseable":
+        try:
+            json.loads(got)
+        except ValueError:
+            return True
+        return False
+    try:
+        value = json.loads(got)
+    except ValueError:
+        return False
+    return (
+        value == want["arguments"] and list(value) == list(want["arguments"])
+        if isinstance(value, dict)
+        else (value == want["arguments"])
+    )
+
+
+#: Decisions where turnkit differs from llama.cpp's expectation on purpose, by what the case asks.
+LLAMACPP_DECISIONS = {
+    "reasoning_format_none": "llama.cpp's reasoning_format=none returns the reasoning as content with its markers "
+    "(and the generation prompt's own <think> prepended); turnkit always separates reasoning into "
+    "reasoning_content and has no such switch: a client that wants the raw text reads the raw text",
+    "prompt_refused": "turnkit refuses to render the case's prompt (continue_final_message where the template drops "
+    "or rewrites the final message, or a variable the template reads that nobody passes), so the reply's starting "
+    "state is taken from the case's options instead",
+    "call_in_reasoning": "a tool call written inside open reasoning ends the reasoning and is a call (as vLLM's and "
+    "SGLang's parsers read it); llama.cpp looks ahead and keeps it as reasoning text when a </think> follows, which "
+    "a stream cannot know when the call is read",
+    "response_format_fence": "llama.cpp strips a Markdown code fence around a json_schema reply; turnkit returns the "
+    "text the model wrote (its server enforces response_format with a grammar, so no fence is generated)",
+    "unclosed_think_template": "the template renders a final reply after an unclosed <think>, so a reply's text "
+    "after that prompt reads as the template writes it; llama.cpp reads text before a later </think> as reasoning",
+    "lone_reasoning_end": "text before a </think> that nothing opened stays content: the generation prompt does not "
+    "open reasoning and the template writes replies without it, and a stream cannot take back text it sent as "
+    "content; llama.cpp reads it as reasoning",
+    "reasoning_prefill": "llama.cpp prepends the generation prompt's own reasoning prefill ('Here are my reasoning "
+    "steps:') to the reasoning; turnkit returns what the model wrote",
+    "builtin_recipient": "a Harmony message to a built-in recipient (container.exec, python) is kept as a call with "
+    "its status rather than dropped (never silent loss); llama.cpp drops it",
+    "cdata": "MiniCPM5's <![CDATA[...]]> sections in parameter values are not unwrapped (not done)",
+}
+
+#: Which decision each llama.cpp case that differs falls under (exact: a listed case that passes fails the test).
+LLAMACPP_DIFFERENCES = {
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja:2648#31": "response_format_fence",
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja:2660#32": "call_in_reasoning",
+    "LFM2.5-8B-A1B.jinja:5259#289": "call_in_reasoning",
+    "Reka-Edge.jinja:5385#303": "call_in_reasoning",
+    "NVIDIA-Nemotron-Nano-v2.jinja:5852#335": "unclosed_think_template",
+    "NVIDIA-Nemotron-Nano-v2.jinja:5858#336": "unclosed_think_template",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja:6066#365": "lone_reasoning_end",
+    "Apriel-1.6-15b-Thinker-fixed.jinja:6211#390": "reasoning_prefill",
+    "Apriel-1.6-15b-Thinker-fixed.jinja:6219#391": "reasoning_prefill",
+    "Apriel-1.6-15b-Thinker-fixed.jinja:6239#393": "reasoning_prefill",
+    "meta-llama-Llama-3.1-8B-Instruct.jinja:6302#402": "response_format_fence",
+    "openai-gpt-oss-120b.jinja:6547#428": "builtin_recipient",
+    "openai-gpt-oss-120b.jinja:6556#429": "builtin_recipient",
+    "openbmb-MiniCPM5-1B.jinja:6903#459": "cdata",
+}
+
+
+def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """llama.cpp's test messages as a transformers user writes them: calls in OpenAI shape with their arguments as
+    objects, and no empty reasoning or call lists."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if v not in ("", [], None) or k == "content"}
+        calls = []
+        for call in message.get("tool_calls", []):
+            arguments = call.get("arguments")
+            if isinstance(arguments, str):
+                with contextlib.suppress(ValueError):
+                    arguments = json.loads(arguments)
+            entry = {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
+            if call.get("id"):
+                entry["id"] = call["id"]
+            calls.append(entry)
+        if calls:
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def llamacpp_cases(verbose: bool = False) -> Iterator[Result]:
+    data = _json("llamacpp_parse_cases.json")
+    for case in data["cases"]:
+        file = case["template"].rsplit("/", 1)[-1]
+        options = case["options"]
+        fmt = _template(file)
+        messages = _openai_messages(case.get("messages") or [{"role": "user", "content": "Hey there!"}])
+        tools = _llamacpp_tools(data, case["tools"])
+        kwargs: dict[str, Any] = {}
+        if "enable_thinking" in options["options_set"]:
+            kwargs["enable_thinking"] = options["enable_thinking"]
+        continuing = options["continue_final_message"]
+        prompt = None
+        failure = None
+        for offered in (tools, []) if tools is None else (tools,):  # a tool_use template may need a tools list
+            try:
+                prompt = fmt.render(
+                    messages,
+                    tools=offered,
+                    add_generation_prompt=options["add_generation_prompt"] and continuing == "none",
+                    continue_final_message={"none": False, "content": True, "reasoning": "reasoning_content"}[
+                        continuing
+                    ],
+                    **kwargs,
+                )
+                break
+            except TurnkitError as exc:
+                failure = exc
+        refused = None
+        if prompt is None:
+            # turnkit will not render this prompt (a continue_final_message the template rewrites, a variable it
+            # reads that nobody passes): the output is still parsed, from where the case says it starts
+            refused = f"the prompt does not render ({failure})"
+            spec, last = fmt.reply_format, messages[-1]
+            if continuing == "reasoning" and spec.reasoning is not None:
+                prompt = spec.reasoning.start + (last.get("reasoning_content") or "")
+            elif continuing == "content" and spec.reasoning is not None:
+                prompt = spec.reasoning.start + spec.reasoning.end + (last.get("content") or "")
+        reply = fmt.parse(case["output"], prompt=prompt, tools=tools)
+        expected = case["expected"]
+        content, reasoning = reply.content, reply.reasoning_content or ""
+        if continuing != "none":  # the peer merges the message being continued with its continuation
+            last = messages[-1]
+            if continuing == "content":
+                content = (last.get("content") or "") + content
+                reasoning = (last.get("reasoning_content") or "") + reasoning
+            else:
+                reasoning = (last.get("reasoning_content") or "") + reasoning
+        problems = []
+        if content.strip() != expected["content"].strip():
+            problems.append(f"content {content!r} != {expected['content']!r}")
+        if reasoning.strip() != (expected["reasoning_content"] or "").strip():
+            problems.append(f"reasoning {reasoning!r} != {expected['reasoning_content']!r}")
+        calls = expected["tool_calls"]
+        if len(reply.tool_calls) != len(calls):
+            problems.append(f"calls {[(c.name, c.arguments) for c in reply.tool_calls]} != {calls}")
+        else:
+            for call, want in zip(reply.tool_calls, calls, strict=True):
+                if call.name != want["name"] or not _same_arguments(call.arguments, want):
+                    problems.append(f"call {call.name} {call.arguments} != {want['name']} {want['arguments']}")
+                if want.get("id") and call.id != want["id"]:
+                    problems.append(f"id {call.id!r} != {want['id']!r}")
+        difference = None
+        if problems and options["reasoning_format"] == "none":
+            difference = "reasoning_format_none"
+        elif problems and case["id"] in LLAMACPP_DIFFERENCES:
+            difference = LLAMACPP_DIFFERENCES[case["id"]]
+        elif problems and refused:
+            difference = "prompt_refused"
+            problems.append(refused)
+        detail = "; ".join(problems)
+        if verbose and problems:
+            detail += f"\n     reason: {fmt.reply_format.reason}\n     output: {case['output']!r}"
+        yield Result("llamacpp", case["id"], not problems, detail, difference)
+
+
+def summarize(results: list[Result], verbose: bool) -> None:
+    by_file: dict[str, list[Result]] = {}
+    for result in results:
+        by_file.setdefault(result.file, []).append(result)
+    for file, rows in by_file.items():
+        passed = sum(r.ok for r in rows)
+        stated = sum(1 for r in rows if not r.ok and r.difference)
+        print(f"{file}: {passed}/{len(rows)} pass, {stated} stated differences, {len(rows) - passed - stated} fail")
+    for result in results:
+        if not result.ok and (verbose or not result.difference):
+            tag = f"[{result.difference}]" if result.difference else "FAIL"
+            print(f"{tag} {result.case}: {result.detail[:1500]}")
+
+
+def _reply_text(reply: Reply) -> str:
+    return json.dumps({"content": reply.content, "reasoning": reply.reasoning_content})
+
+
+# -- vLLM: tool-parser cases, by parser name ------------------------------------------------------------------------
+
+#: vLLM parser names (as the vectors spell them) to turnkit's catalog formats.
+VLLM_PARSERS = {
+    "lfm2": "lfm2",
+    "mistral (vllm.parser.mistral)": "mistral",
+    "qwen3 engine (vllm.parser.qwen3; Qwen3-Coder/qwen3_xml format)": "qwen3_coder",
+    "qwen3_coder": "qwen3_coder",
+    "mimo (vllm.parser.mimo; qwen3_xml-style format)": "qwen3_coder",
+    "deepseek_v32": "deepseek_v32",
+    "deepseek_v32 engine": "deepseek_v32",
+    "llama4_pythonic": "llama4_pythonic",
+    "gemma4": "gemma4",
+    "kimi_k2": "kimi_k2",
+    "olmo3": "olmo3",
+    "pythonic": "pythonic",
+    "minimax_m2": "minimax_m2",
+    "minimax_m2 engine": "minimax_m2",
+    "granite": "granite",
+    "phi4_mini_json": "phi4_mini_json",
+    "internlm": "internlm",
+    "glm47": "glm45",
+    "glm45": "glm45",
+    "deepseek_v3": "deepseek_v3",
+    "deepseek_v31": "deepseek_v31",
+    "granite-20b-fc": "granite_20b_fc",
+    "step3": "step3",
+    "jamba": "jamba",
+    "seed_oss engine (vllm.parser.seed_oss)": "seed_oss",
+    "hermes": "hermes",
+}
+
+
+def _vllm_calls_match(reply: Reply, expected: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    if len(reply.tool_calls) != len(expected):
+        return [f"calls {[(c.name, c.arguments) for c in reply.tool_calls]} != {expected}"]
+    for call, want in zip(reply.tool_calls, expected, strict=True):
+        if want.get("name_asserted", True) and "name" in want and call.name != want["name"]:
+            problems.append(f"name {call.name!r} != {want['name']!r}")
+        mode = want.get("arguments_as", "object")
+        if mode == "not_asserted":
+            continue
+        if mode == "string":
+            if call.arguments != want["arguments"]:
+                try:
+                    same = json.loads(call.arguments) == json.loads(want["arguments"])
+                except ValueError:
+                    same = False
+                problems.append(
+                    ("arguments (as JSON) " if same else "arguments ") + f"{call.arguments!r} != {want['arguments']!r}"
+                )
+            continue
+        try:
+            value = json.loads(call.arguments)
+        except ValueError:
+            problems.append(f"arguments not JSON: {call.arguments!r}")
+            continue
+        if mode.startswith("subset"):
+            if not isinstance(value, dict) or any(value.get(k) != v for k, v in want["arguments"].items()):
+                problems.append(f"arguments {value} lack {want['arguments']}")
+        elif value != want["arguments"]:
+            problems.append(f"arguments {value} != {want['arguments']}")
+    return problems
+
+
+def vllm_tool_cases(verbose: bool = False) -> Iterator[Result]:
+    from turnkit.parse import StreamParser, catalog
+
+    data = _json("vllm_tool_parser_cases.json")
+    for n, case in enumerate(data["cases"]):
+        name = f"{case['parser']}:{case['test_name']}:{case['case_id']}#{n}"
+        fmt = catalog.get(VLLM_PARSERS[case["parser"]])
+        parser = StreamParser(fmt, call_id=lambda i: f"call_{i}")
+        chunks = case.get("deltas") or [case["model_output"]]
+        for chunk in chunks:
+            parser.feed_text(chunk)
+        reply = parser.finish()
+        problems = []
+        if case["expected_tool_calls"] is not None:
+            problems += _vllm_calls_match(reply, case["expected_tool_calls"])
+        if case.get("expected_num_tool_calls") is not None and len(reply.tool_calls) != case["expected_num_tool_calls"]:
+            problems.append(f"{len(reply.tool_calls)} calls != {case['expected_num_tool_calls']}")
+        if case.get("expected_tools_called") is not None:
+            called = any(c.status == "ok" for c in reply.tool_calls)
+            if called != case["expected_tools_called"]:
+                problems.append(f"tools_called {called} != {case['expected_tools_called']}")
+        if case["content_asserted"]:
+            want = case["expected_content"] or ""
+            if reply.content.strip() != want.strip():
+                problems.append(f"content {reply.content!r} != {want!r}")
+        detail = "; ".join(problems)
+        if verbose and problems:
+            detail += f"\n     output: {case['model_output']!r}\n     xfail: {case.get('xfail')} notes: {case['notes']}"
+        yield Result("vllm_tool", name, not problems, detail)
+
+
+LOADERS = {"llamacpp": llamacpp_cases, "vllm_tool": vllm_tool_cases}
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    verbose = "-v" in argv
+    wanted = [a for a in argv if not a.startswith("-")]
+    results = [r for key, load in LOADERS.items() if not wanted or any(w in key for w in wanted) for r in load(verbose)]
+    summarize(results, verbose)
