@@ -113,6 +113,11 @@ def test_codex_exec_over_the_responses_api(clients, server, tmp_path):
         f'base_url = "{url}/v1"',
         'wire_api = "responses"',
         'env_key = "TURNKIT_API_KEY"',
+        # a 9k-token prompt read by one CPU thread of a busy machine can take minutes before the first event, past
+        # Codex's 300 s idle limit; a failure is reported, not retried
+        "stream_idle_timeout_ms = 1800000",
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
         "[analytics]",
         "enabled = false",
         "[otel]",
@@ -141,6 +146,7 @@ def test_claude_print_over_the_messages_api(clients, server, tmp_path):
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": url,
         "ANTHROPIC_API_KEY": "unused",
+        "API_TIMEOUT_MS": "1800000",  # the prompt's reading may take minutes on one thread of a busy machine
     }
     smaller = [] if long_context else ["--tools", "Bash", "--system-prompt", "You are a helpful assistant."]
     if not long_context:
