@@ -204,6 +204,10 @@ def test_errors_have_anthropics_shape(client, server):
     too_long = client.messages.create  # a prompt over the context: Anthropic's words, which agents act on
     with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
         too_long(model="smollm2", max_tokens=8, messages=[{"role": "user", "content": "word " * 40000}])
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"input length and `max_tokens` exceed context limit: \d+ \+ 32000 > "
+    ):
+        client.messages.create(model="smollm2", max_tokens=32000, messages=QUESTION)  # what Claude Code asks for
     with pytest.raises(anthropic.AuthenticationError) as denied:
         anthropic.Anthropic(base_url=server, api_key="wrong", max_retries=0).messages.create(
             model="smollm2", max_tokens=8, messages=QUESTION

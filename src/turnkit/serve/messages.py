@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.parse.reply import CallStatus, EndReason
@@ -66,23 +66,31 @@ _SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result", "web_fetch_tool_r
 def error_body(error: APIError) -> dict[str, Any]:
     """An :class:`~.protocol.APIError` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
 
-    A prompt over the context says ``prompt is too long`` first, as Anthropic does (agents compact on it)."""
+    Context overflows are worded as Anthropic words them, because agents act on the words: Claude Code compacts the
+    conversation on ``prompt is too long: N tokens > M maximum`` and retries with a smaller ``max_tokens`` on
+    ``input length and `max_tokens` exceed context limit: N + K > M``."""
     kind = _ERROR_TYPES.get(error.status, "invalid_request_error" if error.status < 500 else "api_error")
     message = error.message
     if error.param and error.param not in message:
         message = f"{error.param}: {message}"
-    if error.code == "context_length_exceeded":
-        message = f"prompt is too long: {message}"
+    facts = error.facts
+    if error.code == "context_length_exceeded" and "max_tokens" in facts:
+        message = (
+            f"input length and `max_tokens` exceed context limit: {facts['prompt_tokens']} + {facts['max_tokens']} > "
+            f"{facts['context']}, decrease input length or `max_tokens` and try again"
+        )
+    elif error.code == "context_length_exceeded":
+        message = f"prompt is too long: {facts.get('prompt_tokens')} tokens > {facts.get('context')} maximum"
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
+@dataclass(frozen=True)
 class MessagesRequest:
     """A Messages body read onto the one path: the :class:`~.protocol.ChatRequest`, and whether thinking text is
     shown (``thinking.display: "omitted"`` asks for thinking blocks without their text)."""
 
-    def __init__(self, chat: ChatRequest, *, show_thinking: bool = True) -> None:
-        self.chat = chat
-        self.show_thinking = show_thinking
+    chat: ChatRequest
+    show_thinking: bool = True
 
 
 def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesRequest:
@@ -266,6 +274,8 @@ def _tool_result(block: dict[str, Any], where: str, referenced: set[str]) -> dic
         content = text
     elif not isinstance(content, str):
         raise APIError(400, "tool_result content must be a string or a list of blocks", param=f"{where}.content")
+    if block.get("is_error") is True:  # a template has no field for it: the model reads it in the result's text
+        content = f"Error: {content}"
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 

@@ -27,6 +27,7 @@ from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
 from turnkit.serve.sampling import NEUTRAL, SamplingDefaults, model_defaults
+from turnkit.template.switches import ThinkingSwitch
 
 __all__ = ["LoadedModel", "ModelRegistry"]
 
@@ -70,6 +71,7 @@ class ModelRegistry:
         self.options = options or EngineOptions()
         self._load = load or self._load_backend
         self._formats: dict[str, ChatFormat] = {}
+        self._switches: dict[str, ThinkingSwitch] = {}
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
         self._locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task[None]] = set()
@@ -130,6 +132,18 @@ class ModelRegistry:
                     503, f"the model {spec.name!r} cannot be used: {exc}", code="model_unavailable"
                 ) from None
         return self._formats[spec.name]
+
+    def thinking_switch(self, name: str | None) -> ThinkingSwitch:
+        """The model's thinking switch, read from its template alone: no tokenizer is loaded for it, so ``/v1/models``
+        stays cheap for models not used yet."""
+        spec = self.spec(name)
+        if spec.name not in self._switches:
+            fmt = self._formats.get(spec.name)
+            try:
+                self._switches[spec.name] = (fmt or _template_only(spec)).thinking_switch()
+            except (TurnkitError, OSError):
+                self._switches[spec.name] = ThinkingSwitch()
+        return self._switches[spec.name]
 
     def defaults(self, name: str | None) -> SamplingDefaults:
         """What a request to this model gets for the sampling fields it omits (see :mod:`.sampling`)."""
@@ -229,6 +243,15 @@ async def _close_when_idle(backend: Backend, poll: float = 0.1, patience: float 
     while (load := load_of(backend)).running + load.waiting and time.monotonic() < deadline:
         await asyncio.sleep(poll)
     await asyncio.to_thread(backend.close)
+
+
+def _template_only(spec: ModelSpec) -> ChatFormat:
+    """The model's templates without its tokenizer (which a GGUF file takes seconds to give)."""
+    if spec.family is not None:
+        return ChatFormat.from_family(spec.family)
+    if spec.template is not None:
+        return ChatFormat.from_template(Path(spec.template).read_text(encoding="utf-8"))
+    return ChatFormat.from_pretrained(resolve_model(spec.path))
 
 
 def _build_format(spec: ModelSpec) -> ChatFormat:

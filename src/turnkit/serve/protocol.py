@@ -50,7 +50,8 @@ _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_
 class APIError(Exception):
     """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
     type exists (401, 404, 429); a 5xx is a ``server_error``. ``retry_after`` (seconds) goes out as the
-    ``Retry-After`` header of a 429 or 503: when a retry is likely to be admitted."""
+    ``Retry-After`` header of a 429 or 503: when a retry is likely to be admitted. ``facts`` are the numbers behind
+    the message (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
 
     def __init__(
         self,
@@ -61,6 +62,7 @@ class APIError(Exception):
         code: str | None = None,
         kind: str | None = None,
         retry_after: float | None = None,
+        facts: dict[str, int] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -69,6 +71,7 @@ class APIError(Exception):
         self.code = code
         self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
         self.retry_after = retry_after
+        self.facts = facts or {}
 
     @property
     def headers(self) -> dict[str, str]:

@@ -495,6 +495,7 @@ async def _start(
             f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
             param="messages",
             code="context_length_exceeded",
+            facts={"prompt_tokens": len(full), "context": context},
         )
     room = context - len(full)
     if req.max_tokens is not None and req.max_tokens > room:
@@ -504,6 +505,7 @@ async def _start(
             f"{req.max_tokens}, over the model's context of {context}",
             param="max_tokens",
             code="context_length_exceeded",
+            facts={"prompt_tokens": len(full), "max_tokens": req.max_tokens, "context": context},
         )
     max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
     base = generation_request(req, model.defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)

@@ -190,19 +190,10 @@ class Server:
                 "family": spec.family,
                 "template": spec.template,
                 "sampling_defaults": self.models.defaults(name).to_dict(),
-                "thinking_switch": self._thinking_switch(name),
+                "thinking_switch": switch.to_dict() if (switch := self.models.thinking_switch(name)) else None,
             }
             data.append(card)
         return JSONResponse({"object": "list", "data": data})
-
-    def _thinking_switch(self, name: str) -> dict[str, Any] | None:
-        """The template variables that turn the model's reasoning on and off (``toggle``) or set its level
-        (``effort``), which ``reasoning_effort``, ``reasoning.effort`` and ``thinking`` set; ``None`` without one."""
-        try:
-            switch = self.models.format(name).thinking_switch()
-        except (TurnkitError, APIError):
-            return None
-        return switch.to_dict() if switch else None
 
     async def tokenize(self, request: Request) -> Response:
         req = await read_request(request, parse_tokenize)
