@@ -125,7 +125,7 @@ def _peers(args: argparse.Namespace, gguf: Path) -> tuple[list[tuple[Peer, int]]
         port = _free_port()
         command = [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", "16", "--kv-unified"]
         command += ["-c", str(args.kv_tokens), "-t", str(args.threads), "-tb", str(args.prefill_threads)]
-        command += ["-b", "144", "-ub", "144", "--no-webui"]  # turnkit's batch: a 128-token prefill chunk + 16 streams
+        command += ["--no-webui"]  # its own batch sizes (2,048 / 512); turnkit reads prompts 128 tokens per step
         if args.context > TRAINED_CONTEXT:
             command += ["--rope-scaling", "yarn", "--rope-scale", f"{args.context / TRAINED_CONTEXT:g}"]
             command += ["--yarn-orig-ctx", str(TRAINED_CONTEXT)]
@@ -212,9 +212,10 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
         return statistics.median(pick(run) for run in runs)
 
     print(f"\nload average (1 min) at each server's round start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    short, long, many = f"{args.prompt_tokens / 1000:g}k", f"{args.long_tokens / 1000:g}k", args.conversations
     print(
-        f"{'server':<17} {'4k TTFT':>8} {'tok/s':>6} {'10k TTFT':>9} {'tok/s':>6} "
-        f"{f'{args.conversations}x4k wall':>12} {'prompt tok/s':>12} {'TTFT p50':>9} {'max':>7} {'err':>4}"
+        f"{'server':<17} {f'{short} TTFT':>8} {'tok/s':>6} {f'{long} TTFT':>9} {'tok/s':>6} "
+        f"{f'{many}x{short} wall':>12} {'prompt tok/s':>12} {'TTFT p50':>9} {'max':>7} {'err':>4}"
     )
     for name, runs in results.items():
         print(
@@ -230,9 +231,9 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
     if mine and peer:
         print("\nratios (turnkit / peer; < 1 is faster for TTFT and wall, > 1 is faster for tok/s):")
         for label, pick in (
-            ("4k TTFT", lambda r: r.ttft_4k),
-            ("10k TTFT", lambda r: r.ttft_long),
-            (f"{args.conversations}x4k wall", lambda r: r.wall),
+            (f"{short} TTFT", lambda r: r.ttft_4k),
+            (f"{long} TTFT", lambda r: r.ttft_long),
+            (f"{many}x{short} wall", lambda r: r.wall),
             ("prompt tok/s", lambda r: r.prompt_tokens / r.wall),
         ):
             print(f"  {label}: {med(mine, pick) / med(peer, pick):.2f}")

@@ -38,6 +38,14 @@ TOOL_MODEL = ("--model", "smollm2=default:qwen2.5", "--engine", "llama.cpp", "--
 def turnkit_serve(*arguments: str, name: str = "serve") -> Iterator[tuple[str, Path]]:
     """``turnkit serve ARGUMENTS --port P`` as a subprocess, its output in a log file; yields (URL, log) once it answers
     ``/health``, and stops it on the way out."""
+    with turnkit_serve_process(*arguments, name=name) as (url, _process, log):
+        yield url, log
+
+
+@contextmanager
+def turnkit_serve_process(*arguments: str, name: str = "serve") -> Iterator[tuple[str, subprocess.Popen, Path]]:
+    """:func:`turnkit_serve`, yielding the process too (for a test that signals it); stopped on the way out unless the
+    test ended it."""
     port = free_port()
     command = [sys.executable, "-m", "turnkit.cli", "serve", *arguments, "--port", str(port)]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-{name}-{port}.log"
@@ -46,10 +54,11 @@ def turnkit_serve(*arguments: str, name: str = "serve") -> Iterator[tuple[str, P
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url, process)
-        yield url, log
+        yield url, process, log
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
 
 
 def free_port() -> int:

@@ -17,21 +17,18 @@ Marked slow (CI runs it; ``-m "not slow"`` leaves it out): a few minutes in all.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_harness import free_port, wait_until_up
+from serve_harness import turnkit_serve_process
 
 pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow
@@ -42,23 +39,10 @@ EXIT_MARGIN_SECONDS = 10.0  # the issue's goal is 5 s past the drain deadline
 HEALTH_SECONDS = 0.5  # the issue's goal is 50 ms
 
 
-@contextmanager
-def server(*arguments: str, name: str) -> Iterator[tuple[str, subprocess.Popen, Path]]:
+def server(*arguments: str, name: str) -> AbstractContextManager[tuple[str, subprocess.Popen, Path]]:
     """``turnkit serve`` on the embedded GGUF, one thread, with ``arguments``; yields (URL, process, log)."""
-    port = free_port()
-    command = [sys.executable, "-m", "turnkit.cli", "serve", "--model", "default", "--model-id", "smollm2"]
-    command += ["--threads", "1", "--prefill-threads", "1", "--no-ui", "--port", str(port), *arguments]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-faults-{name}-{port}.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, process)
-        yield url, process, log
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    base = ["--model", "default", "--model-id", "smollm2", "--threads", "1", "--no-ui"]
+    return turnkit_serve_process(*base, *arguments, name=f"faults-{name}")
 
 
 def health(url: str) -> dict:

@@ -131,17 +131,7 @@ def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_metrics_count_requests_tokens_and_latencies(client, server):
     """/metrics before and after a few requests: the counters moved by exactly what the answers' usage says."""
     before = _metrics(server[0])
-    chat = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=8)
-    stream = list(
-        client.chat.completions.create(
-            model="smollm2",
-            messages=GERMANY,
-            temperature=0,
-            max_tokens=8,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    chat, stream = whole_and_streamed(client, GERMANY, max_tokens=8)
     completion = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=5)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="smollm2", messages=GERMANY, max_tokens=-1)

@@ -16,7 +16,8 @@ Its rooms, each a package or module of one concept:
   (:mod:`.engines.torch`), and which engine loads a model (one table);
 * the models a server offers: :mod:`.modelspec` (``--model``, ``--models``, models files), :mod:`.models` (the
   registry: formats at hand, weights loaded lazily, least recently used unloaded), :mod:`.sampling` (defaults);
-* :mod:`.app`: the HTTP app (routes, the API key, error objects, body limits, server-sent events, the playground);
+* :mod:`.app`: the HTTP app (routes, every request watched for a client that leaves, running and draining with a
+  deadline, ``/metrics``, the API key, error objects, body limits, server-sent events, the playground);
 * :mod:`.terminal` (``turnkit generate`` and ``chat`` on the same sessions) and :mod:`.replicas` (``--ray``: the app
   as a Ray Serve deployment; it gets a factory and imports nothing of the server).
 

@@ -209,19 +209,19 @@ class ModelRegistry:
 
     def drain(self, refusal: ShuttingDownError) -> None:
         """Stop admitting: new requests (and loading a model) are refused with ``refusal``; running ones go on."""
-        self.refusal = refusal
-        for model in self._loaded.values():
-            stop = getattr(model.backend, "stop_admitting", None)
-            if stop is not None:
-                stop(refusal)
+        self._stop("stop_admitting", refusal)
 
     def abort(self, error: ShuttingDownError) -> None:
         """End every queued and running request of every model with ``error``."""
+        self._stop("abort", error)
+
+    def _stop(self, method: str, error: ShuttingDownError) -> None:
+        """``error`` for every request from now on, and the engines' ``method`` (an engine without it is skipped)."""
         self.refusal = error
         for model in self._loaded.values():
-            abort = getattr(model.backend, "abort", None)
-            if abort is not None:
-                abort(error)
+            stop = getattr(model.backend, method, None)
+            if stop is not None:
+                stop(error)
 
     def loaded(self, name: str) -> LoadedModel | None:
         return self._loaded.get(name)

@@ -285,8 +285,10 @@ class Session:
     completion_tokens: int = field(init=False, default=0)
     reply: Reply | None = field(init=False, default=None)
     #: ``running`` until the reply ends: then ``finished``, ``aborted`` (closed before its end: the client left) or
-    #: ``failed`` (an error ended it); ``refused`` when the engine never admitted it.
+    #: ``failed`` (an error ended it); ``refused`` when the engine refused it while it waited (its client may also
+    #: leave while it waits: ``aborted``, with ``admitted`` false).
     outcome: str = field(init=False, default="running")
+    admitted: bool = field(init=False, default=False)  # the engine took it (its prompt was, or is being, computed)
     model: str = field(init=False, default="")  # the model's name, as clients use it
     ended: float | None = field(init=False, default=None)  # time.perf_counter() when the outcome was decided
     _started: float = field(init=False, default_factory=time.perf_counter)
@@ -357,19 +359,24 @@ class Session:
         raw = table.bytes_of(token_id) if table else b""
         return raw.decode("utf-8", errors="replace"), list(raw)
 
-    def _stopped(self, exc: BaseException) -> None:
-        """The reply ended before its end: ``aborted`` (the client left, the answer was closed) or ``failed``."""
+    def _stopped(self, exc: BaseException, *, waiting: bool = False) -> None:
+        """The reply ended before its end: ``aborted`` (the client left, the answer was closed), ``refused`` (by the
+        engine, while it waited for admission) or ``failed``; one log line says which."""
         self.ended = time.perf_counter()
-        self.outcome = "failed" if isinstance(exc, Exception) else "aborted"
+        if not isinstance(exc, Exception):
+            self.outcome = "aborted"
+        else:
+            self.outcome = "refused" if waiting and isinstance(exc, BackendBusyError) else "failed"
+        where = "while waiting for admission" if waiting else f"after {self.completion_tokens} tokens"
         log.info(
-            "%s %s %s after %d tokens prompt=%d total=%.0fms%s",
+            "%s %s %s %s prompt=%d total=%.0fms%s",
             self.request_id,
             self.endpoint,
             self.outcome,
-            self.completion_tokens,
+            where,
             self.prompt_tokens,
             (self.ended - self._started) * 1000,
-            f": {exc}" if self.outcome == "failed" else "",
+            f": {exc}" if isinstance(exc, Exception) else "",
         )
 
     def _log(self, reply: Reply) -> None:
@@ -524,10 +531,15 @@ async def _start(
     except BaseException as exc:
         for session in sessions:
             session.generation.cancel()
-            session.outcome = "refused"
+        if sessions:  # one line for the request: refused by the engine, or left (or failed) while it waited
+            sessions[0]._stopped(exc, waiting=True)
+        for session in sessions[1:]:
+            session.outcome, session.ended = sessions[0].outcome, sessions[0].ended
         if isinstance(exc, BackendBusyError):
             raise engine_error(exc) from None
         raise
+    for session in sessions:
+        session.admitted = True
     for session in sessions[1:]:  # the choices of one answer share its id
         session.request_id, session.created = sessions[0].request_id, sessions[0].created
     return sessions

@@ -20,7 +20,7 @@ own registry, so servers in one process (tests) do not mix. Behind the API key w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -29,6 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from turnkit.serve.engines.base import Load
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.session import Ledger
 
@@ -100,7 +101,7 @@ class Metrics:
         if path in _UNCOUNTED:
             return
         endpoint = self.endpoint(path)
-        started = [s for s in ledger.sessions if s.outcome != "refused"]
+        started = [session for session in ledger.sessions if session.admitted]
         model = ledger.sessions[0].model if ledger.sessions else ""
         self.requests.labels(endpoint, model, str(status)).inc()
         if status == 499:
@@ -129,6 +130,30 @@ class Metrics:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+#: The gauges read from each engine at a scrape: name, help, and the figure of a :class:`Load` (None: not shown).
+_GAUGES: tuple[tuple[str, str, Callable[[Load], float | None]], ...] = (
+    ("turnkit_requests_running", "requests generating", lambda load: load.running),
+    ("turnkit_requests_waiting", "requests waiting for admission", lambda load: load.waiting),
+    ("turnkit_kv_cache_capacity_tokens", "the key/value cache, in tokens", lambda load: load.kv_capacity),
+    (
+        "turnkit_kv_cache_used_tokens",
+        "key/value cache tokens promised to running requests (prompt plus max_tokens each)",
+        lambda load: None if load.kv_capacity is None else load.kv_reserved,
+    ),
+    ("turnkit_kv_cache_free_tokens", "key/value cache tokens admission can still promise", lambda load: load.kv_free),
+    (
+        "turnkit_kv_cache_cached_tokens",
+        "key/value cache tokens finished requests keep for prefix reuse (freed when needed)",
+        lambda load: None if load.kv_capacity is None else load.kv_cached,
+    ),
+    (
+        "turnkit_kv_cache_usage_ratio",
+        "used / capacity of the key/value cache",
+        lambda load: None if not load.kv_capacity else load.kv_reserved / load.kv_capacity,
+    ),
+)
+
+
 class _EngineCollector:
     """Read at each scrape: what every loaded model's engine is doing (the readings ``/health`` shows)."""
 
@@ -139,37 +164,14 @@ class _EngineCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        running = GaugeMetricFamily("turnkit_requests_running", "requests generating", labels=["model"])
-        waiting = GaugeMetricFamily("turnkit_requests_waiting", "requests waiting for admission", labels=["model"])
-        capacity = GaugeMetricFamily(
-            "turnkit_kv_cache_capacity_tokens", "the key/value cache, in tokens", labels=["model"]
-        )
-        used = GaugeMetricFamily(
-            "turnkit_kv_cache_used_tokens",
-            "key/value cache tokens promised to running requests (prompt plus max_tokens each)",
-            labels=["model"],
-        )
-        free = GaugeMetricFamily(
-            "turnkit_kv_cache_free_tokens", "key/value cache tokens admission can still promise", labels=["model"]
-        )
-        cached = GaugeMetricFamily(
-            "turnkit_kv_cache_cached_tokens",
-            "key/value cache tokens finished requests keep for prefix reuse (freed when needed)",
-            labels=["model"],
-        )
-        usage = GaugeMetricFamily(
-            "turnkit_kv_cache_usage_ratio", "used / capacity of the key/value cache", labels=["model"]
-        )
-        for name, load in self.models.loads().items():
-            running.add_metric([name], load.running)
-            waiting.add_metric([name], load.waiting)
-            if load.kv_capacity is not None:
-                capacity.add_metric([name], load.kv_capacity)
-                used.add_metric([name], load.kv_reserved)
-                free.add_metric([name], load.kv_free or 0)
-                cached.add_metric([name], load.kv_cached)
-                usage.add_metric([name], load.kv_reserved / max(1, load.kv_capacity))
-        yield from (running, waiting, capacity, used, free, cached, usage)
+        loads = self.models.loads()
+        for name, text, figure in _GAUGES:
+            gauge = GaugeMetricFamily(name, text, labels=["model"])
+            for model, load in loads.items():
+                value = figure(load)
+                if value is not None:
+                    gauge.add_metric([model], value)
+            yield gauge
 
 
 def _samples(metric: Counter, name: str) -> Iterator[Any]:

@@ -1,9 +1,13 @@
 """The HTTP app: one route per endpoint, each a thin translation onto the one path.
 
-A generating route reads its body with its API's module (:mod:`..chat`, :mod:`..completions`), picks the model's
-format and backend from the registry, starts :class:`~turnkit.serve.session.Session` s, and answers with that API's
-chunks: streamed as server-sent events (:mod:`.sse`) or folded into one response. The API key is :mod:`.auth`'s, the
-error objects :mod:`.errors`', the playground page :mod:`.ui`'s.
+A generating route reads its body with its API's module (:mod:`..chat`, :mod:`..completions`) through
+:func:`.body.read_request` (a large body is decoded off the event loop), picks the model's format and backend from the
+registry, awaits :func:`~turnkit.serve.session.start_chat` (which encodes off the loop and returns once the engine
+admitted the request, or raises the 429/503 with ``Retry-After``), and answers with that API's chunks: streamed as
+server-sent events (:mod:`.sse`) or folded into one response. A new route (the Responses or Messages API) gets the rest
+without writing it: :mod:`.inflight` stops its generation when its client leaves and hands its sessions to
+:mod:`.metrics`; the drain refuses and ends its requests through the engines. The API key is :mod:`.auth`'s, the error
+objects :mod:`.errors`', the playground page :mod:`.ui`'s.
 """
 
 from __future__ import annotations
