@@ -23,10 +23,10 @@ _TAGGED = Arguments("tagged")
 _PYTHON = Arguments("python")
 
 HERMES = tool_syntax("<tool_call>{args}</tool_call>", _HERMES_CALL)
-QWEN3_CODER = tool_syntax(
-    "<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>",
-    _TAGGED,
-    param="<parameter={key}>\n{value}\n</parameter>\n",
+_QWEN3_PARAM = "<parameter={key}>\n{value}\n</parameter>\n"
+QWEN3_CODER = (
+    tool_syntax("<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>", _TAGGED, param=_QWEN3_PARAM),
+    tool_syntax("<function={name}>\n{args}</function>", _TAGGED, param=_QWEN3_PARAM),  # without <tool_call>
 )
 GLM = tool_syntax(
     "<tool_call>{name}\n{args}</tool_call>", _TAGGED, param="<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
@@ -36,9 +36,11 @@ LLAMA3 = (
     tool_syntax("<|python_tag|>{args}", _LLAMA_CALL, block=("", ""), separator=";"),
 )
 MISTRAL = (
-    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS] [", "]"), separator=","),
-    tool_syntax("[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{args}", _JSON),
-    tool_syntax("[TOOL_CALLS]{name}[ARGS]{args}", _JSON),
+    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS] [", "]"), separator=","),  # pre-v11: a JSON list
+    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS]", ""), separator=","),  # ... or bare objects
+    tool_syntax("[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{args}", _JSON),  # Small 3.2
+    tool_syntax("[TOOL_CALLS]{name}[ARGS]{args}", _JSON),  # v11+
+    tool_syntax("[TOOL_CALLS]{name}{args}", _JSON),  # v11+ without [ARGS]
 )
 DEEPSEEK_BLOCK = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
 DEEPSEEK_V3 = tool_syntax(
@@ -105,7 +107,10 @@ LFM2 = (
     tool_syntax("{args}", _HERMES_CALL, block=("<|tool_call_start|> [", "] <|tool_call_end|>"), separator=","),
 )
 OLMO3 = tool_syntax("{name}({args})", _PYTHON, block=("<function_calls>", "</function_calls>"), separator="\n")
-GEMMA4 = tool_syntax("<|tool_call>call:{name}{args}<tool_call|>", Arguments("gemma"))
+GEMMA4 = (
+    tool_syntax("<|tool_call>call:{name}{args}<tool_call|>", Arguments("gemma")),
+    tool_syntax("<|tool_call>:{name}{args}<tool_call|>", Arguments("gemma")),  # the bare opener
+)
 FUNCTIONGEMMA = tool_syntax(
     "<start_function_call>call:{name}{args}<end_function_call>", Arguments("gemma", quote="<escape>")
 )
@@ -172,7 +177,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("hermes", HERMES),  # vLLM hermes; Hermes 2/3, Qwen2.5
         _format("qwen3", HERMES, reasoning=_THINK),  # Qwen3, QwQ
         ReplyFormat("reasoning", _THINK),  # DeepSeek-R1 and its distillations
-        _format("qwen3_coder", QWEN3_CODER, reasoning=_THINK),  # vLLM qwen3_coder/qwen3_xml; Qwen3.5, Nemotron 3
+        _format("qwen3_coder", *QWEN3_CODER, reasoning=_THINK),  # vLLM qwen3_coder/qwen3_xml; Qwen3.5, Nemotron 3
         _format("glm45", GLM, reasoning=_THINK),  # vLLM glm45/glm47; GLM-4.5..4.7, Ling 3, Laguna
         _format("llama3", *LLAMA3),  # vLLM llama3_json
         _format("mistral", *MISTRAL, reasoning=Reasoning("[THINK]", "[/THINK]")),  # vLLM mistral
@@ -192,7 +197,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("olmo3", OLMO3, reasoning=_THINK),
         # Gemma 4 writes stray channel markers: a lone <|channel> is dropped
         _format(
-            "gemma4", GEMMA4, reasoning=Reasoning("<|channel>thought", "<channel|>"), content_markers=("<|channel>",)
+            "gemma4", *GEMMA4, reasoning=Reasoning("<|channel>thought", "<channel|>"), content_markers=("<|channel>",)
         ),
         _format("functiongemma", FUNCTIONGEMMA),
         _format(

@@ -282,6 +282,7 @@ class _Call:
         self.params = 0
         self.closing = False  # a broken call skipping to its end
         self.peek = False  # several syntaxes still possible: the next character decides
+        self.fresh = False  # only a block's opening read so far: its end here means an empty block
         #: Syntaxes that share the trigger but continue differently: (syntax, elements, element, core) each.
         self.alternatives: list[tuple[_Syntax, tuple[_Elem, ...], int, int]] | None = None
 
@@ -330,6 +331,7 @@ class Engine:
         self._block: _Syntax | None = None  # a block of calls is open
         self._expect: list[str] = []
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
+        self._mode = "content"
         compiled = self._compiled
         self._header: list[str] = []
         if compiled.channels is not None and open_message is not None:
@@ -438,6 +440,8 @@ class Engine:
         if call.closing:
             return self._resync_needles(call)
         element = call.element
+        if call.fresh and call.pos >= 1 and self._block is not None and self._block.block_end is not None:
+            return [*self._fresh_needles(call), self._block.block_end.cores[0]]
         if call.param_pos is not None:
             assert isinstance(element, _Args)
             return list(self._param_needles(call, element))
@@ -468,6 +472,24 @@ class Engine:
             return [n for n in self._resync_needles(call) if n[0] not in _SYNTAX_CHARS]
         return []
 
+    def _fresh_needles(self, call: _Call) -> list[str]:
+        call.fresh = False
+        try:
+            return self._call_needles()
+        finally:
+            call.fresh = True
+
+    def _empty_block(self, call: _Call) -> None:
+        """The block ended before any call: there was none."""
+        self._call = None
+        block = self._block
+        assert block is not None and block.block_end is not None
+        if len(block.block_end.cores) > 1:
+            self._expect = list(block.block_end.cores[1:])
+            self._mode = "expect"
+        else:
+            self._end_block()
+
     def _closing_only(self, call: _Call) -> bool:
         """Only the call's end literals are left to read (its name and arguments are complete)."""
         return call.pos > 0 and all(isinstance(e, _Lit) for e in call.seq[call.pos :])
@@ -482,7 +504,10 @@ class Engine:
         if isinstance(element, _Lit):
             return {element.cores[call.param_core]}
         follow = _first_cores(args.param, 0, frozenset()) | _first_cores(call.seq, call.pos + 1, frozenset())
-        return set(_first_cores(args.param, call.param_pos + 1, follow))
+        own = set(_first_cores(args.param, call.param_pos + 1, follow))
+        if isinstance(element, Hole) and element.kind == "value":  # a value left unclosed ends where the next begins
+            return own | follow
+        return own
 
     def _resync_needles(self, call: _Call) -> list[str]:
         found = []
@@ -604,6 +629,7 @@ class Engine:
                 self._enter()
                 return
             call.raw.append(self._plain(trigger))
+        call.fresh = first.block_start is not None and bool(first.block_start.cores)
         if len(aligned) < len(starts):  # what follows the shared trigger decides (Mistral's list or name[ARGS])
             call.alternatives = starts
             call.peek = True
@@ -639,6 +665,8 @@ class Engine:
         assert call is not None
         element = call.element
         assert isinstance(element, _Lit)
+        if call.pos >= 1:
+            call.fresh = False
         call.core += 1
         if call.core >= len(element.cores):
             call.pos += 1
@@ -704,6 +732,15 @@ class Engine:
             call.raw.append(self._plain(text[: len(text) - len(stripped)]))
             lexer.buffer = stripped
         char = stripped[0]
+        block = self._block
+        if call.fresh and block is not None and block.block_end is not None:
+            end = block.block_end.cores[0]
+            if stripped.startswith(end):
+                lexer.buffer = stripped[len(end) :]
+                self._empty_block(call)
+                return True
+            if end.startswith(stripped) and not lexer.final:
+                return False
         if call.alternatives is not None:
             self._choose(call, char)
             return True
@@ -781,6 +818,10 @@ class Engine:
         if call.closing:
             self._resynced(call, needle)
             return
+        block = self._block
+        if call.fresh and block is not None and block.block_end is not None and needle == block.block_end.cores[0]:
+            self._empty_block(call)
+            return
         element = call.element
         if call.param_pos is not None or (isinstance(element, _Args) and element.spec.encoding == "tagged"):
             assert isinstance(element, _Args)
@@ -794,8 +835,9 @@ class Engine:
                 return
         if isinstance(element, _Lit):
             self._pick(call, needle)
-            if call.pos < len(call.seq) - 1 or not call.confirmed:
-                call.raw.append(self._plain(needle))
+            opening = self._block is not None and call.pos == 0 and element is self._block.block_start
+            if (call.pos < len(call.seq) - 1 or not call.confirmed) and not (opening and call.confirmed):
+                call.raw.append(self._plain(needle))  # a call's text, without its block's opening and its end
             self._lit_matched()
         elif isinstance(element, Hole):
             self._pick_after_hole(call, needle)
@@ -880,6 +922,7 @@ class Engine:
             text = stripped
             if not text:
                 return
+        call.fresh = False
         for n, char in enumerate(text):
             if char in _WS:
                 call.hole.append(text[:n])
@@ -960,6 +1003,8 @@ class Engine:
         used = reader.feed(text)
         consumed = text[:used]
         call.raw.append(self._plain(consumed))
+        if consumed.strip(_WS):
+            call.fresh = False
         if spec.encoding == "json" and not reader.is_string:
             self._send(call, self._plain(consumed.lstrip(_WS) if not call.sent and not call.pending else consumed))
         elif spec.encoding == "json_call":
@@ -1112,6 +1157,13 @@ class Engine:
             self._param_lit_matched(call, args)
             return
         assert isinstance(element, Hole)
+        own = _first_cores(args.param, call.param_pos + 1, frozenset())
+        if element.kind == "value" and own and needle not in own:  # the model left the value's end out
+            self._value_done(call, args)
+            call.hole = []
+            call.param_pos = None
+            self._lexer.unread(needle)
+            return
         self._param_hole_done(call, args, element)
         self._lexer.unread(needle)
 
