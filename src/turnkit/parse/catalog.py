@@ -87,12 +87,29 @@ SEED_OSS = tool_syntax(
     _TAGGED,
     param="<parameter={key}>{value}</parameter>\n",
 )
-STEP3 = tool_syntax(
-    '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">{args}</steptml:invoke>'
-    "<｜tool_call_end｜>",
+_STEP3_PARAM = '<steptml:parameter name="{key}">{value}</steptml:parameter>'
+_STEP3_BLOCK = ("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>")
+STEP3 = (
+    tool_syntax(
+        '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">{args}</steptml:invoke>'
+        "<｜tool_call_end｜>",
+        _TAGGED,
+        param=_STEP3_PARAM,
+        block=_STEP3_BLOCK,
+        separator="<｜tool_sep｜>",
+    ),
+    tool_syntax(  # "function<｜tool_sep｜>" left out
+        '<｜tool_call_begin｜><steptml:invoke name="{name}">{args}</steptml:invoke><｜tool_call_end｜>',
+        _TAGGED,
+        param=_STEP3_PARAM,
+        block=_STEP3_BLOCK,
+        separator="<｜tool_sep｜>",
+    ),
+)
+MIMO = tool_syntax(  # MiMo's parser keeps a value's text verbatim, newlines included
+    "<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>",
     _TAGGED,
-    param='<steptml:parameter name="{key}">{value}</steptml:parameter>',
-    block=("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"),
+    param="<parameter={key}>{value}</parameter>\n",
 )
 MINICPM5 = tool_syntax(
     '<function name="{name}">{args}</function>', _TAGGED, param='<param name="{key}">{value}</param>'
@@ -189,7 +206,8 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("minimax_m2", MINIMAX_M2, reasoning=_THINK_PREFILLED),
         _format("minimax_m3", MINIMAX_M3, reasoning=Reasoning("<mm:think>", "</mm:think>")),
         _format("seed_oss", SEED_OSS, reasoning=Reasoning("<seed:think>", "</seed:think>")),
-        _format("step3", STEP3, reasoning=_THINK_PREFILLED),
+        _format("step3", *STEP3, reasoning=_THINK_PREFILLED),
+        _format("mimo", MIMO, reasoning=_THINK),
         _format("minicpm5", MINICPM5, reasoning=_THINK),
         _format("pythonic", PYTHONIC),
         _format("llama4_pythonic", *LLAMA4_PYTHONIC),

@@ -36,6 +36,7 @@ from turnkit.parse.values import (
     is_plain_string,
     param_schema,
     python_arguments,
+    schema_types,
     typed_value,
 )
 
@@ -511,6 +512,8 @@ class Engine:
 
     def _resync_needles(self, call: _Call) -> list[str]:
         found = []
+        if call.closing:  # a broken call also ends where another call starts
+            found += [s.trigger for s in self._compiled.syntaxes if not s.spec.bare]
         if self._compiled.channels is not None:
             found += self._compiled.channels.message_ends
         if call.syntax.end_core:
@@ -881,6 +884,8 @@ class Engine:
             self._switch(call, kept)
 
     def _switch(self, call: _Call, kept: list[_Syntax]) -> None:
+        if self._block is call.syntax:
+            self._block = kept[0]
         call.seq = self._candidate_seq(call, kept[0])
         call.candidates = kept
 
@@ -944,8 +949,7 @@ class Engine:
         elif hole.kind == "id":
             call.written_id = text or None
         elif hole.kind == "named_id":
-            name = text.rpartition(":")[0] if ":" in text else text
-            name = name.rpartition(".")[2]
+            name = text.rpartition(":")[0].rpartition(".")[2]
             if not name or not set(name) <= _NAME_CHARS:
                 self._mismatch(call, f"{text!r} holds no function name", "")
                 return
@@ -983,7 +987,13 @@ class Engine:
             return
 
     def _resynced(self, call: _Call, needle: str) -> None:
-        """A broken call reached its end literal, or its block's end."""
+        """A broken call reached its end literal, or its block's end, or the start of another call."""
+        if needle != call.syntax.end_core and any(needle == s.trigger for s in self._compiled.syntaxes):
+            self._end_call()
+            if self._mode == "between":  # a new start: a new block
+                self._end_block()
+            self._lexer.unread(needle)
+            return
         block = self._block
         if block is not None and block.block_end is not None and needle == block.block_end.cores[-1]:
             self._end_call()
@@ -1168,14 +1178,15 @@ class Engine:
         self._lexer.unread(needle)
 
     def _param_text(self, call: _Call, args: _Args, text: str) -> None:
+        stripped = text.lstrip(_WS)
+        if len(stripped) < len(text) and (call.param_pos is None or isinstance(args.param[call.param_pos], _Lit)):
+            call.raw.append(self._plain(text[: len(text) - len(stripped)]))
         if call.param_pos is None:
-            stripped = text.lstrip(_WS)
             if stripped:
                 self._mismatch(call, f"unexpected text between arguments: {self._plain(stripped[:20])!r}", stripped)
             return
         element = args.param[call.param_pos]
         if isinstance(element, _Lit):
-            stripped = text.lstrip(_WS)
             if stripped:
                 expected = self._plain(element.cores[call.param_core])
                 self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
@@ -1232,7 +1243,9 @@ class Engine:
     def _value_start(self, call: _Call, args: _Args) -> None:
         key = call.key or ""
         schema = self._param_schema(call, key)
-        call.value_streams = call.raw_string if call.raw_string is not None else is_plain_string(schema)
+        # the tool's schema decides where it says something; a type attribute where it does not
+        typed = bool(schema_types(schema))
+        call.value_streams = is_plain_string(schema) if typed or call.raw_string is None else call.raw_string
         call.value_parts = []
         call.value_started = False
         opening = ("{" if call.params == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": "
@@ -1290,11 +1303,11 @@ class Engine:
             self._send(call, '"')
             return
         schema = self._param_schema(call, call.key or "")
-        if call.raw_string is False:
+        if call.raw_string is False and not schema_types(schema):
             try:
                 value = json.loads(text)
             except ValueError:
-                value = typed_value(text, schema)
+                value = text
         else:
             value = typed_value(text, schema)
         self._send(call, call.opening + json.dumps(value, ensure_ascii=False))

@@ -26,6 +26,7 @@ __all__ = [
     "is_plain_string",
     "param_schema",
     "python_arguments",
+    "schema_types",
     "typed_value",
 ]
 
@@ -88,6 +89,11 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else "object"
+
+
+def schema_types(schema: Schema | None) -> list[str]:
+    """The JSON types a parameter's schema allows ([] when it says nothing)."""
+    return _types(schema)
 
 
 def is_plain_string(schema: Schema | None) -> bool:
