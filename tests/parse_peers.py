@@ -17,6 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import contextlib
+
 from corpus import PEERS, TEMPLATES, manifest
 
 from turnkit import ChatFormat, TurnkitError
@@ -130,10 +132,8 @@ def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for call in message.get("tool_calls", []):
             arguments = call.get("arguments")
             if isinstance(arguments, str):
-                try:
+                with contextlib.suppress(ValueError):
                     arguments = json.loads(arguments)
-                except ValueError:
-                    pass
             entry = {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
             if call.get("id"):
                 entry["id"] = call["id"]

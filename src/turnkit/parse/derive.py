@@ -23,6 +23,7 @@ not fit is simply not chosen.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -472,7 +473,7 @@ def _loosen(text: str) -> str:
             continue
         pieces = marker_pieces(run)
         joined = pieces[0]
-        for before, after in zip(pieces, pieces[1:], strict=False):
+        for before, after in itertools.pairwise(pieces):
             glue = " " if (is_marker(before) and after in "[]{}") or (before in "[]{}" and is_marker(after)) else ""
             joined += glue + after
         out.append(joined)

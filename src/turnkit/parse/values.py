@@ -251,7 +251,8 @@ def _unescape(body: str) -> str:
             continue
         code = body[pos + 1]
         width = {"x": 2, "u": 4, "U": 8}.get(code)
-        if width and re.fullmatch(r"[0-9a-fA-F]{%d}" % width, body[pos + 2 : pos + 2 + width]):
+        digits = body[pos + 2 : pos + 2 + width] if width else ""
+        if width and len(digits) == width and all(c in "0123456789abcdefABCDEF" for c in digits):
             out.append(chr(int(body[pos + 2 : pos + 2 + width], 16)))
             pos += 2 + width
         elif code == "\n":
