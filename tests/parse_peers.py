@@ -101,10 +101,13 @@ LLAMACPP_DECISIONS = {
     "builtin_recipient": "a Harmony message to a built-in recipient (container.exec, python) is kept as a call with "
     "its status rather than dropped (never silent loss); llama.cpp drops it",
     "cdata": "MiniCPM5's <![CDATA[...]]> sections in parameter values are not unwrapped (not done)",
+    "repeated_reasoning_start": "a reasoning start the model repeats after the prompt opened reasoning (<think> "
+    "again) is absorbed, as vLLM's parsers do; llama.cpp keeps it as reasoning text",
 }
 
 #: Which decision each llama.cpp case that differs falls under (exact: a listed case that passes fails the test).
 LLAMACPP_DIFFERENCES = {
+    "Qwen3.5-4B.jinja:2377#14": "repeated_reasoning_start",
     "mistralai-Ministral-3-14B-Reasoning-2512.jinja:2648#31": "response_format_fence",
     "mistralai-Ministral-3-14B-Reasoning-2512.jinja:2660#32": "call_in_reasoning",
     "LFM2.5-8B-A1B.jinja:5259#289": "call_in_reasoning",
@@ -373,6 +376,24 @@ def _typed_with_schema(fmt: Any, case: dict[str, Any]) -> bool:
 
 
 VLLM_DECISIONS = {
+    "whitespace_and_none": "turnkit drops whitespace next to reasoning markers, and returns no reasoning as None and "
+    "no content as '', the same whole and streamed; vLLM's expectations keep that whitespace and differ between "
+    "its streaming and non-streaming paths ('' vs None)",
+    "look_behind": "vLLM's non-streaming Gemma 4 parser reads text before a lone <channel|> as reasoning (looking "
+    "back); a stream cannot take back text it sent as content, and turnkit reads it as vLLM's streaming path does",
+    "stray_end_marker": "a reasoning end marker that nothing opened is dropped from content; vLLM keeps it as text",
+    "append_think": "minimax_m2_append_think is a vLLM display option (the reasoning left in the content with <think> "
+    "added back); turnkit always separates reasoning",
+    "reasoning_parser_alone": "vLLM's reasoning parser ends reasoning at a tool call and leaves the call to its tool "
+    "parser as content; turnkit reads the whole reply in one pass, so with a tool syntax the call is a call (with "
+    "only the reasoning syntax, as here, the call text stays in the open reasoning)",
+    "odd_expectation": "the expectation has neither reasoning nor content for a reply that holds both and ends by "
+    "opening another <think>",
+    "force_nonempty_content": "force_nonempty_content is a vLLM request option that moves reasoning into content "
+    "when no content follows; turnkit has no such option",
+    "granite_phrases": "Granite 3.2's plain-text reasoning phrases ('Here is my thought process:' ... 'Here is my "
+    "response:', also with \"Here's\") are not a reasoning syntax turnkit reads: no template of the corpus writes "
+    "them in a reply (not done)",
     "schema_not_in_vector": "the expectation types raw values by the tool schema the vLLM test passes, which the "
     "vector does not hold; without a schema turnkit keeps a value's text (as vLLM does), and with a schema of the "
     "expected types it gives exactly the expected values (checked here, by parsing again with that schema)",
@@ -439,7 +460,162 @@ VLLM_TOOL_DIFFERENCES: dict[str, str] = {
     "minimax_m2#334": "tools_not_in_vector",
 }
 
-LOADERS = {"llamacpp": llamacpp_cases, "vllm_tool": vllm_tool_cases}
+# -- vLLM: reasoning-parser cases ------------------------------------------------------------------------------------
+
+#: vLLM reasoning parsers as turnkit reasoning syntaxes: (start, end, the reply starts inside reasoning, content
+#: markers). The vectors carry no prompt; "starts inside" is what the parser assumes of its model's prompt (DeepSeek-R1
+#: and its kin pre-write <think> in their generation prompts).
+VLLM_REASONING: dict[str, tuple[str, str, bool, tuple[str, ...]]] = {
+    "deepseek_r1": ("<think>", "</think>", True, ()),
+    "qwen3": ("<think>", "</think>", True, ()),
+    "gemma4": ("<|channel>", "<channel|>", False, ()),
+    "granite_thinking_parser": ("<think>", "</think>", True, ()),
+    "step3p5": ("<think>", "</think>", True, ()),
+    "hunyuan_a13b": ("<think>", "</think>", False, ("<answer>", "</answer>")),
+    "glm45": ("<think>", "</think>", True, ()),
+    "hy_v3": ("<think>", "</think>", False, ()),
+    "minimax_m2": ("<think>", "</think>", True, ()),
+    "minimax_m3": ("<mm:think>", "</mm:think>", False, ()),
+    "olmo3": ("<think>", "</think>", True, ()),
+    "holo2": ("<think>", "</think>", True, ()),
+    "ernie45": ("<think>", "</think>", True, ("<response>", "</response>")),
+    "nemotron_v3": ("<think>", "</think>", True, ()),
+    "kimi_k2": ("<think>", "</think>", True, ()),
+    "TestThinkingReasoningParser": ("<test:think>", "</test:think>", True, ()),
+}
+
+
+def _thinking(kwargs: dict[str, Any] | None) -> bool | None:
+    """What the case's chat_template_kwargs say of the prompt: thinking on (it opened reasoning), off, or nothing."""
+    kwargs = kwargs or {}
+    for key in ("thinking", "enable_thinking"):
+        if isinstance(kwargs.get(key), bool):
+            return kwargs[key]
+    if "reasoning_effort" in kwargs:
+        return kwargs["reasoning_effort"] != "no_think"
+    if "thinking_mode" in kwargs:
+        return kwargs["thinking_mode"] != "disabled"
+    return None
+
+
+def _vllm_reasoning_format(parser: str) -> Any:
+    from turnkit.parse import Reasoning, ReplyFormat
+
+    key = parser.split(" ")[0]
+    if key in VLLM_REASONING:
+        start, end, prefilled, markers = VLLM_REASONING[key]
+        label = "thought" if key == "gemma4" else ""
+        return ReplyFormat(key, Reasoning(start, end, prefilled, label), content_markers=markers)
+    return ReplyFormat("plain")  # IdentityReasoningParser: no reasoning at all
+
+
+def _norm(text: str | None) -> str:
+    return (text or "").strip()
+
+
+def vllm_reasoning_cases(verbose: bool = False) -> Iterator[Result]:
+    from turnkit.parse import StreamParser
+
+    data = _json("vllm_reasoning_cases.json")
+    for n, case in enumerate(data["cases"]):
+        key = case["parser"].split(" ")[0]
+        name = f"{key}#{n}"
+        fmt = _vllm_reasoning_format(case["parser"])
+        kind = case["kind"]
+        if kind == "is_reasoning_end_prompt":
+            chat = ChatFormat.from_family("chatml")
+            reply = chat.parse("x", prompt=case["prompt"], reply_format=fmt)
+            ended = reply.reasoning_content is None
+            ok = ended == case["expected_is_reasoning_end"]
+            yield Result("vllm_reasoning", name, ok, "" if ok else f"ended {ended}", None)
+            continue
+        thinking = _thinking(case.get("chat_template_kwargs"))
+        opened = fmt.reasoning is not None and (fmt.reasoning.prefilled if thinking is None else thinking)
+        parser = StreamParser(fmt, in_reasoning=opened)
+        if kind == "single_streaming_step":
+            parser.feed_text(case["previous_text"] or "")
+            deltas = parser.feed_text(case["delta_text"] or "")
+            reasoning = "".join(d.reasoning_content or "" for d in deltas) or None
+            content = "".join(d.content or "" for d in deltas) or None
+            want_r, want_c = case.get("expected_reasoning_delta"), case.get("expected_content_delta")
+        else:
+            for chunk in case.get("deltas") or [case["output"]]:
+                parser.feed_text(chunk)
+            reply = parser.finish()
+            reasoning, content = reply.reasoning_content, reply.content
+            want_r, want_c = case["expected_reasoning"], case["expected_content"]
+        exact = reasoning == want_r and (content or None) == want_c
+        near = _norm(reasoning) == _norm(want_r) and _norm(content) == _norm(want_c)
+        detail = f"reasoning {reasoning!r} != {want_r!r}; content {content!r} != {want_c!r}" if not exact else ""
+        if verbose and not exact:
+            detail += f"\n     output: {case.get('output')!r} streaming={case.get('streaming')} kind={kind}"
+        difference = None
+        if not exact and near:
+            difference = "whitespace_and_none"
+        elif not exact:
+            difference = VLLM_REASONING_DIFFERENCES.get(name)
+        yield Result("vllm_reasoning", name, exact, detail, difference)
+
+
+VLLM_REASONING_DIFFERENCES: dict[str, str] = {
+    "gemma4#32": "look_behind",
+    "gemma4#34": "look_behind",
+    "granite#75": "granite_phrases",
+    "granite#76": "granite_phrases",
+    "granite#78": "granite_phrases",
+    "granite#79": "granite_phrases",
+    "granite#80": "granite_phrases",
+    "granite#81": "granite_phrases",
+    "granite#82": "granite_phrases",
+    "granite#83": "granite_phrases",
+    "granite#85": "granite_phrases",
+    "granite#86": "granite_phrases",
+    "granite#87": "granite_phrases",
+    "granite#88": "granite_phrases",
+    "granite#89": "granite_phrases",
+    "granite#90": "granite_phrases",
+    "granite#91": "granite_phrases",
+    "granite#92": "granite_phrases",
+    "granite#93": "granite_phrases",
+    "granite#94": "granite_phrases",
+    "granite#95": "granite_phrases",
+    "granite#97": "granite_phrases",
+    "granite#98": "granite_phrases",
+    "granite#99": "granite_phrases",
+    "granite#100": "granite_phrases",
+    "granite#101": "granite_phrases",
+    "holo2#122": "stray_end_marker",
+    "holo2#123": "stray_end_marker",
+    "minimax_m2_append_think#159": "append_think",
+    "minimax_m2_append_think#160": "append_think",
+    "minimax_m2_append_think#161": "append_think",
+    "minimax_m2_append_think#162": "append_think",
+    "minimax_m2_append_think#163": "append_think",
+    "minimax_m2_append_think#164": "append_think",
+    "minimax_m2_append_think#165": "append_think",
+    "minimax_m2_append_think#166": "append_think",
+    "minimax_m2_append_think#167": "append_think",
+    "minimax_m2_append_think#169": "append_think",
+    "minimax_m2_append_think#170": "append_think",
+    "minimax_m2_append_think#171": "append_think",
+    "minimax_m2_append_think#172": "append_think",
+    "qwen3#222": "reasoning_parser_alone",
+    "qwen3#223": "reasoning_parser_alone",
+    "qwen3#224": "reasoning_parser_alone",
+    "qwen3#225": "reasoning_parser_alone",
+    "qwen3#230": "reasoning_parser_alone",
+    "step3p5#259": "odd_expectation",
+    "TestThinkingReasoningParser#269": "stray_end_marker",
+    "TestThinkingReasoningParser#270": "repeated_reasoning_start",
+    "granite_thinking_parser#277": "force_nonempty_content",
+    "granite_thinking_parser#279": "force_nonempty_content",
+    "kimi_k2#285": "reasoning_parser_alone",
+    "minimax_m3#289": "stray_end_marker",
+    "minimax_m3#295": "stray_end_marker",
+    "nemotron_v3#303": "force_nonempty_content",
+}
+
+LOADERS = {"llamacpp": llamacpp_cases, "vllm_tool": vllm_tool_cases, "vllm_reasoning": vllm_reasoning_cases}
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

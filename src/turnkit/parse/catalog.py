@@ -214,9 +214,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("lfm2", *LFM2, reasoning=_THINK),
         _format("olmo3", OLMO3, reasoning=_THINK),
         # Gemma 4 writes stray channel markers: a lone <|channel> is dropped
-        _format(
-            "gemma4", *GEMMA4, reasoning=Reasoning("<|channel>thought", "<channel|>"), content_markers=("<|channel>",)
-        ),
+        _format("gemma4", *GEMMA4, reasoning=Reasoning("<|channel>", "<channel|>", label="thought")),
         _format("functiongemma", FUNCTIONGEMMA),
         _format(
             "cohere",

@@ -332,6 +332,7 @@ class Engine:
         self._block: _Syntax | None = None  # a block of calls is open
         self._expect: list[str] = []
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
+        self._label, self._label_held = "", ""  # a reasoning label not yet seen (Gemma's "thought")
         self._mode = "content"
         compiled = self._compiled
         self._header: list[str] = []
@@ -410,8 +411,10 @@ class Engine:
             if compiled.channels is not None:
                 found += compiled.channels.boundaries
         elif mode == "reasoning":
+            found += compiled.content_markers  # stray markers are dropped here too
             if compiled.reasoning is not None:
                 found.append(compiled.reasoning[1])
+                found.append(compiled.reasoning[0])  # a repeated start (a model that writes the prompt's <think>)
             if self._calls_allowed:
                 found += [s.trigger for s in compiled.syntaxes if not s.spec.bare]
             if compiled.channels is not None:
@@ -555,6 +558,7 @@ class Engine:
             if compiled.reasoning is not None and needle == compiled.reasoning[0]:
                 self._mode = "reasoning"
                 self.reasoning.drop_leading = True
+                self._label = self.format.reasoning.label if self.format.reasoning else ""
                 return
             if compiled.reasoning is not None and needle == compiled.reasoning[1]:
                 self.content.held = ""
@@ -562,6 +566,9 @@ class Engine:
                 return
             self._start_calls(needle)
         elif mode == "reasoning":
+            if needle in compiled.content_markers or (compiled.reasoning and needle == compiled.reasoning[0]):
+                self.reasoning.held = "" if not self.reasoning.started else self.reasoning.held
+                return  # dropped
             if compiled.reasoning is not None and needle == compiled.reasoning[1]:
                 self.reasoning.held = ""
                 self._mode = "content"
@@ -586,6 +593,10 @@ class Engine:
         if mode == "content":
             self._show(text)
         elif mode == "reasoning":
+            if self._label:
+                text = self._strip_label(text)
+                if not text:
+                    return
             if (shown := self.reasoning.add(self._plain(text))) != "":
                 self._emit(Delta(reasoning_content=shown))
         elif mode == "call":
@@ -602,6 +613,17 @@ class Engine:
                 self._lexer.unread(stripped)
         elif mode == "header":
             self._header.append(text)
+
+    def _strip_label(self, text: str) -> str:
+        """The reasoning's label (Gemma's ``thought``) right after its start is dropped; text that is not the label is
+        reasoning. Text that could still become the label is held."""
+        pending = self._label_held + text
+        label = self._label
+        if label.startswith(pending) and len(pending) < len(label) and not self._lexer.final:
+            self._label_held = pending
+            return ""
+        self._label, self._label_held = "", ""
+        return pending[len(label) :] if pending.startswith(label) else pending
 
     def _show(self, text: str) -> None:
         if (shown := self.content.add(self._plain(text))) != "":

@@ -170,11 +170,13 @@ class Reasoning:
 
     ``prefilled``: the template's generation prompt writes ``start`` itself, so a reply parsed without its prompt
     starts inside reasoning (with the prompt, the prompt decides: one that ends ``<think></think>`` closed it).
+    ``label``: a word written right after ``start`` that is not reasoning (Gemma 4's ``<|channel>thought``).
     """
 
     start: str
     end: str
     prefilled: bool = False
+    label: str = ""
 
 
 @dataclass(frozen=True)
