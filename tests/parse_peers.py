@@ -615,7 +615,122 @@ VLLM_REASONING_DIFFERENCES: dict[str, str] = {
     "nemotron_v3#303": "force_nonempty_content",
 }
 
-LOADERS = {"llamacpp": llamacpp_cases, "vllm_tool": vllm_tool_cases, "vllm_reasoning": vllm_reasoning_cases}
+# -- openai-harmony: gpt-oss completions, with openai-harmony itself as the oracle -------------------------------------
+
+
+def harmony_tokens(case: dict[str, Any], encoding: Any) -> list[int]:
+    """The case's token ids: given, built from its segments (ids as given, text encoded), or its text encoded."""
+    if case.get("input_tokens"):
+        return list(case["input_tokens"])
+    if case.get("input_segments"):
+        ids: list[int] = []
+        for segment in case["input_segments"]:
+            if "token_ids" in segment:
+                ids += segment["token_ids"]
+            else:
+                ids += encoding.encode(segment["text"], allowed_special="all")
+        return ids
+    return list(encoding.encode(case["input_text"], allowed_special="all"))
+
+
+def harmony_oracle(ids: list[int], encoding: Any, initial_role: str | None) -> dict[str, Any] | None:
+    """What openai-harmony's lenient parser reads, as the reply turnkit should give: analysis is reasoning, a
+    message to a recipient is a call (its name without ``functions.``), the rest is content. None when it reads a
+    message that is not the assistant's (a tool's output)."""
+    from openai_harmony import Role, StreamableParser
+
+    parser = StreamableParser(encoding, Role.ASSISTANT if initial_role == "assistant" else None, strict=False)
+    for token in ids:
+        parser.process(token)
+    parser.process_eos()
+    reply: dict[str, Any] = {"content": "", "reasoning": "", "calls": []}
+    for message in parser.messages:
+        if message.author.role != Role.ASSISTANT:
+            return None
+        text = "".join(getattr(part, "text", "") for part in message.content)
+        recipient = message.recipient
+        if recipient and recipient not in ("assistant", "user"):
+            reply["calls"].append((recipient.removeprefix("functions."), text))
+        elif message.channel == "analysis":
+            reply["reasoning"] += text
+        else:
+            reply["content"] += text
+    return reply
+
+
+HARMONY_DIFFERENCES: dict[str, str] = {
+    "tool_response_parsing": "tool_message",
+    "streamable_parser_file": "tool_message",
+    "parse_completion_with_invalid_content_token_errors_on_eos": "cut_character",
+}
+HARMONY_DECISIONS = {
+    "tool_message": "the completion holds a tool's message (<|start|>browser.search to=assistant ...), which is not "
+    "the assistant's reply: the reply parser has no place for it",
+    "cut_character": "a reply whose last token ends inside a UTF-8 character: openai-harmony keeps a U+FFFD; what "
+    "turnkit's decoder does at such an end is detokenize.py's rule (issue 28's fix)",
+}
+
+
+def harmony_cases(verbose: bool = False) -> Iterator[Result]:
+    from harmony_vocab import harmony_vocab
+
+    from turnkit.parse import StreamParser, catalog
+
+    vocab = harmony_vocab()
+    fmt = catalog.get("harmony")
+    for case in _json("harmony_parse_cases.json")["cases"]:
+        ids = harmony_tokens(case, vocab.encoding)
+        expected = harmony_oracle(ids, vocab.encoding, case.get("initial_role"))
+        parser = StreamParser(fmt, added_tokens=vocab.specials, byte_table=vocab.byte_table, call_id=lambda i: f"c{i}")
+        streamed = [d for token in ids for d in parser.feed([token])]
+        reply = parser.finish()
+        got = {
+            "content": reply.content,
+            "reasoning": reply.reasoning_content or "",
+            "calls": [(c.name, c.arguments) for c in reply.tool_calls],
+        }
+        if expected is not None:  # compared up to surrounding whitespace (turnkit drops it next to markers)
+            expected = {**expected, "content": expected["content"].strip(), "reasoning": expected["reasoning"].strip()}
+            got = {**got, "content": got["content"].strip(), "reasoning": got["reasoning"].strip()}
+        problems = []
+        if expected is None:
+            problems.append("openai-harmony reads a message that is not the assistant's")
+        elif got != expected:
+            problems.append(f"{got} != openai-harmony's {expected}")
+        shown = "".join(d.content or "" for d in streamed + parser.final_deltas)
+        if shown != reply.content:
+            problems.append(f"the streamed content {shown!r} is not the reply's {reply.content!r}")
+        difference = HARMONY_DIFFERENCES.get(case["name"]) if problems else None
+        detail = "; ".join(problems)
+        if verbose and problems:
+            detail += f"\n     input: {case.get('input_text')!r}"
+        yield Result("harmony", case["name"], not problems, detail, difference)
+
+
+# -- vLLM: the format-conformance fixtures ----------------------------------------------------------------------------
+
+
+def vllm_format_cases(verbose: bool = False) -> Iterator[Result]:
+    """The 11 fixtures: non-streaming, the calls as (name, arguments as JSON) (content is not asserted)."""
+    from turnkit.parse import StreamParser, catalog
+
+    for case in _json("vllm_tool_format_cases.json")["cases"]:
+        name = {"qwen3_xml": "qwen3_coder"}.get(case["parser"], case["parser"])
+        parser = StreamParser(catalog.get(VLLM_PARSERS.get(name, name)))
+        parser.feed_text(case["model_output"])
+        reply = parser.finish()
+        got = [(c.name, json.loads(c.arguments) if c.status == "ok" else c.arguments) for c in reply.tool_calls]
+        want = [(c["name"], c["arguments"]) for c in case["expected_tool_calls"]]
+        yield Result("vllm_format", case["family"], got == want, "" if got == want else f"{got} != {want}")
+
+
+LOADERS = {
+    "llamacpp": llamacpp_cases,
+    "vllm_format": vllm_format_cases,
+    "vllm_tool": vllm_tool_cases,
+    "vllm_reasoning": vllm_reasoning_cases,
+    "harmony": harmony_cases,
+}
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

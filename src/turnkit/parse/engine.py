@@ -325,6 +325,8 @@ class Engine:
         self.content = _Channel()
         self.reasoning = _Channel()
         self.calls: list[ParsedToolCall] = []
+        #: What the reply holds that does not read as its format says, and what was done with it.
+        self.problems: list[str] = []
         self.out: list[Delta] = []
         self.end: EndReason | None = None
         self.stop: str | None = None
@@ -427,7 +429,7 @@ class Engine:
             found.append(self._expect[0])
         elif mode == "header":
             channels = compiled.channels
-            found += [channels.header_end, channels.start]
+            found += [channels.header_end, *channels.boundaries]
         elif mode == "after_call":
             found += compiled.channels.boundaries
         return found
@@ -1433,18 +1435,46 @@ class Engine:
 
     def _header_needle(self, needle: str) -> None:
         channels = self._compiled.channels
-        if needle == channels.start:
-            self._header = []
-            return
         header = self._plain("".join(self._header))
         self._header = []
-        self._open_body(header)
+        if needle == channels.header_end:
+            self._open_body(header)
+        elif header.strip():  # a message ended (or another began) before its header did
+            self._malformed_header(header)
+
+    def _malformed_header(self, header: str) -> None:
+        """A header with no end: what follows its channel name is the message's text (as openai-harmony's lenient
+        parser reads it), routed by that channel, else content; never dropped, and the reply says so."""
+        channels = self._compiled.channels
+        marker = self._plain(channels.channel)
+        words = header.split()
+        if words and words[0] == "assistant":
+            header = header.split("assistant", 1)[1]
+        route, text = "content", header.strip()
+        if marker and marker in header:
+            after = header.split(marker, 1)[1].strip()
+            name, _, rest = after.partition(" ")
+            route = channels.routes.get(name, "content")
+            text = rest.strip()
+        self.problems.append(f"a message header has no {self._plain(channels.header_end)!r}: {header.strip()!r}")
+        if not text:
+            return
+        target = self.reasoning if route == "reasoning" else self.content
+        target.held = ""
+        target.drop_leading = not target.started
+        if (shown := target.add(text)) != "":
+            self._emit(Delta(reasoning_content=shown) if route == "reasoning" else Delta(content=shown))
 
     def _open_body(self, header: str) -> None:
         """Route the body by its header: a channel or recipient that a route names, a tool call, or content."""
         channels = self._compiled.channels
         marker = self._plain(channels.channel)
-        words = (header.replace(marker, " " + marker + " ") if marker else header).split()
+        if marker:
+            header = header.replace(marker, " " + marker + " ")
+        if channels.constrain:  # <|constrain|>json: the body's type, read and dropped
+            header = header.replace(self._plain(channels.constrain), " " + self._plain(channels.constrain))
+        words = header.split()
+        words = [w for w in words if not (channels.constrain and w.startswith(self._plain(channels.constrain)))]
         if words and words[0] == "assistant":  # the role after a message's start
             words = words[1:]
         channel = None
@@ -1498,8 +1528,8 @@ class Engine:
                 only_literals = all(isinstance(e, _Lit) for e in call.seq[call.pos :])
                 self._finish_call(call, cut=not only_literals or call.closing)
                 self._call = None
-        if mode == "header" and self._header:
-            self._show("".join(self._header))
+        if mode == "header" and "".join(self._header).strip():
+            self._malformed_header(self._plain("".join(self._header)))
         if not self.calls and (held := self.content.release_held()):
             self._emit(Delta(content=held))
 
