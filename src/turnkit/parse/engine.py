@@ -43,6 +43,8 @@ from turnkit.parse.values import (
 __all__ = ["Engine"]
 
 _WS = " \t\r\n"
+#: Steps without consuming input after which the engine takes the next character as content (a safety net).
+_STALL_LIMIT = 200
 #: Keys under which a call written as one JSON object holds its id.
 _ID_KEYS = ("id", "tool_call_id", "call_id")
 #: Characters the arguments' own syntax uses: an end literal starting with one does not cut a reader short.
@@ -371,7 +373,16 @@ class Engine:
 
     def _pump(self) -> None:
         lexer = self._lexer
+        stalled, left = 0, len(lexer.buffer)
         while self.end is None:
+            if len(lexer.buffer) < left:
+                stalled, left = 0, len(lexer.buffer)
+            else:
+                stalled += 1
+                if stalled > _STALL_LIMIT:
+                    self._unstick()
+                    stalled, left = 0, len(lexer.buffer)
+                    continue
             if self._mode == "call" and self._call is not None and self._call.peek:
                 if not self._peek():
                     return
@@ -381,7 +392,7 @@ class Engine:
             if event is None:
                 return
             kind, value = event
-            if kind == NEEDLE and value in self._stops and not self._stop_is_text(value):
+            if kind == NEEDLE and value in self._stops:
                 self.end, self.stop = self._stops[value], self._plain(value)
                 return
             if kind == NEEDLE:
@@ -389,8 +400,23 @@ class Engine:
             else:
                 self._text(value)
 
-    def _stop_is_text(self, needle: str) -> bool:
-        return False
+    def _unstick(self) -> None:
+        """A safety net: the state machine went round without consuming input (a format whose data contradicts
+        itself). The call in progress fails, the next character is content, and the reply says so; a reply never
+        hangs the parser."""
+        call = self._call
+        if call is not None:
+            if call.status is None:
+                call.status, call.error = CallStatus.INVALID_JSON, "the call's syntax could not be followed"
+            call.confirmed = True
+            self._finish_call(call, cut=False)
+            self._call = None
+        self._block = None
+        self._mode = "content"
+        text = self._lexer.buffer[:1]
+        self._lexer.buffer = self._lexer.buffer[1:]
+        self.problems.append("the parser could not follow the format here and read a character as content")
+        self._show(text)
 
     def _plain(self, text: str) -> str:
         """Symbols back to the marker text they stand for."""
@@ -926,11 +952,12 @@ class Engine:
             return
         if isinstance(element, _Lit):
             stripped = text.lstrip(_WS)
+            if len(stripped) < len(text):
+                call.raw.append(self._plain(text[: len(text) - len(stripped)]))
             if not stripped:
-                call.raw.append(self._plain(text))
                 return
             expected = self._plain(element.cores[call.core])
-            self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
+            self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:1])!r}", stripped)
         elif isinstance(element, Hole):
             self._hole_text(call, element, text)
         elif isinstance(element, _Args) and element.spec.encoding == "xml":
@@ -1207,13 +1234,13 @@ class Engine:
             call.raw.append(self._plain(text[: len(text) - len(stripped)]))
         if call.param_pos is None:
             if stripped:
-                self._mismatch(call, f"unexpected text between arguments: {self._plain(stripped[:20])!r}", stripped)
+                self._mismatch(call, f"unexpected text between arguments: {self._plain(stripped[:1])!r}", stripped)
             return
         element = args.param[call.param_pos]
         if isinstance(element, _Lit):
             if stripped:
                 expected = self._plain(element.cores[call.param_core])
-                self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
+                self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:1])!r}", stripped)
             return
         assert isinstance(element, Hole)
         if element.kind == "value":
