@@ -72,15 +72,18 @@ def test_patterns_are_literals_and_holes():
 @pytest.mark.parametrize(
     ("name", "text", "calls"),
     [
-        ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\nx\n</parameter>\n</function>\n</tool_call>", [("f", {"a": "x"})]),
-        ("glm45", "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x</arg_value>\n</tool_call>", [("f", {"a": "x"})]),
+        ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\nx\n</parameter>\n</function>\n</tool_call>",
+         [("f", {"a": "x"})]),
+        ("glm45", "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x</arg_value>\n</tool_call>",
+         [("f", {"a": "x"})]),
         ("deepseek_v32", '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="n" string="false">3'
          "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>", [("f", {"n": 3})]),
         ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}"
          "<|tool_call_end|><|tool_calls_section_end|>", [("f", {})]),
         ("pythonic", '[f(a=1, b="x"), g()]', [("f", {"a": 1, "b": "x"}), ("g", {})]),
         ("gemma4", '<|tool_call>call:f{a:<|"|>x<|"|>,n:2}<tool_call|>', [("f", {"a": "x", "n": 2})]),
-        ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>', [("f", {"a": 1})]),
+        ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>',
+         [("f", {"a": 1})]),
     ],
 )  # fmt: skip
 def test_syntaxes_by_hand(name, text, calls):
