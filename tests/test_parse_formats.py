@@ -77,7 +77,8 @@ def test_patterns_are_literals_and_holes():
         ("glm45", "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>x</arg_value>\n</tool_call>",
          [("f", {"a": "x"})]),
         ("deepseek_v32", '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n'
-         '<｜DSML｜parameter name="n" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+         '<｜DSML｜parameter name="n" string="false">3</｜DSML｜parameter>\n'
+         "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
          [("f", {"n": 3})]),
         ("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}"
          "<|tool_call_end|><|tool_calls_section_end|>", [("f", {})]),
