@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: sets up .venv (once, again when pyproject.toml changes), then
 #   ./dev.sh test            ruff, mypy over src/ + the whole test suite (installs Debian's chromium for the browser tests first);
-#                            CI=true: no skip passes (README.md, Tests); ./dev.sh test -m "not slow" for a quick run
+#                            CI=true: no skip passes (docs/contributing.md); ./dev.sh test -m "not slow" for a quick run
+#   ./dev.sh docs            builds the documentation site into site/ (mkdocs build --strict)
+#   ./dev.sh docs serve      previews it at http://127.0.0.1:8000/, rebuilt on every change (any mkdocs serve arguments)
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -54,5 +56,13 @@ if [ "${1:-}" = "test" ]; then
     durations=()
     [ "${CI:-}" = true ] && durations=(--durations=20)
     exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
+fi
+if [ "${1:-}" = "docs" ]; then
+    shift
+    if [ "${1:-}" = "serve" ]; then
+        shift
+        exec "$VENV/bin/mkdocs" serve --strict "$@"
+    fi
+    exec "$VENV/bin/mkdocs" build --strict "$@"
 fi
 exec "$VENV/bin/turnkit" "$@"

@@ -256,7 +256,7 @@ def _transformers_folder(gguf: Path) -> Path:
     (transformers serve cannot load this GGUF itself: its config names no architecture)."""
     from transformers import AutoTokenizer
 
-    from turnkit.serve.torch_backend import _converted_gguf
+    from turnkit.serve.engines.torch import _converted_gguf
 
     converted = _converted_gguf(gguf)
     folder = Path(tempfile.mkdtemp(prefix="turnkit-bench-model-"))

@@ -54,3 +54,14 @@ def hf_tokenizer(smollm2_hf_folder: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(smollm2_hf_folder)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The documentation site, built once (``mkdocs build --strict``) for the docs tests and the browser's."""
+    from docs_examples import ROOT, build_site
+
+    site = tmp_path_factory.mktemp("site")
+    result = build_site(ROOT, site)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}{result.stderr}"
+    return site

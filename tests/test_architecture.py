@@ -93,3 +93,55 @@ def test_nothing_below_the_format_sees_it() -> None:
                 if isinstance(node, ast.ImportFrom) and node.module:
                     names = {alias.name for alias in node.names}
                     assert node.module != "turnkit.format" and "ChatFormat" not in names, f"{path}:{node.lineno}"
+
+
+#: The server's rooms (src/turnkit/serve/__init__.py): what each may import of the rest of the server. A name not
+#: listed imports freely within the server, except that nothing but the command line imports ``app``.
+SERVE_ROOMS: dict[str, set[str]] = {
+    "engines": {"engines"},
+    "protocol": set(),
+    "chat": {"protocol", "chunks", "session"},
+    "completions": {"protocol", "chunks", "session"},
+    "chunks": {"protocol", "session"},
+}
+
+
+def _serve_room(path: Path) -> str:
+    return path.relative_to(SRC / "serve").with_suffix("").parts[0]
+
+
+def _serve_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """The rooms of the server a module imports at run time (``turnkit.serve.X...`` and ``from turnkit.serve import
+    X``), skipping ``if TYPE_CHECKING:`` blocks."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnkit.serve"):
+            parts = node.module.split(".")
+            if len(parts) > 2:
+                found.append((node.lineno, parts[2]))
+            else:
+                found.extend((node.lineno, alias.name) for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "serve").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC / "serve")))
+def test_serve_rooms(path: Path) -> None:
+    """Engines need only their interface, the wire APIs are siblings over the shared protocol, and the HTTP app sits on
+    top: only the command line imports it."""
+    room = _serve_room(path)
+    for line, target in _serve_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if target == room:
+            continue
+        assert target != "app", f"serve/{path.relative_to(SRC / 'serve')}:{line} imports serve.app (only the CLI may)"
+        allowed = SERVE_ROOMS.get(room)
+        assert allowed is None or target in allowed, (
+            f"serve/{path.relative_to(SRC / 'serve')}:{line} imports serve.{target}; {room} may import only "
+            f"{sorted(allowed) or 'nothing'} of the server (src/turnkit/serve/__init__.py)"
+        )

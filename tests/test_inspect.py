@@ -277,7 +277,7 @@ def replay_app(tool_format):
     from starlette.testclient import TestClient
 
     from turnkit.serve import ReplayBackend
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     reply = tool_format.tokenizer.encode("Hello there<|im_end|>").ids
 

@@ -285,7 +285,7 @@ def test_sft_trainer_trains_on_the_shards_with_turnkits_labels(tmp_path, model, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from turnkit.serve.torch_backend import _converted_gguf
+    from turnkit.serve.engines.torch import _converted_gguf
 
     torch.set_num_threads(1)
     records = [

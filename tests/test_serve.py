@@ -213,7 +213,7 @@ REPLY = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city"
 
 @pytest.fixture(scope="module")
 def replay_server(smollm2_hf_folder):
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<tool_call>", "</tool_call>"])
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)

@@ -52,7 +52,7 @@ class _FailingOnCue:
 
 @pytest.fixture(scope="module")
 def url(smollm2_hf_folder):
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<tool_call>", "</tool_call>"])
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from serve_harness import TOOLS, serving
 
-from turnkit.serve.body import MAX_BODY_BYTES
+from turnkit.serve.app.body import MAX_BODY_BYTES
+from turnkit.serve.app.routes import Server
 from turnkit.serve.engines import EngineOptions
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.modelspec import ModelSpec
-from turnkit.serve.routes import Server
 
 MODEL = "SmolLM2-135M-Instruct"
 MESSAGES = [

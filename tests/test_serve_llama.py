@@ -134,7 +134,7 @@ def fmt(smollm2_gguf):
 
 @pytest.fixture(scope="module")
 def backend(smollm2_gguf):
-    from turnkit.serve.llama_backend import LlamaCppBackend
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
     engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=4, max_queue=4, prefill_chunk=64)
     yield engine
@@ -223,7 +223,7 @@ def test_a_cancelled_request_leaves_the_batch_at_once(backend, fmt):
 
 def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
     """Room for one 150-token prompt: prompts that share nothing each clear the idle slot that holds the last one."""
-    from turnkit.serve.llama_backend import LlamaCppBackend
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
     engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=2, kv_tokens=256, prefill_chunk=128)
     try:
@@ -244,7 +244,7 @@ def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
 
 
 def test_the_whole_server_on_the_engine_reports_cached_tokens_in_the_stream(backend, fmt):
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     with serving(Server(fmt, backend, model_id="llama").app()) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)

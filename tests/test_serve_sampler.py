@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnkit.serve.backend import GenerationRequest
-from turnkit.serve.sampler import Sampler, _largest, _nucleus
+from turnkit.serve.engines.base import GenerationRequest
+from turnkit.serve.engines.sampler import Sampler, _largest, _nucleus
 
 
 def _logits(seed: int, scale: float, size: int = 4096) -> np.ndarray:

@@ -161,7 +161,7 @@ def test_fields_an_engine_cannot_honour_are_400s(smollm2_gguf):
 
     from turnkit import ChatFormat
     from turnkit.serve import ReplayBackend
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     fmt = ChatFormat.from_pretrained(smollm2_gguf)
     backend = ReplayBackend(lambda ids: fmt.tokenizer.encode("Hola.<|im_end|>").ids)  # a script ignores sampling

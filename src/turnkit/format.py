@@ -354,7 +354,7 @@ class ChatFormat:
             prompt: The prompt the reply continues (ids or text). A template that pre-writes ``<think>`` in its
                 generation prompt leaves the reply inside reasoning, and the parser starts there.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
-                emits any part of one. The family's own stop strings (``plain``: ``"\nuser:"``) always apply too.
+                emits any part of one. The family's own stop strings (``plain``: ``"\\nuser:"``) always apply too.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.

@@ -53,9 +53,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from turnkit.embedded import resolve_model
+    from turnkit.serve.app.routes import Server
     from turnkit.serve.engines import EngineOptions, default_engine
     from turnkit.serve.models import ModelRegistry
-    from turnkit.serve.routes import Server
 
     options = EngineOptions(threads=threads, max_batch=args.max_batch, max_queue=args.max_queue)
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
@@ -132,8 +132,8 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
 
 def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[str, Any], lazy: bool) -> Any:
     """Runs inside each Ray replica: the same server ``turnkit serve`` builds, as an ASGI app."""
+    from turnkit.serve.app.routes import Server
     from turnkit.serve.models import ModelRegistry
-    from turnkit.serve.routes import Server
 
     registry = ModelRegistry(specs, max_loaded=max_loaded, options=engine)
     if not lazy:

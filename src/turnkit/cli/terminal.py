@@ -19,10 +19,11 @@ def _conversation(args: argparse.Namespace) -> Any:
     """The model (with its template or family override) loaded, and the sampling flags as request fields."""
     import os
 
+    from turnkit.serve.chat import parse_chat
     from turnkit.serve.engines import EngineOptions
     from turnkit.serve.models import ModelRegistry
     from turnkit.serve.modelspec import ModelSpec
-    from turnkit.serve.protocol import APIError, parse_chat
+    from turnkit.serve.protocol import APIError
     from turnkit.serve.terminal import Conversation, describe
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

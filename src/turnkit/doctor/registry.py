@@ -1,8 +1,8 @@
 """The table of checks, and the runner that turns their results into a report.
 
 Every check is one row: a stable id (what ``--ignore`` and the JSON name), a severity, and a small function. Adding
-a check is adding a row; the runner, the output and the README table follow. Ids never change meaning: scripts and CI
-configurations key on them.
+a check is adding a row; the runner and the output follow, and ``docs/guides/doctor.md``'s table gets a row (a test
+checks it). Ids never change meaning: scripts and CI configurations key on them.
 """
 
 from __future__ import annotations

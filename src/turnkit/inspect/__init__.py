@@ -5,7 +5,7 @@
 
 Layers: :mod:`.tokens` (a token's exact text, control ids, forged markers), :mod:`.page` (the page model, no HTML),
 :mod:`.conversation` and :mod:`.shards` (page models from a conversation or from shards), :mod:`.render` (the HTML).
-The server's playground (:mod:`turnkit.serve.ui`) shows its tokens with the same pieces, CSS and script.
+The server's playground (:mod:`turnkit.serve.app.ui`) shows its tokens with the same pieces, CSS and script.
 """
 
 from turnkit.inspect.conversation import conversation_page

@@ -1,25 +1,34 @@
-"""``turnkit serve``: an OpenAI-compatible server that renders exactly as training did.
+"""``turnkit serve``: a server that renders exactly as training did, speaking the APIs clients use.
 
-* :mod:`.backend`: the backend interface (and a replay backend for tests);
-* :mod:`.llama_backend`: llama.cpp's kernels with continuous batching, chunked prefill and prefix reuse (the default for
-  GGUF files; :mod:`.sampler` samples its logits); :mod:`.torch_backend`: transformers on torch with dynamic batching;
-  :mod:`.engines`: which engine loads a model;
-* :mod:`.modelspec`, :mod:`.models`: the models a server offers (by name, loaded lazily, least recently used
-  unloaded); :mod:`.sampling`: each model's sampling defaults;
-* :mod:`.structured`: ``response_format`` by grammar-constrained decoding (llguidance);
-* :mod:`.terminal`: ``turnkit generate`` and ``turnkit chat`` on the same sessions;
-* :mod:`.protocol`: request checking and OpenAI error objects;
-* :mod:`.session`: one request's generation (prompt, backend stream, stream parser, stops, cancellation);
-* :mod:`.responses`: the OpenAI response and chunk shapes (a whole response is its chunks folded together);
-* :mod:`.routes`: the HTTP API (:class:`~.routes.Server`): routes, the API key, errors as OpenAI error objects;
-* :mod:`.ui`: the playground page at ``/`` (``--no-ui`` leaves it out), with :mod:`turnkit.inspect`'s token chips;
-* :mod:`.replicas`: ``--ray``, the app as a Ray Serve deployment; it gets a factory and imports nothing of the server.
+Its rooms, each a package or module of one concept:
 
-Layering: ``routes`` -> ``ui``, ``models``, ``structured`` and ``responses`` -> ``session`` -> ``protocol`` and
-``backend``; ``terminal`` -> ``models`` and ``session``; nothing imports ``routes`` but the command line, and
-``backend`` imports nothing of the server, so an engine needs only that interface.
+* wire APIs, one module each, thin translations onto the one path: :mod:`.chat` (OpenAI Chat Completions) and
+  :mod:`.completions` (OpenAI Completions), over :mod:`.protocol` (the checked request fields, the internal
+  :class:`~.protocol.ChatRequest` every chat-shaped API translates into, the error object) and :mod:`.chunks` (the
+  chunk stream the two OpenAI chunk APIs share: a whole response is its chunks folded);
+* the one path: :mod:`.session` (one request's generation: prompt from ``ChatFormat.encode``, the engine's token
+  stream, the stream parser, stops, cancellation), :mod:`.structured` (``response_format`` by llguidance);
+* :mod:`.engines`: the engine interface (:mod:`.engines.base`: ``Backend``, ``GenerationRequest``, ``Inbox``), the
+  llama.cpp engine (:mod:`.engines.llama_cpp`, with :mod:`.engines.sampler`), the torch engine
+  (:mod:`.engines.torch`), and which engine loads a model (one table);
+* the models a server offers: :mod:`.modelspec` (``--model``, ``--models``, models files), :mod:`.models` (the
+  registry: formats at hand, weights loaded lazily, least recently used unloaded), :mod:`.sampling` (defaults);
+* :mod:`.app`: the HTTP app (routes, the API key, error objects, body limits, server-sent events, the playground);
+* :mod:`.terminal` (``turnkit generate`` and ``chat`` on the same sessions) and :mod:`.replicas` (``--ray``: the app
+  as a Ray Serve deployment; it gets a factory and imports nothing of the server).
+
+Layering (``tests/test_architecture.py`` checks it): :mod:`.engines` imports nothing else of the server, so an engine
+needs only that interface; :mod:`.protocol` imports nothing of the server; the wire API modules do not import each
+other; nothing imports :mod:`.app` but the command line.
 """
 
-from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, ReplayBackend, TokenEvent
+from turnkit.serve.engines.base import (
+    Backend,
+    BackendBusyError,
+    Generation,
+    GenerationRequest,
+    ReplayBackend,
+    TokenEvent,
+)
 
 __all__ = ["Backend", "BackendBusyError", "Generation", "GenerationRequest", "ReplayBackend", "TokenEvent"]

@@ -23,8 +23,8 @@ from typing import Any
 from turnkit.embedded import resolve_model
 from turnkit.errors import ServeConfigError, TurnkitError
 from turnkit.format import ChatFormat
-from turnkit.serve.backend import Backend
 from turnkit.serve.engines import EngineOptions, load_backend
+from turnkit.serve.engines.base import Backend
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
 from turnkit.serve.sampling import EMBEDDED_DEFAULTS, NEUTRAL, SamplingDefaults, read_generation_config

@@ -1,11 +1,14 @@
-"""The OpenAI request bodies the server accepts, checked field by field, and its error objects.
+"""The wire types every API shares: checked request fields, the one internal request each API translates into, and
+the error object.
 
-Every endpoint reads its body through a ``parse_*`` function here, so a field means the same thing (and is checked the
-same way) wherever it appears: ``/tokenize`` takes ``messages``, ``tools`` and ``chat_template_kwargs`` through the
-checks chat completions use, and a wrong type can never reach the encoder. Every problem becomes an
-:class:`APIError` with an HTTP status and an OpenAI-shaped body (``{"error": {"message", "type", "param", "code"}}``)
-that names the field, never a 500 or a stack trace. Unknown fields are ignored (clients send many); known fields of
-the wrong type are refused.
+Each wire API (:mod:`.chat`, :mod:`.completions`, and the routes of :mod:`.app`) reads its body with the readers here
+(:func:`read_field`, :func:`read_sampling`, :func:`read_chat_input` ...), so a field means the same thing, and is
+checked the same way, wherever it appears: ``/tokenize`` takes ``messages``, ``tools`` and ``chat_template_kwargs``
+through the checks chat completions use, and a wrong type can never reach the encoder. What a body asks for becomes a
+:class:`ChatRequest` or :class:`CompletionRequest`, the requests a :class:`~.session.Session` runs, whichever API it
+came from. Every problem becomes an :class:`APIError` with an HTTP status and a message that names the field, never a
+500 or a stack trace; each API writes it in its own error shape (OpenAI's ``{"error": {"message", "type", "param",
+"code"}}`` by default). Unknown fields are ignored (clients send many); known fields of the wrong type are refused.
 """
 
 from __future__ import annotations
@@ -21,12 +24,20 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "DetokenizeRequest",
+    "Sampling",
     "TokenizeRequest",
     "as_api_error",
-    "parse_chat",
-    "parse_completion",
+    "is_token_ids",
     "parse_detokenize",
     "parse_tokenize",
+    "read_chat_input",
+    "read_field",
+    "read_logit_bias",
+    "read_number",
+    "read_optional_number",
+    "read_response_format",
+    "read_sampling",
+    "refuse_unsupported",
 ]
 
 _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
@@ -55,7 +66,9 @@ def as_api_error(exc: TurnkitError) -> APIError:
     return APIError(400, str(exc), param=exc.location)
 
 
-def _get(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None) -> Any:
+def read_field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None) -> Any:
+    """``body[name]`` when it is one of ``kinds`` (a boolean only where ``bool`` is named), ``default`` when absent or
+    null; a 400 naming the field otherwise."""
     value = body.get(name, default)
     if value is None:
         return default
@@ -79,14 +92,16 @@ def _describe(kinds: type | tuple[type, ...]) -> str:
     return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
-def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = _get(body, name, (int, float), default)
+def read_number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    """A number between ``low`` and ``high`` (inclusive), ``default`` when absent."""
+    value = read_field(body, name, (int, float), default)
     if not low <= value <= high:
         raise APIError(400, f"{name} must be between {low} and {high}, got {value}", param=name)
     return float(value)
 
 
-def _is_token_ids(value: Any) -> TypeGuard[list[int]]:
+def is_token_ids(value: Any) -> TypeGuard[list[int]]:
+    """A list of non-negative integers (booleans are not ids)."""
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
@@ -183,15 +198,17 @@ _UNSUPPORTED: dict[str, str] = {
 _HARMLESS = {"best_of": (1,), "modalities": (["text"],), "suffix": ("",)}
 
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
+def refuse_unsupported(body: dict[str, Any]) -> None:
+    """A 400 naming the first field that asks for something this server does not do (:data:`_UNSUPPORTED`)."""
     for name, why in _UNSUPPORTED.items():
         value = body.get(name)
         if value is not None and value not in _HARMLESS.get(name, ()):
             raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
 
 
-def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
-    raw = _get(body, "logit_bias", dict, {})
+def read_logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    """``logit_bias``: token ids (as JSON object keys) to a bias from -100 to 100, at most 300 of them."""
+    raw = read_field(body, "logit_bias", dict, {})
     if len(raw) > 300:
         raise APIError(400, "logit_bias takes at most 300 tokens", param="logit_bias")
     out = {}
@@ -204,19 +221,22 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
-def _optional_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    return None if body.get(name) is None else _number(body, name, 0.0, low, high)
+def read_optional_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """A number between ``low`` and ``high``, or ``None`` (the model's default) when absent."""
+    return None if body.get(name) is None else read_number(body, name, 0.0, low, high)
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-    _refuse_unsupported(body)
-    model = _get(body, "model", str)
+def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`Sampling` fields of an OpenAI-style body (``max_tokens``/``max_completion_tokens``, ``stop``,
+    ``stream_options`` ...), checked; an API with other names maps them before or after calling this."""
+    refuse_unsupported(body)
+    model = read_field(body, "model", str)
     if model is None:
         raise APIError(400, "model is required", param="model")
-    max_tokens = _get(body, "max_completion_tokens", int, _get(body, "max_tokens", int))
+    max_tokens = read_field(body, "max_completion_tokens", int, read_field(body, "max_tokens", int))
     if max_tokens is not None and max_tokens < 1:
         raise APIError(400, f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
-    n = _get(body, "n", int, 1)
+    n = read_field(body, "n", int, 1)
     if not 1 <= n <= 16:
         raise APIError(400, f"n must be between 1 and 16, got {n}", param="n")
     stop = body.get("stop")
@@ -230,40 +250,40 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
         raise APIError(400, "stop must be a string or a list of strings", param="stop")
     if len(stops) > 16 or any(not s for s in stops):
         raise APIError(400, "stop takes at most 16 non-empty strings", param="stop")
-    options = _get(body, "stream_options", dict, {})
+    options = read_field(body, "stream_options", dict, {})
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
-    seed = _get(body, "seed", int)
-    top_k = _get(body, "top_k", int)
+    seed = read_field(body, "seed", int)
+    top_k = read_field(body, "top_k", int)
     if top_k is not None and top_k < -1:
         raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {top_k}", param="top_k")
-    repetition_penalty = _optional_number(body, "repetition_penalty", 0.0, 10.0)
+    repetition_penalty = read_optional_number(body, "repetition_penalty", 0.0, 10.0)
     if repetition_penalty == 0.0:
         raise APIError(400, "repetition_penalty must be above 0 (1 is off)", param="repetition_penalty")
-    top_p = _optional_number(body, "top_p", 0.0, 1.0)
+    top_p = read_optional_number(body, "top_p", 0.0, 1.0)
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "temperature": _optional_number(body, "temperature", 0.0, 2.0),
+        "temperature": read_optional_number(body, "temperature", 0.0, 2.0),
         "top_p": top_p or (None if top_p is None else 1.0),
         "top_k": None if top_k is None else max(top_k, 0),
-        "min_p": _optional_number(body, "min_p", 0.0, 1.0),
+        "min_p": read_optional_number(body, "min_p", 0.0, 1.0),
         "repetition_penalty": repetition_penalty,
-        "presence_penalty": _optional_number(body, "presence_penalty", -2.0, 2.0),
-        "frequency_penalty": _optional_number(body, "frequency_penalty", -2.0, 2.0),
+        "presence_penalty": read_optional_number(body, "presence_penalty", -2.0, 2.0),
+        "frequency_penalty": read_optional_number(body, "frequency_penalty", -2.0, 2.0),
         "n": n,
-        "logit_bias": _logit_bias(body),
+        "logit_bias": read_logit_bias(body),
         "seed": seed,
         "stop": stops,
-        "stream": _get(body, "stream", bool, False),
+        "stream": read_field(body, "stream", bool, False),
         "include_usage": include_usage,
     }
 
 
-def _response_format(body: dict[str, Any]) -> dict[str, Any] | None:
+def read_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
     """``text`` (or none): ``None``; ``json_object``; ``json_schema`` with its ``schema`` (an object) checked here."""
-    value = _get(body, "response_format", dict)
+    value = read_field(body, "response_format", dict)
     if value is None:
         return None
     kind = value.get("type")
@@ -287,11 +307,13 @@ def _response_format(body: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def _chat_input(body: dict[str, Any]) -> ChatInput:
-    messages = _get(body, "messages", list)
+def read_chat_input(body: dict[str, Any]) -> ChatInput:
+    """``messages``, ``tools``, ``tool_choice``, ``chat_template_kwargs`` and the template override fields, checked
+    (the messages themselves are checked where they are rendered, with their index in every error)."""
+    messages = read_field(body, "messages", list)
     if not messages:
         raise APIError(400, "messages must be a non-empty list", param="messages")
-    tools = _get(body, "tools", list)
+    tools = read_field(body, "tools", list)
     if tools is not None:
         for index, tool in enumerate(tools):
             function = tool.get("function") if isinstance(tool, dict) else None
@@ -326,64 +348,17 @@ def _chat_input(body: dict[str, Any]) -> ChatInput:
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
-        template_kwargs=_get(body, "chat_template_kwargs", dict, {}),
-        chat_template=_get(body, "chat_template", str),
-        family=_get(body, "family", str),
-    )
-
-
-def parse_chat(body: dict[str, Any]) -> ChatRequest:
-    sampling = _sampling(body)
-    chat_input = _chat_input(body)
-    logprobs = _get(body, "logprobs", bool, False)
-    top_logprobs = _get(body, "top_logprobs", int, 0)
-    if not 0 <= top_logprobs <= 20:
-        raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
-    if top_logprobs and not logprobs:
-        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-    response_format = _response_format(body)
-    if response_format is not None and chat_input.offers_tools:
-        raise APIError(
-            400,
-            "response_format and tools cannot be combined: a reply is either JSON of the schema or tool calls",
-            param="response_format",
-        )
-    return ChatRequest(
-        **sampling,
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-        chat_input=chat_input,
-        response_format=response_format,
-    )
-
-
-def parse_completion(body: dict[str, Any]) -> CompletionRequest:
-    sampling = _sampling(body)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, list):
-        if not prompt or not _is_token_ids(prompt):
-            raise APIError(400, "prompt must be a string, or a non-empty list of token ids", param="prompt")
-    elif not isinstance(prompt, str):
-        raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)", param="prompt")
-    logprobs = _get(body, "logprobs", int)
-    if logprobs is not None and not 0 <= logprobs <= 20:
-        raise APIError(400, "logprobs must be between 0 and 20", param="logprobs")
-    return CompletionRequest(
-        **sampling,
-        logprobs=logprobs is not None,
-        top_logprobs=logprobs or 0,
-        prompt=prompt,
-        echo=_get(body, "echo", bool, False),
+        template_kwargs=read_field(body, "chat_template_kwargs", dict, {}),
+        chat_template=read_field(body, "chat_template", str),
+        family=read_field(body, "family", str),
     )
 
 
 def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
-    model = _get(body, "model", str)
-    add_generation_prompt = _get(body, "add_generation_prompt", bool, True)
+    model = read_field(body, "model", str)
+    add_generation_prompt = read_field(body, "add_generation_prompt", bool, True)
     if "messages" in body:
-        return TokenizeRequest(model, chat_input=_chat_input(body), add_generation_prompt=add_generation_prompt)
+        return TokenizeRequest(model, chat_input=read_chat_input(body), add_generation_prompt=add_generation_prompt)
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise APIError(400, "give 'prompt' (a string) or 'messages' (a list of messages)", param="prompt")
@@ -392,6 +367,6 @@ def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
 
 def parse_detokenize(body: dict[str, Any]) -> DetokenizeRequest:
     tokens = body.get("tokens")
-    if not _is_token_ids(tokens):
+    if not is_token_ids(tokens):
         raise APIError(400, "tokens must be a list of token ids", param="tokens")
-    return DetokenizeRequest(_get(body, "model", str), tokens)
+    return DetokenizeRequest(read_field(body, "model", str), tokens)

@@ -1,10 +1,10 @@
 """One request's generation: its prompt, the backend's token stream, the stream parser, stops and cancellation.
 
-A :class:`Session` is what both shapes of an answer are made from. It yields :class:`Step` objects: the parser's
+A :class:`Session` is what every shape of an answer is made from. It yields :class:`Step` objects: the parser's
 deltas for each generated token (with the token's log-probability when the request asked for them), and after the
-last token the deltas the parser released when it finished. :mod:`.responses` turns the steps into OpenAI chunks; a
-streamed reply sends those chunks, a whole reply is the chunks folded together. Nothing here knows the OpenAI shapes,
-and nothing in :mod:`.responses` knows the backend or the parser.
+last token the deltas the parser released when it finished. Each wire API (:mod:`.chat`, :mod:`.completions`) turns
+the steps into its own chunks; a streamed reply sends those chunks, a whole reply is the chunks folded together.
+Nothing here knows a wire shape, and no wire API knows the backend or the parser.
 
 The session owns the backend's generation: the stream ends when the parser says the reply ended (a stop id, a stop
 string) or the backend stops (its budget), and the generation is cancelled on every way out (the reply ended, the
@@ -31,7 +31,7 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
-from turnkit.serve.backend import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.engines.base import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
 from turnkit.serve.sampling import NEUTRAL, SamplingDefaults
 

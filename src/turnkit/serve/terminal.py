@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from turnkit.serve.chat import parse_chat
 from turnkit.serve.models import LoadedModel
-from turnkit.serve.protocol import APIError, parse_chat
+from turnkit.serve.protocol import APIError
 from turnkit.serve.session import start_chat
 
 __all__ = ["Conversation", "describe", "run_chat", "run_generate"]

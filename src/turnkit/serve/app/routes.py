@@ -1,26 +1,19 @@
-"""The HTTP side of the server: routes, the API key, and how every failure becomes an OpenAI error object.
+"""The HTTP app: one route per endpoint, each a thin translation onto the one path.
 
-Each route reads its body through :mod:`.protocol` (the same checks wherever a field appears), starts a
-:class:`~.session.Session` for the generating endpoints, and answers with the chunks of :mod:`.responses`: streamed
-as server-sent events, or folded into one response.
-
-Errors: a request problem is an :class:`~.protocol.APIError` (its status and an OpenAI body naming the field); an
-unknown route is a 404 and a wrong method a 405, both OpenAI ``invalid_request_error`` bodies; anything unexpected is
-logged and answered as a 500 OpenAI error object *by the route itself*. Starlette's own last-resort handler re-raises
-after answering, and the server then drops the client's keep-alive connection; answering in the route keeps it.
+A generating route reads its body with its API's module (:mod:`..chat`, :mod:`..completions`), picks the model's
+format and backend from the registry, starts :class:`~turnkit.serve.session.Session` s, and answers with that API's
+chunks: streamed as server-sent events (:mod:`.sse`) or folded into one response. The API key is :mod:`.auth`'s, the
+error objects :mod:`.errors`', the playground page :mod:`.ui`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -28,36 +21,21 @@ from starlette.routing import Route
 
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
-from turnkit.serve import structured, ui
-from turnkit.serve.backend import Backend
-from turnkit.serve.body import read_body
+from turnkit.serve import structured
+from turnkit.serve.app import ui
+from turnkit.serve.app.auth import Authenticate
+from turnkit.serve.app.body import read_body
+from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
+from turnkit.serve.app.sse import event_stream
+from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
+from turnkit.serve.chunks import Chunk, choices, collect
+from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
+from turnkit.serve.engines.base import Backend
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.protocol import (
-    APIError,
-    ChatInput,
-    Sampling,
-    parse_chat,
-    parse_completion,
-    parse_detokenize,
-    parse_tokenize,
-)
-from turnkit.serve.responses import (
-    Chunk,
-    chat_chunks,
-    choices,
-    collect,
-    completion_chunks,
-    event_stream,
-    fold_chat,
-    fold_completion,
-)
+from turnkit.serve.protocol import APIError, ChatInput, Sampling, parse_detokenize, parse_tokenize
 from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
 
 __all__ = ["Server"]
-
-log = logging.getLogger("turnkit.serve")
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 class Server:
@@ -99,19 +77,18 @@ class Server:
 
     def app(self) -> Starlette:
         routes = [
-            Route("/health", _answering(self.health), methods=["GET"]),
-            Route("/v1/models", _answering(self.list_models), methods=["GET"]),
-            Route("/v1/chat/completions", _answering(self.chat), methods=["POST"]),
-            Route("/v1/completions", _answering(self.completions), methods=["POST"]),
-            Route("/tokenize", _answering(self.tokenize), methods=["POST"]),
-            Route("/detokenize", _answering(self.detokenize), methods=["POST"]),
+            Route("/health", answering(self.health), methods=["GET"]),
+            Route("/v1/models", answering(self.list_models), methods=["GET"]),
+            Route("/v1/chat/completions", answering(self.chat), methods=["POST"]),
+            Route("/v1/completions", answering(self.completions), methods=["POST"]),
+            Route("/tokenize", answering(self.tokenize), methods=["POST"]),
+            Route("/detokenize", answering(self.detokenize), methods=["POST"]),
         ]
         if self.ui:
             fmt = self.models.format(None)
-            routes += [Route(path, _answering(handler), methods=[method]) for path, method, handler in ui.pages(fmt)]
-        handlers = {HTTPException: _http_error, Exception: _unexpected}
-        middleware = [Middleware(_Authenticate, key=self.api_key)] if self.api_key else []
-        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+            routes += [Route(path, answering(handler), methods=[method]) for path, method, handler in ui.pages(fmt)]
+        middleware = [Middleware(Authenticate, key=self.api_key)] if self.api_key else []
+        return Starlette(routes=routes, exception_handlers=dict(EXCEPTION_HANDLERS), middleware=middleware)
 
     # -- simple endpoints ---------------------------------------------------------------------------------------
 
@@ -248,62 +225,3 @@ async def _reply(chunks: AsyncGenerator[Chunk, None], fold: Callable[[list[Chunk
     if req.stream:
         return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type="text/event-stream")
     return JSONResponse(fold(await collect(chunks)))
-
-
-def _error_response(error: APIError, headers: Mapping[str, str] | None = None) -> Response:
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
-
-
-def _answering(handler: Handler) -> Handler:
-    """The route's answer, or its error as an OpenAI error object (500 for the unexpected, with the cause logged)."""
-
-    async def answer(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except APIError as error:
-            return _error_response(error)
-        except Exception:  # noqa: BLE001 (logged with its traceback by _failed)
-            return _failed(request)
-
-    return answer
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """The router's own errors: 404 for an unknown path, 405 for a method the path does not take."""
-    assert isinstance(exc, HTTPException)
-    message = str(exc.detail)
-    if exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
-        message = f"{request.method} is not allowed on {request.url.path}; use {allowed}"
-    elif exc.status_code == 404:
-        message = f"there is no endpoint {request.url.path}"
-    return _error_response(APIError(exc.status_code, message), headers=exc.headers)
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    """Last resort, for failures outside any route (routes answer their own; see ``_answering``)."""
-    return _failed(request)
-
-
-def _failed(request: Request) -> Response:
-    """A 500 for the exception being handled, whose cause goes to the log, not to the client."""
-    log.exception("unexpected error answering %s", request.url.path)
-    return _error_response(APIError(500, "the server failed to answer this request; see its log"))
-
-
-class _Authenticate:
-    """Every request but ``/health`` needs ``Authorization: Bearer <key>`` (a plain ASGI middleware: it leaves
-    streaming responses and client disconnects alone)."""
-
-    def __init__(self, app: Any, key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {key}".encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health" and scope["path"] not in ui.PUBLIC_PATHS:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                error = APIError(401, "a valid API key is required (Authorization: Bearer <key>)", code="bad_api_key")
-                await _error_response(error)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnkit.serve.backend import Generation, GenerationRequest, Inbox, TokenEvent
+from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, TokenEvent
 
 __all__ = ["TorchBackend"]
 

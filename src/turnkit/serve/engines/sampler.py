@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from turnkit.serve.backend import GenerationRequest, TokenEvent
+from turnkit.serve.engines.base import GenerationRequest, TokenEvent
 
 __all__ = ["Sampler", "log_probability"]
 

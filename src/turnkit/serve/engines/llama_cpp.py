@@ -2,8 +2,8 @@
 
 turnkit keeps the token boundary: prompts arrive as the token ids ``ChatFormat.encode`` made (llama.cpp never
 tokenizes text, so a forged ``<|im_start|>`` in user text stays text), and generated ids go back as
-:class:`~turnkit.serve.backend.TokenEvent` objects to turnkit's stream parser and stop ids. Only llama.cpp's kernels
-and its key/value cache are used; sampling is :mod:`turnkit.serve.sampler` over the logits, as on the torch engine.
+:class:`~.base.TokenEvent` objects to turnkit's stream parser and stop ids. Only llama.cpp's kernels
+and its key/value cache are used; sampling is :mod:`.sampler` over the logits, as on the torch engine.
 
 How a step works. One worker thread owns the llama.cpp context. The cache has one sequence id per slot
 (``max_batch`` slots) in one unified buffer. Every step builds one ``llama_batch``: the last sampled token of every
@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from turnkit.errors import EngineError
-from turnkit.serve.backend import Generation, GenerationRequest, Inbox, TokenEvent
-from turnkit.serve.sampler import Sampler, log_probability
+from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, TokenEvent
+from turnkit.serve.engines.sampler import Sampler, log_probability
 
 __all__ = ["LlamaCppBackend"]
 

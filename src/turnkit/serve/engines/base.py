@@ -5,8 +5,8 @@ A backend takes a :class:`GenerationRequest` (prompt token ids and sampling sett
 token budget) or when the server cancels it (a stop string matched, the client went away).
 
 :class:`ReplayBackend` plays scripted token ids; the tests use it for tool calls, which a 135M model does not make
-reliably. The real engines are :class:`turnkit.serve.llama_backend.LlamaCppBackend` (llama.cpp, for GGUF files) and
-:class:`turnkit.serve.torch_backend.TorchBackend` (transformers on torch).
+reliably. The real engines are :class:`turnkit.serve.engines.llama_cpp.LlamaCppBackend` (llama.cpp, for GGUF files) and
+:class:`turnkit.serve.engines.torch.TorchBackend` (transformers on torch).
 """
 
 from __future__ import annotations

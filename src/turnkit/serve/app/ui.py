@@ -28,7 +28,7 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.inspect.render import asset, stand_ins_attribute
 from turnkit.inspect.tokens import TokenTexts, find_forged_markers
-from turnkit.serve.body import read_body
+from turnkit.serve.app.body import read_body
 from turnkit.serve.protocol import APIError
 
 __all__ = ["PUBLIC_PATHS", "page_html", "pages"]
@@ -45,7 +45,7 @@ _MAX_TOKENS = 1 << 20
 @cache
 def page_html() -> str:
     """The playground page: its HTML with the chip CSS and script, and its own, inlined."""
-    own = resources.files("turnkit.serve") / "assets"
+    own = resources.files("turnkit.serve.app") / "assets"
     html = (own / "playground.html").read_text(encoding="utf-8")
     return (
         html.replace("{{css}}", asset("chips.css") + (own / "playground.css").read_text(encoding="utf-8"))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit.errors import ServeConfigError
-from turnkit.serve.backend import Backend
+from turnkit.serve.engines.base import Backend
 
 __all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
 
@@ -28,7 +28,7 @@ class EngineOptions:
 
 
 def _torch(path: Path, options: EngineOptions) -> Backend:
-    from turnkit.serve.torch_backend import TorchBackend
+    from turnkit.serve.engines.torch import TorchBackend
 
     return TorchBackend.load(path, threads=options.threads, max_batch=options.max_batch, max_queue=options.max_queue)
 
@@ -36,7 +36,7 @@ def _torch(path: Path, options: EngineOptions) -> Backend:
 def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
     if path.suffix != ".gguf" or not path.is_file():
         raise ServeConfigError(f"the llama.cpp engine serves .gguf files; {path} is not one (use the torch engine)")
-    from turnkit.serve.llama_backend import LlamaCppBackend
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
     return LlamaCppBackend(path, threads=options.threads or 1, max_batch=options.max_batch, max_queue=options.max_queue)
 

@@ -39,7 +39,7 @@ FORCED = {
 
 @pytest.fixture(scope="module")
 def url(smollm2_hf_folder):
-    from turnkit.serve.routes import Server
+    from turnkit.serve.app.routes import Server
 
     template = template_text("Qwen-Qwen3-0.6B.jinja")
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<think>", "</think>", "<tool_call>", "</tool_call>"])

@@ -1,0 +1,134 @@
+"""OpenAI's Chat Completions API (``POST /v1/chat/completions``): the request body read into a
+:class:`~.protocol.ChatRequest`, a session's steps written as ``chat.completion.chunk`` objects, and the whole
+``chat.completion`` folded from those chunks (:mod:`.chunks`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from turnkit.parse.reply import Delta
+from turnkit.serve.chunks import Chunk, head, usage_chunk, whole
+from turnkit.serve.protocol import (
+    APIError,
+    ChatRequest,
+    read_chat_input,
+    read_field,
+    read_response_format,
+    read_sampling,
+)
+from turnkit.serve.session import Session, TokenLogprob
+
+__all__ = ["chat_chunks", "fold_chat", "parse_chat"]
+
+
+def parse_chat(body: dict[str, Any]) -> ChatRequest:
+    """A chat completions body, checked field by field (400s name the field)."""
+    sampling = read_sampling(body)
+    chat_input = read_chat_input(body)
+    logprobs = read_field(body, "logprobs", bool, False)
+    top_logprobs = read_field(body, "top_logprobs", int, 0)
+    if not 0 <= top_logprobs <= 20:
+        raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
+    if top_logprobs and not logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    response_format = read_response_format(body)
+    if response_format is not None and chat_input.offers_tools:
+        raise APIError(
+            400,
+            "response_format and tools cannot be combined: a reply is either JSON of the schema or tool calls",
+            param="response_format",
+        )
+    return ChatRequest(
+        **sampling,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        chat_input=chat_input,
+        response_format=response_format,
+    )
+
+
+async def chat_chunks(session: Session, model: str) -> AsyncGenerator[Chunk, None]:
+    """The ``chat.completion.chunk`` objects of one reply: the role, the deltas of each step (a token's
+    log-probability rides on the first chunk of its step, or on an empty delta when the step shows no text yet), the
+    finish reason, and the usage.
+
+    ``content`` appears in the chunks exactly when the message has content as a string: OpenAI's message has
+    ``content: null`` for a reply that is only tool calls, and ``""`` for an empty reply. So the role chunk carries no
+    content, and a reply that ended with neither text nor a call says ``content: ""`` in its finish chunk. Likewise
+    the role chunk carries ``logprobs: {"content": []}`` when they were asked for (a reply may have no entries). A
+    client that accumulates the chunks then holds the very message of the whole response.
+    """
+    shared = head(session, model, chat=True)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> Chunk:
+        return {**shared, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+
+    yield chunk({"role": "assistant"}, logprobs={"content": []} if session.logprobs else None)
+    has_content = False
+    async with aclosing(session.steps()) as steps:
+        async for step in steps:
+            logprobs = {"content": [_chat_logprob(step.logprob)]} if step.logprob else None
+            for n, delta in enumerate(_merge(step.deltas) or ([{}] if logprobs else [])):
+                has_content = has_content or "content" in delta
+                yield chunk(delta, logprobs=logprobs if n == 0 else None)
+    assert session.reply is not None
+    last = {} if has_content or session.reply.tool_calls else {"content": ""}
+    yield chunk(last, finish=session.reply.finish_reason)
+    yield usage_chunk(shared, session)
+
+
+def fold_chat(chunks: Sequence[Chunk]) -> Chunk:
+    """The ``chat.completion`` that the chunks add up to, folded as a client accumulates a stream (per choice
+    index when ``n`` asked for several)."""
+    states: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            state = states.setdefault(
+                choice["index"],
+                {"message": {"role": "assistant", "content": None}, "calls": {}, "logprobs": None, "finish": None},
+            )
+            message, calls = state["message"], state["calls"]
+            for key in ("content", "reasoning_content"):
+                if key in choice["delta"]:
+                    message[key] = (message.get(key) or "") + choice["delta"][key]
+            for piece in choice["delta"].get("tool_calls", ()):
+                call = calls.setdefault(piece["index"], {"id": None, "type": "function", "name": "", "arguments": ""})
+                call["id"] = piece.get("id", call["id"])
+                call["name"] += piece["function"].get("name", "")
+                call["arguments"] += piece["function"].get("arguments", "")
+            if choice["logprobs"] is not None:
+                state["logprobs"] = state["logprobs"] or {"content": []}
+                state["logprobs"]["content"].extend(choice["logprobs"]["content"])
+            state["finish"] = choice["finish_reason"] or state["finish"]
+    choices = []
+    for index, state in sorted(states.items()):
+        message, calls = state["message"], state["calls"]
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": c["type"], "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(calls.items())
+            ]
+        choices.append(
+            {"index": index, "message": message, "finish_reason": state["finish"], "logprobs": state["logprobs"]}
+        )
+    return whole(chunks, choices, "chat.completion")
+
+
+def _chat_logprob(entry: TokenLogprob) -> dict[str, Any]:
+    top = [{"token": text, "logprob": logprob, "bytes": raw} for text, raw, logprob in entry.top]
+    return {"token": entry.token, "logprob": entry.logprob, "bytes": entry.bytes, "top_logprobs": top}
+
+
+def _merge(deltas: Sequence[Delta]) -> list[dict[str, Any]]:
+    """Deltas of one step as chunk payloads: text joined, tool-call pieces kept in order."""
+    out: list[dict[str, Any]] = []
+    for delta in deltas:
+        payload = delta.to_dict()
+        if out and "tool_calls" not in payload and "tool_calls" not in out[-1] and set(payload) == set(out[-1]):
+            for key, value in payload.items():
+                out[-1][key] += value
+        else:
+            out.append(payload)
+    return out
