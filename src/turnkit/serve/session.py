@@ -18,7 +18,6 @@ turn); ``tool_choice`` ``required`` or a named function writes the start of the 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -40,6 +39,7 @@ __all__ = [
     "Step",
     "TokenLogprob",
     "chat_prompt_ids",
+    "check_tools_readable",
     "check_tools_shown",
     "forced_call",
     "generation_request",
@@ -130,29 +130,57 @@ def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_pr
     return encoding.input_ids.tolist()
 
 
-def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
-    """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model.
+def check_tools_readable(fmt: ChatFormat, chat_input: ChatInput) -> None:
+    """Tools offered to a template whose tool calls turnkit cannot read back are a 400: the model's calls would
+    come back as text, the failure every agent loop trips over. (The template's reply format says why.)"""
+    if not chat_input.offers_tools:
+        return
+    choice = fmt.reply_choice
+    if choice.tools_unreadable or not choice.format.reads_tools:
+        raise APIError(
+            400,
+            "this model's chat template writes tool calls in a syntax turnkit cannot read back, so its calls would "
+            f"come back as text ({choice.format.reason}); serve it with a template override or a family whose tool "
+            "syntax turnkit reads",
+            param="tools",
+            code="tools_not_readable",
+        )
 
-    Only the tagged-JSON formats (``hermes``, ``qwen3``) have a start marker to write; any other format is a 400
-    rather than a reply that might not call a tool after all.
+
+def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
+    """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model in the
+    template's own tool syntax (``<tool_call>\n<function=NAME>\n`` for Qwen3-Coder's, ``<tool_call>\n{"name": ...``
+    for Hermes'), its markers as their token ids where they are single tokens. A syntax that cannot be started so
+    (headed messages, a bare JSON reply) is a 400 rather than a reply that might not call a tool after all.
     """
     choice = chat_input.tool_choice
     if not chat_input.offers_tools or choice == "auto":
         return []
     spec = fmt.reply_format
-    start = spec.tools[0].trigger if spec.tools else ""
-    hermes = bool(spec.tools) and spec.tools[0].arguments.encoding == "json_call" and not spec.tools[0].block
-    if not hermes or start not in fmt.tokenizer.added:
+    name = choice["function"]["name"] if isinstance(choice, dict) else None
+    text = spec.tools[0].opening(name) if spec.tools and spec.channels is None else None
+    if not text:
         raise APIError(
             400,
             f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
             param="tool_choice",
         )
-    if isinstance(choice, dict):
-        text = '\n{"name": ' + json.dumps(choice["function"]["name"]) + ', "arguments": '
-    else:
-        text = '\n{"name": "'
-    return [fmt.tokenizer.added[start].id, *fmt.tokenizer.encode_as_text(text).ids]
+    return _ids_with_markers(fmt, text)
+
+
+def _ids_with_markers(fmt: ChatFormat, text: str) -> list[int]:
+    """Text to ids where the tokenizer's added tokens written in it are those tokens and the rest is plain text."""
+    binding = fmt.tokenizer
+    ids: list[int] = []
+    pos = 0
+    for match in binding.added_pattern.finditer(text) if binding.added else ():
+        if match.start() > pos:
+            ids += binding.encode_as_text(text[pos : match.start()]).ids
+        ids.append(binding.added[match.group(0)].id)
+        pos = match.end()
+    if pos < len(text):
+        ids += binding.encode_as_text(text[pos:]).ids
+    return ids
 
 
 @dataclass
@@ -249,9 +277,9 @@ def start_chat(
     chat_input = req.chat_input
     prompt = chat_prompt_ids(fmt, chat_input)
     tools = chat_input.tools if chat_input.offers_tools else None
-    reply_format = fmt.reply_format.name
+    reply_format = fmt.reply_format
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
-        reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
+        reply_format = reply_format.without_tools()
     prefix = forced_call(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
 

@@ -33,7 +33,14 @@ from turnkit.serve.completions import completion_chunks, fold_completion, parse_
 from turnkit.serve.engines.base import Backend
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import APIError, ChatInput, Sampling, parse_detokenize, parse_tokenize
-from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
+from turnkit.serve.session import (
+    Session,
+    chat_prompt_ids,
+    check_tools_readable,
+    check_tools_shown,
+    start_chat,
+    start_completion,
+)
 
 __all__ = ["Server"]
 
@@ -152,6 +159,7 @@ class Server:
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         check_tools_shown(fmt, req.chat_input)
+        check_tools_readable(fmt, req.chat_input)
         constraint = None
         if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
             constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
