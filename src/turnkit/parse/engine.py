@@ -199,13 +199,19 @@ def _first_cores(seq: tuple[_Elem, ...], index: int, after: frozenset[str]) -> f
     return frozenset()
 
 
-def _written_id(reader: ObjectReader) -> str | None:
+def _written_id(reader: ObjectReader, name_key: str) -> str | None:
     """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``): the call's id.
-    One written after the name comes too late for the stream, which sent the id with the name."""
+    One written after the name comes too late for the stream, which sent the id with the name, so it never counts
+    (however much of the object the reader already holds)."""
+    before: dict[str, str] = {}
+    for key, value in reader.values.items():
+        if key == name_key:
+            break
+        before[key] = value
     for key in _ID_KEYS:
-        if key in reader.values:
+        if key in before:
             try:
-                written = json.loads(reader.values[key])
+                written = json.loads(before[key])
             except ValueError:
                 continue
             if isinstance(written, str | int) and not isinstance(written, bool):
@@ -249,6 +255,9 @@ class _Channel:
 
     def text(self) -> str:
         return "".join(self.parts)
+
+
+_ELEMENTS = frozenset({"tagged", "xml"})  # arguments as elements, not one self-delimited value
 
 
 class _Call:
@@ -335,6 +344,7 @@ class Engine:
         self._call: _Call | None = None
         self._block: _Syntax | None = None  # a block of calls is open
         self._expect: list[str] = []
+        self._memo: dict[tuple[Any, ...], Any] = {}
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
         self._label, self._label_held = "", ""  # a reasoning label not yet seen (Gemma's "thought")
         self._mode = "content"
@@ -387,7 +397,12 @@ class Engine:
                 if not self._peek():
                     return
                 continue
-            found = needles(self._needles())
+            if not lexer.buffer:
+                return
+            key = self._state_key()
+            found = self._memo.get(key)
+            if found is None:
+                found = self._memo[key] = needles(self._needles())
             event = lexer.next(found)
             if event is None:
                 return
@@ -423,6 +438,38 @@ class Engine:
         return text.translate(self._unsymbols) if self._unsymbols else text
 
     # -- needles per state -----------------------------------------------------------------------------------------
+
+    def _state_key(self) -> tuple[Any, ...]:
+        """What the needle set depends on, so that it is built once per state rather than once per piece."""
+        mode = self._mode
+        if mode == "content":
+            fresh = not self.content.started and not self.calls and self._call is None
+            return (mode, self._calls_allowed, fresh)
+        if mode == "reasoning":
+            return (mode, self._calls_allowed)
+        if mode == "call":
+            call = self._call
+            assert call is not None
+            candidates = call.candidates
+            syntax = candidates[0]
+            return (
+                mode,
+                id(syntax),
+                len(call.seq) - len(syntax.call),
+                tuple(map(id, candidates)) if len(candidates) > 1 else None,
+                call.pos,
+                call.core,
+                call.param_pos,
+                call.param_core,
+                call.closing,
+                call.fresh,
+                id(self._block),
+            )
+        if mode == "between":
+            return (mode, id(self._block))
+        if mode == "expect":
+            return (mode, self._expect[0])
+        return (mode,)
 
     def _needles(self) -> list[str]:
         found = list(self._stops)
@@ -946,6 +993,9 @@ class Engine:
             call.raw.append(self._plain(text))
             return
         element = call.element
+        if call.param_pos is None and isinstance(element, _Args) and element.spec.encoding not in _ELEMENTS:
+            self._read_arguments(text)  # the common case: self-delimited arguments
+            return
         if call.param_pos is not None or (isinstance(element, _Args) and element.spec.encoding == "tagged"):
             assert isinstance(element, _Args)
             self._param_text(call, element, text)
@@ -1062,15 +1112,17 @@ class Engine:
         reader = call.reader
         spec = element.spec
         used = reader.feed(text)
-        consumed = text[:used]
-        call.raw.append(self._plain(consumed))
-        if consumed.strip(_WS):
+        consumed = text[:used] if used < len(text) else text
+        plain = consumed.translate(self._unsymbols) if self._unsymbols else consumed
+        call.raw.append(plain)
+        if call.fresh and consumed.strip(_WS):
             call.fresh = False
-        if spec.encoding == "json" and not reader.is_string:
-            self._send(call, self._plain(consumed.lstrip(_WS) if not call.sent and not call.pending else consumed))
-        elif spec.encoding == "json_call":
-            self._json_call_progress(call, reader, consumed)
-        self._lexer.unread(text[used:])
+        if spec.encoding == "json_call":
+            self._json_call_progress(call, reader, spec)
+        elif spec.encoding == "json" and not reader.is_string:
+            self._send(call, plain.lstrip(_WS) if not call.sent and not call.pending else plain)
+        if used < len(text):
+            self._lexer.unread(text[used:])
         if reader.failed:
             self._reader_failed(call, reader.failed, text[used:])
         elif reader.done:
@@ -1103,11 +1155,14 @@ class Engine:
         else:
             self._broken(call, "the arguments are not complete where the call ends", CallStatus.INVALID_JSON)
 
-    def _json_call_progress(self, call: _Call, reader: ObjectReader, consumed: str) -> None:
-        # ObjectReader.feed streams the arguments value; it was fed by reader.feed above through this path
+    def _json_call_progress(self, call: _Call, reader: ObjectReader, spec: Arguments) -> None:
+        """The arguments' new text (what the reader streamed), and the name once it is read."""
         fragment = reader.streamed
         reader.streamed = ""
-        spec = call.syntax.spec.arguments
+        if call.name is not None:  # the common case: the arguments' text, streamed
+            if fragment:
+                self._send(call, fragment.translate(self._unsymbols) if self._unsymbols else fragment)
+            return
         if call.name is None:
             name: Any = None
             if spec.name_as_key:
@@ -1120,7 +1175,7 @@ class Engine:
                     name = None
             if isinstance(name, str) and name:
                 name = self._plain(name)
-                call.written_id = _written_id(reader)
+                call.written_id = None if spec.name_as_key else _written_id(reader, spec.name_key)
                 call.confirmed = True
                 call.name = name
                 call.pending.append(self._plain(fragment))

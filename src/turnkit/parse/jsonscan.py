@@ -10,11 +10,13 @@ it is complete and the arguments piece by piece. Reading character by character,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = ["BracketReader", "ObjectReader", "ValueReader"]
 
 _WS = " \t\r\n"
+_STRING_SPECIAL = re.compile(r'[\\"]')
 
 
 class ObjectReader:
@@ -68,8 +70,19 @@ class ObjectReader:
             return 0
         streamed: list[str] = []
         used = len(text)
-        for n, char in enumerate(text):
+        n = -1
+        while n + 1 < len(text):
+            n += 1
+            char = text[n]
             state = self._state
+            if state == "value" and self._in_string and not self._escape and char not in '\\"':
+                stop = _STRING_SPECIAL.search(text, n)  # a string's plain run, taken at once
+                end = stop.start() if stop is not None else len(text)
+                self._value.append(text[n:end])
+                if self._streaming:
+                    streamed.append(text[n:end])
+                n = end - 1
+                continue
             if state == "value":
                 self._value.append(char)
                 if self._streaming:
@@ -218,7 +231,14 @@ class ValueReader:
     def feed(self, text: str) -> int:
         if self.done or self.failed:
             return 0
-        for n, char in enumerate(text):
+        n = -1
+        while n + 1 < len(text):
+            n += 1
+            char = text[n]
+            if self._in_string and not self._escape and char not in '\\"':
+                stop = _STRING_SPECIAL.search(text, n)  # a string's plain run, skipped at once
+                n = (stop.start() if stop is not None else len(text)) - 1
+                continue
             if self._depth == 0:
                 if char in _WS:
                     continue
