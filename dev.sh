@@ -3,7 +3,7 @@
 #   ./dev.sh test            ruff, mypy over src/ + the whole test suite (installs Debian's chromium for the browser tests first);
 #                            CI=true: no skip passes (docs/contributing.md); ./dev.sh test -m "not slow" for a quick run
 #   ./dev.sh docs            builds the documentation site into site/ (mkdocs build --strict)
-#   ./dev.sh docs serve      previews it at http://127.0.0.1:8000/, rebuilt on every change (any mkdocs serve arguments)
+#   ./dev.sh docs serve      previews it at http://127.0.0.1:8001/ (beside ./dev.sh serve's 8000), rebuilt on every change
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -59,9 +59,10 @@ if [ "${1:-}" = "test" ]; then
 fi
 if [ "${1:-}" = "docs" ]; then
     shift
+    export NO_MKDOCS_2_WARNING=1  # Material's notice about its successor, printed on every build
     if [ "${1:-}" = "serve" ]; then
         shift
-        exec "$VENV/bin/mkdocs" serve --strict "$@"
+        exec "$VENV/bin/mkdocs" serve --strict --dev-addr 127.0.0.1:8001 "$@"  # a later -a ADDRESS wins
     fi
     exec "$VENV/bin/mkdocs" build --strict "$@"
 fi

@@ -1,19 +1,29 @@
-"""Dataset preparation speed: ``turnkit prepare`` with 1 and 2 workers against ``datasets.map`` with
-``apply_chat_template(..., return_assistant_tokens_mask=True)`` in one process, in the same run.
+"""Dataset preparation speed on every shape of data, each against ``datasets.map`` and ``fmt.encode`` in the same run.
 
-Usage: python benchmarks/prepare.py [--conversations N] [--repeats R]
+Usage: python benchmarks/prepare.py [--shapes NAME,...] [--conversations N] [--repeats R] [--shard-records S]
        python benchmarks/prepare.py --memory 200000 [--memory-workers 2]   (peak RSS instead)
 
-The data: N generated conversations (multi-turn, a third with tool calls and results, five shared system prompts),
-rendered with the qwen2.5 family's template with ``{% generation %}`` blocks added (so that transformers can make
-assistant masks at all), over the SmolLM2 tokenizer with Qwen's tool markers added. Every repetition prepares fresh
-conversations (no cache carries over); medians are reported. Targets: 1 worker at least 2x the datasets.map baseline;
-2 workers at least 1.7x 1 worker.
+For every shape of ``tests/shapes.py`` (single-turn, multi-turn with 1-3 and 6-10 exchanges, long system prompts, tool
+calls and results, ShareGPT input, unicode-heavy text, templates with and without ``{% generation %}`` tags, and the
+earlier benchmark's mixed data), each repetition generates N fresh conversations and runs, in an order that rotates:
+
+* ``datasets.map`` + ``apply_chat_template(..., return_assistant_tokens_mask=True)`` in one process (the baseline:
+  the shape's template with ``{% generation %}`` tags, which transformers needs to make masks; same text, same ids);
+* ``turnkit prepare`` with 1 worker and with 2 workers (N / S shards: 8 by default);
+* a loop of ``fmt.encode`` (masks, no attribution: what prepare's rows need) over the already-converted
+  conversations, as a user writes it (Python's default garbage collector settings);
+* ``fmt.encode_batch`` in batches of 128, the same conversations.
+
+Per run it prints the ratios of variants measured in that run (so that they stay meaningful while other jobs load the
+machine), then medians. The load average is printed before and after each shape. Targets: 1 worker at least 2x
+``datasets.map``; prepare's time a token at most 1.2x the ``fmt.encode`` loop's; ``encode_batch`` at least as fast as
+the loop; 2 workers at least 1.7x one (on a quiet machine: a busy second core leaves nothing for the second worker).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -24,125 +34,126 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corpus import smollm2_tokenizer_folder, tokenizer_with_markers
+from corpus import smollm2_tokenizer_folder
+from shapes import SHAPES, Shape, mixed, model_folder, to_messages
 
-from turnkit import families
 from turnkit.data import PrepareConfig, prepare
+from turnkit.data.pipeline import _format
 
-SYSTEMS = [
-    "You are a helpful assistant. Answer briefly and precisely, and say when you do not know.",
-    "You are a support agent for an airline. Be polite, check booking details, never invent flight numbers.",
-    "You are a coding assistant. Prefer Python, explain your reasoning, and include short examples.",
-    "You are a travel planner. Suggest itineraries with times, budgets and alternatives for bad weather.",
-    "You are a tutor for high-school mathematics. Guide the student step by step without giving away answers.",
-]
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city.",
-     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
-    {"type": "function", "function": {"name": "search_flights", "description": "Flights between two airports.",
-     "parameters": {"type": "object", "properties": {"from": {"type": "string"}, "to": {"type": "string"},
-                                                      "date": {"type": "string"}}, "required": ["from", "to"]}}},
-]  # fmt: skip
-WORDS = (
-    "please could you explain how the weather in paris affects flights to london tomorrow morning and what "
-    "options exist for a family of four with two children and a dog travelling on a budget in the spring"
-).split()
+VARIANTS = ("baseline", "prepare 1", "prepare 2", "encode loop", "encode_batch")
 
 
-def _text(rng: random.Random, low: int, high: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high))).capitalize() + "."
-
-
-def conversation(rng: random.Random) -> dict:
-    messages = [{"role": "system", "content": rng.choice(SYSTEMS)}]
-    tools = None
-    for turn in range(rng.randint(2, 4)):
-        messages.append({"role": "user", "content": _text(rng, 10, 40)})
-        if turn == 0 and rng.random() < 0.33:
-            tools = TOOLS
-            city = rng.choice(["Paris", "London", "Oslo", "Rome"])
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
-                    ],
-                }
-            )
-            messages.append({"role": "tool", "content": json.dumps({"city": city, "temp_c": rng.randint(-5, 30)})})
-        messages.append({"role": "assistant", "content": _text(rng, 20, 80)})
-    return {"messages": messages, "tools": tools}
-
-
-def generation_template() -> str:
-    """The qwen2.5 family's template with {% generation %} around what each assistant turn writes."""
-    text = families.get("qwen2.5").template
-    text = text.replace(
-        "{{- '<|im_start|>assistant' -}}\n        {%- if message.content -%}",
-        "{{- '<|im_start|>assistant' -}}\n        {%- generation -%}\n        {%- if message.content -%}",
-    )
-    text = text.replace(
-        "{%- endfor -%}\n        {{- '<|im_end|>\\n' -}}",
-        "{%- endfor -%}\n        {{- '<|im_end|>' -}}\n        {%- endgeneration -%}\n        {{- '\\n' -}}",
-    )
-    other_turn = "{{- '<|im_start|>' ~ message.role ~ '\\n' ~ text_of(message.content) ~ '<|im_end|>\\n' -}}"
-    text = text.replace(
-        "{%- else -%}\n        " + other_turn,
-        "{%- elif message.role == 'assistant' -%}\n        {{- '<|im_start|>assistant\\n' -}}{%- generation -%}"
-        "{{- text_of(message.content) ~ '<|im_end|>' -}}{%- endgeneration -%}{{- '\\n' -}}\n    {%- else -%}\n"
-        "        {{- '<|im_start|>' ~ message.role ~ '\\n' ~ text_of(message.content) ~ '<|im_end|>\\n' -}}",
-    )
-    assert text.count("generation -%}") == 2 * 2, "the family template changed; update the benchmark"
-    return text
-
-
-def _model(work: Path) -> Path:
-    tokenizer = tokenizer_with_markers(
-        smollm2_tokenizer_folder(), ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-    )
-    tokenizer.chat_template = generation_template()
-    model = work / "model"
-    tokenizer.save_pretrained(model)
-    (model / "chat_template.jinja").write_text(generation_template())
-    return model
-
-
-def _write(path: Path, count: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    records = [conversation(rng) for _ in range(count)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return records
+def _load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _baseline(tokenizer, records: list[dict]) -> tuple[float, int]:
+    """``datasets.map`` over the records (one JSON column), as a user would write it; seconds and tokens."""
     import datasets
 
-    dataset = datasets.Dataset.from_list([{"messages": json.dumps(r["messages"]),
-                                           "tools": json.dumps(r["tools"])} for r in records])  # fmt: skip
+    dataset = datasets.Dataset.from_list([{"record": json.dumps(r)} for r in records])
 
     def encode(batch):
         out = {"input_ids": [], "assistant_masks": []}
-        for messages, tools in zip(batch["messages"], batch["tools"], strict=True):
+        for text in batch["record"]:
+            messages, tools = to_messages(json.loads(text))
             encoded = tokenizer.apply_chat_template(
-                json.loads(messages),
-                tools=json.loads(tools),
-                tokenize=True,
-                return_dict=True,
-                return_assistant_tokens_mask=True,
+                messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
             )
             out["input_ids"].append(encoded["input_ids"])
             out["assistant_masks"].append(encoded["assistant_masks"])
         return out
 
     start = time.perf_counter()
-    mapped = dataset.map(encode, batched=True, batch_size=256, remove_columns=["messages", "tools"])
+    mapped = dataset.map(encode, batched=True, batch_size=256, remove_columns=["record"])
     seconds = time.perf_counter() - start
     return seconds, sum(len(ids) for ids in mapped["input_ids"])
+
+
+def _encode_loop(fmt, conversations: list[tuple[list, list | None]]) -> float:
+    start = time.perf_counter()
+    for messages, tools in conversations:
+        fmt.encode(messages, tools=tools, attribution=False)
+    return time.perf_counter() - start
+
+
+def _encode_batch(fmt, conversations: list[tuple[list, list | None]]) -> float:
+    items = [{"messages": m, "tools": t} for m, t in conversations]
+    start = time.perf_counter()
+    for at in range(0, len(items), 128):
+        fmt.encode_batch(items[at : at + 128], attribution=False)
+    return time.perf_counter() - start
+
+
+def _run_shape(shape: Shape, args: argparse.Namespace, work: Path, tokenizer_folder: Path) -> dict[str, float]:
+    from transformers import AutoTokenizer
+
+    model = str(model_folder(shape.model, tokenizer_folder, work / "models"))
+    baseline_tokenizer = AutoTokenizer.from_pretrained(model_folder(shape.baseline, tokenizer_folder, work / "models"))
+    fmt = _format(model)  # the format prepare's one worker uses: loaded once a process, before anything is timed
+    n = args.conversations
+    warm = work / "warm.jsonl"
+    warm.write_text("".join(json.dumps(r) + "\n" for r in shape.records(20, seed=-1)))
+    prepare([str(warm)], work / "warm", PrepareConfig(model=model), progress=False)
+    shutil.rmtree(work / "warm")
+    print(f"\n== {shape.name} ({shape.model} template; baseline {shape.baseline}), {_load()}", flush=True)
+    seconds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    ratios: dict[str, list[float]] = {"1/base": [], "2/1": [], "prepare/loop": [], "loop/batch": []}
+    tokens = 0
+    for repeat in range(args.repeats):
+        records = shape.records(n, seed=repeat)  # fresh conversations: no cache carries over from a repetition
+        data = work / f"data-{repeat}.jsonl"
+        data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        conversations = [to_messages(r) for r in records]
+        took: dict[str, float] = {}
+        order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]  # the order rotates
+        for variant in order:
+            fmt.encoder.segment_cache.clear()  # every variant starts from the same caches
+            gc.collect()
+            if variant == "baseline":
+                took[variant], base_tokens = _baseline(baseline_tokenizer, records)
+            elif variant.startswith("prepare"):
+                out = work / f"out-{repeat}"
+                config = PrepareConfig(model=model)
+                start = time.perf_counter()
+                workers, size = int(variant.split()[1]), args.shard_records
+                manifest = prepare([str(data)], out, config, workers=workers, shard_records=size, progress=False)
+                took[variant] = time.perf_counter() - start
+                assert manifest["counts"]["written"] == n, manifest["counts"]
+                tokens = manifest["tokens"]
+                shutil.rmtree(out)
+            else:
+                run: Callable = _encode_loop if variant == "encode loop" else _encode_batch
+                took[variant] = run(fmt, conversations)
+        assert base_tokens == tokens, f"the baseline made {base_tokens} tokens and prepare {tokens}"
+        for variant, value in took.items():
+            seconds[variant].append(value)
+        base, one, two = took["baseline"], took["prepare 1"], took["prepare 2"]
+        loop, batch = took["encode loop"], took["encode_batch"]
+        ratios["1/base"].append(base / one)
+        ratios["2/1"].append(one / two)
+        ratios["prepare/loop"].append(one / loop)
+        ratios["loop/batch"].append(loop / batch)
+        print(f"  run {repeat + 1}: baseline {n / base:,.0f}/s, prepare {n / one:,.0f}/s (2 workers {n / two:,.0f}/s), "
+              f"encode {n / loop:,.0f}/s, encode_batch {n / batch:,.0f}/s | 1 worker / baseline {base / one:.2f}, "
+              f"prepare / encode a token {one / loop:.2f}, encode / batch {loop / batch:.2f}, 2 / 1 {one / two:.2f}",
+              flush=True)  # fmt: skip
+    med = statistics.median
+    ns = {v: med(seconds[v]) / tokens * 1e9 for v in VARIANTS}
+    print(f"  {n:,} conversations, {tokens / n:,.0f} tokens each; medians of {args.repeats} runs; {_load()}")
+    print("  ns a token: " + ", ".join(f"{v} {ns[v]:,.0f}" for v in VARIANTS))
+    return {
+        "tokens": tokens / n,
+        **{f"ns {v}": ns[v] for v in VARIANTS},
+        "records/s baseline": n / med(seconds["baseline"]),
+        "records/s prepare 1": n / med(seconds["prepare 1"]),
+        **{name: med(values) for name, values in ratios.items()},
+    }
 
 
 def _memory(work: Path, model: Path, count: int, workers: int) -> None:
@@ -151,7 +162,7 @@ def _memory(work: Path, model: Path, count: int, workers: int) -> None:
     rng = random.Random(12345)
     with data.open("w") as handle:  # streamed: this process stays small (a child inherits its peak RSS on Linux)
         for _ in range(count):
-            handle.write(json.dumps(conversation(rng)) + "\n")
+            handle.write(json.dumps(mixed(rng)) + "\n")
     script = (
         "import json, resource, sys\n"
         "from pathlib import Path\n"
@@ -174,18 +185,37 @@ def _memory(work: Path, model: Path, count: int, workers: int) -> None:
     size = data.stat().st_size / 2**20
     print(f"{count:,} records ({size:,.0f} MiB of JSONL), {workers} worker(s): {found['written']:,} written in "
           f"{found['seconds']:.0f} s; peak RSS {found['main_mib']:.0f} MiB main process, "
-          f"{found['worker_mib']:.0f} MiB largest worker")  # fmt: skip
+          f"{found['worker_mib']:.0f} MiB largest worker; {_load()}")  # fmt: skip
+
+
+def _summary(results: dict[str, dict[str, float]], n: int, repeats: int, shard_records: int) -> None:
+    print(f"\n{n:,} fresh conversations a run, medians of {repeats} runs, {n // shard_records} shards; {_load()}")
+    header = (
+        f"{'shape':30} {'tok/rec':>7} {'base/s':>7} {'prep/s':>7} {'1/base':>7} "
+        f"{'ns/tok prep':>11} {'ns/tok enc':>10} {'prep/enc':>8} {'enc/batch':>9} {'2/1':>5}"
+    )
+    print(header)
+    for name, r in results.items():
+        print(f"{name:30} {r['tokens']:>7,.0f} {r['records/s baseline']:>7,.0f} {r['records/s prepare 1']:>7,.0f} "
+              f"{r['1/base']:>7.2f} {r['ns prepare 1']:>11,.0f} {r['ns encode loop']:>10,.0f} "
+              f"{r['prepare/loop']:>8.2f} {r['loop/batch']:>9.2f} {r['2/1']:>5.2f}")  # fmt: skip
+    print("targets: 1/base >= 2.0; prep/enc <= 1.2 (prepare's time a token over the encode loop's); enc/batch >= 1.0; "
+          f"2/1 >= 1.7 on a quiet machine (os.cpu_count() = {os.cpu_count()})")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    # 8 shards of 1,024: with fewer shards than workers x 4 the last shard runs alone, which measures the tail, not
-    # the per-record work (3,000 records are 3 shards: 2 workers can do at most 1.5x one)
-    parser.add_argument("--conversations", type=int, default=8_192)
-    parser.add_argument("--repeats", type=int, default=6, help="runs of each variant, each on fresh data")
+    names = ", ".join(s.name for s in SHAPES)
+    parser.add_argument("--shapes", help=f"comma-separated shape names (default: all): {names}")
+    parser.add_argument("--conversations", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, each on fresh data")
+    # 8 shards: with fewer shards than workers x 4 the last shard runs alone, which measures the tail, not the
+    # per-record work
+    parser.add_argument("--shard-records", type=int, help="records a shard (default: conversations / 8)")
     parser.add_argument("--memory", type=int, metavar="N", help="instead: peak RSS of prepare on N records")
     parser.add_argument("--memory-workers", type=int, default=2)
     args = parser.parse_args()
+    args.shard_records = args.shard_records or max(1, args.conversations // 8)
     warnings.simplefilter("ignore")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     import datasets
@@ -193,59 +223,18 @@ def main() -> None:
     datasets.disable_progress_bars()
     work = Path(tempfile.mkdtemp(prefix="turnkit-bench-"))
     try:
-        model = _model(work)
+        tokenizer_folder = smollm2_tokenizer_folder()
         if args.memory:
+            model = model_folder("qwen-tagged", tokenizer_folder, work / "models")  # the earlier benchmark's
             _memory(work, model, args.memory, args.memory_workers)
             return
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        n = args.conversations
-        # warm up, as the baseline's tokenizer is loaded before it is timed: turnkit's format, loaded once a process
-        _write(work / "warm.jsonl", 20, seed=-1)
-        prepare([str(work / "warm.jsonl")], work / "warm", PrepareConfig(model=str(model)), progress=False)
-        rates: dict[str, list[float]] = {"baseline": [], "1": [], "2": []}
-        ratios: dict[str, list[float]] = {"1/base": [], "2/1": []}
-        tokens = 0
-        for repeat in range(args.repeats):
-            # fresh conversations every repetition: no cache carries over from an earlier one
-            data = work / f"data-{repeat}.jsonl"
-            records = _write(data, n, seed=repeat)
-            seconds: dict[str, float] = {}
-            variants = ["baseline", "1", "2"]
-            for variant in variants[repeat % 3 :] + variants[: repeat % 3]:  # the order rotates: load drifts
-                if variant == "baseline":
-                    seconds[variant], tokens = _baseline(tokenizer, records)
-                    continue
-                out = work / f"out-{repeat}-{variant}"
-                config = PrepareConfig(model=str(model))
-                start = time.perf_counter()
-                manifest = prepare([str(data)], out, config, workers=int(variant), progress=False)
-                seconds[variant] = time.perf_counter() - start
-                assert manifest["counts"]["written"] == n, manifest["counts"]
-                shutil.rmtree(out)
-            assert manifest["tokens"] == tokens, (manifest["tokens"], tokens)
-            base, one, two = seconds["baseline"], seconds["1"], seconds["2"]
-            rates["baseline"].append(n / base)
-            rates["1"].append(n / one)
-            rates["2"].append(n / two)
-            ratios["1/base"].append(base / one)
-            ratios["2/1"].append(one / two)
-            print(f"run {repeat + 1}: baseline {n / base:,.0f}/s, 1 worker {n / one:,.0f}/s, 2 workers {n / two:,.0f}/s"
-                  f" (1 worker / baseline {base / one:.2f}, 2 / 1 {one / two:.2f})", flush=True)  # fmt: skip
-        med = statistics.median
-        print(f"\n{n:,} conversations per run, {tokens / n:.0f} tokens each, medians of {args.repeats} runs")
-        print(f"tokenizer path: {manifest['tokenizer_path']}\n")
-        print(f"{'':46} {'records/s':>10} {'tokens/s':>10}")
-        rows = [
-            ("datasets.map + apply_chat_template (1 proc)", med(rates["baseline"])),
-            ("turnkit prepare, 1 worker", med(rates["1"])),
-            ("turnkit prepare, 2 workers", med(rates["2"])),
-        ]
-        for label, rate in rows:
-            print(f"{label:46} {rate:>10,.0f} {rate * tokens / n:>10,.0f}")
-        print(f"\n1 worker / datasets.map = {med(ratios['1/base']):.2f} (target >= 2.0)")
-        print(f"2 workers / 1 worker = {med(ratios['2/1']):.2f} (target >= 1.7; os.cpu_count() = {os.cpu_count()})")
+        wanted = args.shapes.split(",") if args.shapes else [s.name for s in SHAPES]
+        unknown = set(wanted) - {s.name for s in SHAPES}
+        if unknown:
+            parser.error(f"unknown shapes {sorted(unknown)}")
+        print(f"start: {_load()}")
+        results = {s.name: _run_shape(s, args, work, tokenizer_folder) for s in SHAPES if s.name in wanted}
+        _summary(results, args.conversations, args.repeats, args.shard_records)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -7,6 +7,7 @@ failures: ``.venv/bin/python tests/parse_peers.py [FILE_SUBSTRING] [-v]``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import contextlib
 
 from corpus import PEERS, TEMPLATES, manifest
 

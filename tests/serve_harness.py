@@ -29,6 +29,11 @@ TOOLS = [
 ]
 
 
+#: ``turnkit serve`` arguments for the embedded model as agents need it: qwen2.5's template (hermes tool calls), the
+#: embedded model's sampling defaults, llama.cpp on one thread (two threads crawl on a busy machine).
+TOOL_MODEL = ("--model", "smollm2=default:qwen2.5", "--engine", "llama.cpp", "--threads", "1")
+
+
 @contextmanager
 def turnkit_serve(*arguments: str, name: str = "serve") -> Iterator[tuple[str, Path]]:
     """``turnkit serve ARGUMENTS --port P`` as a subprocess, its output in a log file; yields (URL, log) once it answers

@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "turnkit"
 LAYERS: dict[str, int] = {
     "errors": 0,
     "cache": 0,
+    "quiet": 0,
     "messages": 1,
     "embedded": 1,
     "template": 2,
@@ -102,6 +103,8 @@ SERVE_ROOMS: dict[str, set[str]] = {
     "protocol": set(),
     "chat": {"protocol", "chunks", "session"},
     "completions": {"protocol", "chunks", "session"},
+    "messages": {"protocol", "session"},
+    "responses": {"protocol", "session"},
     "chunks": {"protocol", "session"},
 }
 

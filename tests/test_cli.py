@@ -44,6 +44,16 @@ def test_render_template_file_with_tokens_and_vars(tmp_path, conversation, capsy
     assert capsys.readouterr().out == "<s>Be  brief.Hi\tthereTrue"
 
 
+def test_show_marks_only_the_markers_the_template_wrote(tmp_path, capsys):
+    """A user who types <|im_end|> typed text (encode keeps it as text): --show marks only the template's own."""
+    conversation = tmp_path / "typed.json"
+    conversation.write_text(json.dumps([{"role": "user", "content": "hi <|im_end|> there"}]))
+    assert main(["render", "--model", "default", "--show", str(conversation)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "hi·<|im_end|>·there⟦<|im_end|>⟧↵"
+    assert main(["render", "--model", "default", str(conversation)]) == 0
+    assert "hi <|im_end|> there<|im_end|>\n" in capsys.readouterr().out  # the render itself is unchanged
+
+
 def test_render_tools_file(tmp_path, capsys):
     conversation = tmp_path / "c.json"
     conversation.write_text(json.dumps({"messages": [{"role": "user", "content": "Weather?"}]}))
@@ -205,7 +215,41 @@ def _library_errors(smollm2_hf_folder):
     def continue_without_content():
         ChatFormat.from_family("chatml").render([*TWO_TURNS, {"role": "assistant"}], continue_final_message=True)
 
-    return [no_tokenizer, not_prefix_stable, several_templates, continue_and_prompt, continue_without_content]
+    def dropped_tool_calls():
+        template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        ChatFormat.from_template(template, tokenizer=smollm2_hf_folder).encode(TOOL_CALL_TURN)
+
+    return [
+        no_tokenizer,
+        not_prefix_stable,
+        several_templates,
+        continue_and_prompt,
+        continue_without_content,
+        dropped_tool_calls,
+    ]
+
+
+TOOL_CALL_TURN = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+    },
+]
+
+
+def test_encode_refuses_a_trained_turn_the_template_leaves_out(tmp_path, capsys):
+    """The embedded SmolLM2 template writes no tool calls: an error naming message and field, unless --allow-dropped."""
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps({"messages": TOOL_CALL_TURN, "tools": [WEATHER_TOOL]}))
+    assert main(["encode", "--model", "default", str(conversation)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("turnkit: error: message 1, field 'tool_calls': the template does not write")
+    assert "pass --allow-dropped" in error and "allow_dropped=" not in error
+    assert main(["encode", "--model", "default", "--allow-dropped", "--json", str(conversation)]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t for t, m in zip(row["tokens"], row["assistant_masks"], strict=True) if m] == ["<|im_end|>"]
 
 
 def test_every_rewritten_phrase_is_still_the_librarys(smollm2_hf_folder):
@@ -225,3 +269,138 @@ def test_every_rewritten_phrase_is_still_the_librarys(smollm2_hf_folder):
         rewritten = command_line_message(message)
         assert not re.search(r"\b[a-z]+(_[a-z]+)+=|\(\)", rewritten), rewritten
     assert command_line_message("turns='last' and") == "--turns last and"
+
+
+def test_a_misspelt_flag_is_named_with_the_nearest_one(conversation, capsys):
+    for command, wrong, right in (
+        (["render", "--modle", "default"], "--modle", "--model"),
+        (["render", "--model", "default", "--shwo"], "--shwo", "--show"),
+        (
+            ["prepare", "x.jsonl", "--model", "default", "--out", "o", "--max-lenght", "5"],
+            "--max-lenght",
+            "--max-length",
+        ),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, str(conversation)])
+        assert exit_.value.code == 2
+        assert f"error: unknown flag {wrong} (did you mean {right}?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["render", "--model", "default", "--zzz", str(conversation)])
+    assert capsys.readouterr().err.splitlines()[-1].endswith("error: unknown flag --zzz")
+
+
+def test_a_hub_name_is_told_to_download_first(conversation, capsys):
+    assert main(["render", "--model", "Qwen/Qwen2.5-7B-Instruct", str(conversation)]) == 2
+    err = capsys.readouterr().err
+    assert "--model Qwen/Qwen2.5-7B-Instruct does not exist" in err
+    assert "not from the hub: download it first (hf download Qwen/Qwen2.5-7B-Instruct --local-dir DIR)" in err
+    assert main(["generate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--prompt", "hi"]) == 2
+    assert "hf download Qwen/Qwen2.5-7B-Instruct" in capsys.readouterr().err
+
+
+def test_a_message_without_content_names_the_field(tmp_path, capsys):
+    conversation = tmp_path / "c.json"
+    conversation.write_text(json.dumps([{"role": "user"}]))
+    assert main(["render", "--model", "default", str(conversation)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnkit: error: message 0, field 'content': missing, and the chat template reads it")
+    assert "dict object" not in err
+
+
+def test_serve_help_gives_host_and_port_their_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--host ADDRESS the address to listen on (default 127.0.0.1" in help_text
+    assert "--port N the port to listen on (default 8000)" in help_text
+
+
+def test_serve_names_what_a_tokenizer_only_folder_lacks(tmp_path, capsys, smollm2_hf_folder):
+    import shutil
+
+    folder = tmp_path / "tokenizer-only"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(smollm2_hf_folder / name, folder / name)
+    assert main(["serve", "--model", str(folder)]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert f"turnkit: error: {folder} holds no model to serve: it has no config.json and no weights" in err
+    assert "Unrecognized model" not in err
+
+
+HERMES_REPLY = (
+    'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+)
+
+
+def _parse(capsys, *argv: str) -> tuple[int, str]:
+    code = main(["parse", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_parse_reads_a_reply_back_and_says_which_format_and_why(tmp_path, capsys):
+    reply = tmp_path / "reply.txt"
+    reply.write_text(HERMES_REPLY)
+    code, out = _parse(capsys, "--family", "qwen2.5", str(reply))
+    result = json.loads(out)
+    assert code == 0 and result["message"]["content"] == "Let me look."
+    (call,) = result["message"]["tool_calls"]
+    assert call["status"] == "ok" and call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert result["finish_reason"] == "tool_calls" and result["ended_cleanly"] is True
+    assert result["reply_format"] == {"name": "hermes", "why": "declared by the family 'qwen2.5'"}
+
+    # the embedded SmolLM2 writes no tool calls: they come back as text, and the output says why and what to do
+    result = json.loads(_parse(capsys, "--model", "default", str(reply))[1])
+    assert "tool_calls" not in result["message"] and "<tool_call>" in result["message"]["content"]
+    assert result["reply_format"]["name"] == "plain"
+    assert result["reply_format"]["why"].startswith("inferred: the template writes no marker")
+    assert "--reply-format hermes" in result["hint"]
+
+    # a template that writes the markers: inferred from them
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}{# <tool_call> </tool_call> #}")
+    result = json.loads(_parse(capsys, "--template", str(template), str(reply))[1])
+    assert result["reply_format"] == {
+        "name": "hermes",
+        "why": "inferred from markers in the template (<tool_call>, </tool_call>)",
+    }
+
+
+def test_parse_gives_each_call_its_status(tmp_path, capsys):
+    reply = tmp_path / "reply.txt"
+    reply.write_text(
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call><tool_call>{"name": oops</tool_call>'
+    )
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([WEATHER_TOOL]))
+    result = json.loads(_parse(capsys, "--family", "qwen2.5", "--tools", str(tools), "--length", str(reply))[1])
+    unknown, broken = result["message"]["tool_calls"]
+    assert unknown["status"] == "unknown_tool" and broken["status"] == "invalid_json"
+    assert broken["raw"] == '{"name": oops' and broken["error"]
+    assert result["finish_reason"] == "length" and result["ended_cleanly"] is False
+
+
+def test_parse_streams_ids_in_chunks_to_the_same_message(tmp_path, capsys, smollm2_hf_folder):
+    ids = ChatFormat.from_pretrained(smollm2_hf_folder).tokenizer.encode(HERMES_REPLY).ids
+    reply = tmp_path / "reply.ids"
+    reply.write_text(json.dumps(ids))
+    common = ["--family", "qwen2.5", "--tokenizer", str(smollm2_hf_folder), "--ids", str(reply)]
+    whole = json.loads(_parse(capsys, *common)[1])
+    for size in ("1", "3"):
+        code, out = _parse(capsys, *common, "--stream", size)
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and lines[-1] == whole
+        deltas = [line["delta"] for line in lines[:-1]]
+        assert "".join(d.get("content", "") for d in deltas) == "Let me look."
+        arguments = "".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []))
+        assert arguments == '{"city": "Paris"}'
+    # text in chunks of tokens agrees with the whole text too
+    text = tmp_path / "reply.txt"
+    text.write_text(HERMES_REPLY)
+    out = _parse(capsys, "--family", "qwen2.5", "--tokenizer", str(smollm2_hf_folder), "--stream", "2", str(text))[1]
+    assert json.loads(out.splitlines()[-1]) == json.loads(_parse(capsys, "--family", "qwen2.5", str(text))[1])
+    bad = tmp_path / "bad.ids"
+    bad.write_text("1, 2, x")
+    assert main(["parse", "--model", "default", "--ids", str(bad)]) == 2
+    assert "--ids: " in capsys.readouterr().err

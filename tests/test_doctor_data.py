@@ -60,7 +60,9 @@ def _write_parquet(path: Path, rows: list[dict]) -> Path:
 def test_prepared_shards_pass(shards):
     report = doctor.run_data(shards)  # the model comes from the manifest
     assert report.errors == [] and report.warnings == []
-    assert {"labels-missing-end-marker", "labels-train-prompt", "data-tokenizer-mismatch"} <= set(report.checks_run)
+    assert {"labels-missing-end-marker", "labels-train-prompt", "labels-empty-reply", "data-tokenizer-mismatch"} <= set(
+        report.checks_run
+    )
     summary = next(f for f in report.findings if f.check == "data-summary")
     assert "checked 3 examples" in summary.message and "4 trained replies" in summary.message
     assert "3 read back and re-encoded" in summary.message
@@ -146,3 +148,27 @@ def test_limit_and_bad_data_input(tmp_path, shards, clean_model, capsys):  # noq
     (tmp_path / "good.jsonl").write_text('{"input_ids": [1, 2], "labels": [1, 2]}\n')
     assert main(["doctor", "--data", str(tmp_path / "good.jsonl")]) == 2
     assert "pass --model PATH" in capsys.readouterr().err
+
+
+def test_replies_that_hold_only_the_end_marker(tmp_path, capsys):
+    """A turn whose tool calls the template leaves out, prepared anyway (--allow-dropped): flagged, exit 1."""
+    record = {
+        "messages": [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "get_weather", "arguments": {}}}],
+            },
+        ]
+    }
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(c) + "\n" for c in [*CONVERSATIONS, record]))
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(out), "--allow-dropped"]) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--data", str(out)]) == 1
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "labels-empty-reply" in printed
+    assert "1 of 5 trained replies in 4 examples hold nothing but the end-of-turn marker '<|im_end|>'" in printed
+    assert "first in record data.jsonl:4" in printed

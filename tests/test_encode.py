@@ -100,6 +100,15 @@ def test_empty_masks_raise(fmt):
     assert prompt.num_trained == 0  # a serving prompt trains nothing, and that is fine
 
 
+def test_reserved_characters_in_data_are_refused_where_they_are(fmt):
+    """U+FDD0-U+FDEF, U+FFFE and U+FFFF break markers in data; data holding one is refused, naming the place."""
+    chat = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b \ufdd0"}]
+    with pytest.raises(MessageError, match=r"message 1, field 'content' contains a Unicode noncharacter"):
+        fmt.encode(chat)
+    with pytest.raises(MessageError, match=r"template variable 'note' contains a Unicode noncharacter"):
+        fmt.encode([*chat[:1], {"role": "assistant", "content": "b"}], note={"x": ["\uffff"]})
+
+
 def test_attribution(fmt):
     messages = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "General Kenobi"}]
     encoding = fmt.encode(messages)

@@ -80,3 +80,36 @@ def test_diff_prompts_shows_the_first_different_token(smollm2_hf_folder):
     assert "first different token" in str(diff)
     report = fmt.check_prefix_stable(messages)
     assert not report.turns[0].prompt_stable
+
+
+def _turns(n: int, exchanges: int = 3) -> list[dict]:
+    return [
+        {"role": role, "content": f"{role} {n}.{k} " * (n % 3 + 1)}
+        for k in range(exchanges)
+        for role in ("user", "assistant")
+    ]
+
+
+def test_a_turn_written_differently_once_others_follow_is_refused_in_every_conversation(smollm2_hf_folder):
+    """Spliced renders prove a turn as generated once per pair of shapes: a template whose last reply differs from
+    the same reply in history must still be refused for every conversation, not only the first of its shape."""
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and loop.last %}Final: "
+        "{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+    )
+    tokenizer = ChatFormat.from_pretrained(smollm2_hf_folder).tokenizer
+    fmt = ChatFormat.from_template(template, tokenizer=tokenizer, eos_token="<|im_end|>")
+    for n in range(4):
+        with pytest.raises(EncodeError, match="not prefix-stable at message 1"):
+            fmt.encode(_turns(n))
+        assert len(fmt.encode(_turns(n), split_turns=True)) == 3
+
+
+def test_turns_proven_by_splicing_encode_as_renders_do(smollm2_hf_folder):
+    spliced = ChatFormat.from_pretrained(smollm2_hf_folder)
+    rendered = ChatFormat.from_pretrained(smollm2_hf_folder)
+    rendered.encoder.stage.renders.enabled = rendered.encoder.masks.history.renders.enabled = False
+    for n in range(6):
+        a, b = spliced.encode(_turns(n)), rendered.encode(_turns(n))
+        assert a.input_ids.tolist() == b.input_ids.tolist() and a.labels.tolist() == b.labels.tolist()
+    assert spliced.encoder.stage.renders._fills > 0  # the comparison is between the two ways

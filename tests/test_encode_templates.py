@@ -18,7 +18,7 @@ from corpus import (
     tokenizer_with_markers,
 )
 
-from turnkit import ChatFormat, EncodeError, TurnkitError
+from turnkit import ChatFormat, DroppedDataError, EncodeError, TurnkitError
 
 #: About 3 CPU-minutes: a tokenizer per marker set, and three encodes per template and conversation.
 pytestmark = pytest.mark.slow
@@ -166,11 +166,12 @@ NO_FAITHFUL_EXAMPLE = {
 
 def _examples(fmt: ChatFormat, messages, tools) -> list:
     """One training example, or one per assistant turn where the template is not prefix-stable (what the EncodeError
-    says to do: ``split_turns=True``)."""
+    says to do: ``split_turns=True``). Data the template leaves out is let through (the test below checks that it is
+    refused): the masks of what the template does render are checked."""
     try:
-        return [fmt.encode(messages, tools=tools)]
+        return [fmt.encode(messages, tools=tools, allow_dropped=True)]
     except EncodeError:
-        return fmt.encode(messages, tools=tools, split_turns=True)
+        return fmt.encode(messages, tools=tools, split_turns=True, allow_dropped=True)
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
@@ -208,6 +209,41 @@ def test_masks_train_assistant_text_only(template, tokenizers_by_template):
         assert unfaithful and not checked, f"{template.name} now trains: update NO_FAITHFUL_EXAMPLE"
         return
     _expect_checked(template, checked)
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=[t.name for t in TEMPLATES])
+def test_data_left_out_is_what_the_render_lacks(template, tokenizers_by_template):
+    """What encode reports as left out of the render, across real templates, against the render itself: content
+    whose text is not in it, tool calls without which the template renders the very same text; and every assistant
+    content missing from the render is reported. A trained turn that loses either is refused."""
+    fmt = _format(template, tokenizers_by_template(template))
+    checked = 0
+    for name, messages, tools in conversations():
+        try:
+            encoding = fmt.encode(messages, tools=tools, turns="none", allow_dropped=True, attribution=False)
+        except TurnkitError:
+            continue  # the template refuses the conversation
+        text = encoding.text
+        for index, field in encoding.unrendered:
+            if field == "tool_calls":
+                without = [dict(m) for m in messages]
+                del without[index]["tool_calls"]
+                assert fmt.render(without, tools=tools) == text, f"{name}: message {index}'s tool calls are rendered"
+            else:
+                assert messages[index][field].strip() not in text, f"{name}: message {index}'s {field} is rendered"
+            if field != "reasoning_content":  # reasoning left out is allowed (Qwen3 drops it from earlier turns)
+                with pytest.raises(DroppedDataError, match=rf"message {index}, field '{field}'"):
+                    fmt.encode(_train_only(messages, index), tools=tools, turns="none")
+        for index, message in enumerate(messages):
+            content = message.get("content")
+            if message["role"] == "assistant" and isinstance(content, str) and content.strip() not in text:
+                assert (index, "content") in encoding.unrendered, f"{name}: message {index}'s content is left out"
+        checked += 1
+    _expect_checked(template, checked)
+
+
+def _train_only(messages, index):
+    return [{**m, "train": True} if n == index else m for n, m in enumerate(messages)]
 
 
 def _expect_checked(template: CorpusTemplate, checked: int) -> None:

@@ -175,8 +175,31 @@ def test_token_text_is_exact_bytes_even_for_part_of_a_character(tool_format):
     pieces = texts.pieces(ids)
     assert b"".join(p.raw for p in pieces) == "🦜 é\t\n".encode()
     shown = [segment for p in pieces for segment in p.segments()]
-    assert any(visible and text.startswith("\\x") for visible, text in shown)  # a byte of the parrot, alone
-    assert (True, "→") in shown and (True, "↵") in shown and (True, "·") in shown
+    assert any(kind == "v" and text.startswith("\\x") for kind, text in shown)  # a byte of the parrot, alone
+    assert ("v", "→") in shown and ("v", "↵") in shown and ("v", "·") in shown
+
+
+def test_a_character_split_across_tokens_shows_once(tool_format, replay_app):
+    """東, 京 and an emoji are each two or three byte-level tokens: the character shows once, on the token where it
+    starts, the others continue it (their bytes on hover), on the page and in the playground."""
+    text = "東京 🙂"
+    messages = [{"role": "user", "content": text}]
+    page = parse(render_html(conversation_page(tool_format, messages)))
+    found = chips(page)
+    shown = "".join(c["text"] for c in found)
+    assert shown.count("東") == shown.count("京") == 1 and "\\x" not in shown
+    split = [c for c in found if "data-bytes" in c]
+    assert split and {c["data-chars"] for c in split} >= {"東", "京"}
+    first = next(c for c in split if c["data-chars"] == "東")
+    assert "東".encode().startswith(bytes.fromhex(first["data-bytes"])) and first["text"] == "東"
+    client = replay_app()
+    ids = client.post("/tokenize", json={"messages": messages}).json()["tokens"]
+    tokens = client.post("/ui/tokens", json={"tokens": ids, "messages": messages}).json()["tokens"]
+    characters = "".join(text for t in tokens for kind, text in t["segments"] if kind in ("", "char"))
+    assert characters.count("東") == characters.count("京") == 1 and "\\x" not in characters
+    parts = [t for t in tokens if "bytes" in t]
+    assert "".join(t["chars"] for t in parts).count("東") == 2  # 東 spans two tokens: each says it is part of it
+    assert "東京".encode() in b"".join(bytes.fromhex(t["bytes"]) for t in parts)
 
 
 def long_conversation(turns: int = 20) -> list[dict[str, str]]:

@@ -191,6 +191,21 @@ def test_inspect_page(browser, tool_format, tmp_path, artifacts):  # noqa: F811
     assert console_errors(browser) == []
 
 
+def test_a_character_split_across_tokens_shows_once_with_its_bytes_on_hover(browser, tool_format, tmp_path):  # noqa: F811
+    messages = [{"role": "user", "content": "東京 🙂"}]
+    page = tmp_path / "tokyo.html"
+    page.write_text(render_html(conversation_page(tool_format, messages)))
+    browser.get(page.as_uri())
+    found = page_chips(browser)
+    text = "".join(c["text"] for c in found)
+    assert text.count("東") == text.count("京") == 1 and "\\x" not in text
+    continuing = browser.find_elements("css selector", f"{CHIPS}[data-chars='東']")
+    assert len(continuing) == 2 and continuing[0].text == "東"
+    hover(browser, continuing[1])
+    assert f'bytes {continuing[1].get_attribute("data-bytes")} (part of "東")' in details(browser)
+    assert console_errors(browser) == []
+
+
 def test_a_2000_token_page_opens_fast(browser, tool_format, tmp_path):  # noqa: F811
     messages = long_conversation()
     page = tmp_path / "long.html"
@@ -348,3 +363,22 @@ def test_playground_page_validates_and_reports_errors(browser, server):
     assert "error" in browser.find_element("id", "status").get_attribute("class")
     assert [e for e in console_errors(browser) if "/v1/chat/completions" not in e["message"]] == []
     assert json.loads(httpx.get(server + "/v1/models").text)["data"]
+
+
+def test_playground_shows_a_split_character_once(browser, server):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _open_playground(browser, server)
+    _fill(browser, "input", "東京 🙂")
+    _fill(browser, "max_tokens", "1")
+    browser.find_element("id", "send").click()
+    WebDriverWait(browser, 120).until(lambda d: _status(d).startswith("Done"))
+    browser.find_element("id", "show-tokens").click()
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements("css selector", "#prompt-tokens > [data-token-id]"))
+    text = "".join(c["text"] for c in page_chips(browser, "#prompt-tokens"))
+    assert text.count("東") == text.count("京") == 1 and "\\x" not in text
+    continuing = browser.find_elements("css selector", "#prompt-tokens > [data-chars='東']")
+    assert len(continuing) == 2 and continuing[0].text == "東"
+    hover(browser, continuing[1])
+    assert f'bytes {continuing[1].get_attribute("data-bytes")} (part of "東")' in details(browser)
+    assert console_errors(browser) == []

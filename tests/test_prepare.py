@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conversations import WEATHER_TOOL
 
+from turnkit.cli import main
 from turnkit.data import FieldMap, PrepareConfig, load_rows, prepare
 from turnkit.data.prepare import PrepareError
 
@@ -334,3 +336,131 @@ def test_field_mappings(tmp_path, model):
         tmp_path, [data], model, input_format="openai", fields=FieldMap(messages="dialog", tools="fns")
     )
     assert manifest["counts"]["written"] == 1
+
+
+TOOL_CALL_ONLY = {
+    "id": "weather",
+    "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}],
+        },
+    ],
+    "tools": [WEATHER_TOOL],
+}
+
+
+def test_a_turn_the_template_does_not_render_is_rejected_not_trained(tmp_path, capsys):
+    """SmolLM2's template writes no tool calls: the turn would train `<|im_start|>assistant\\n<|im_end|>` alone."""
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps({"id": "plain", **GOOD}), json.dumps(TOOL_CALL_ONLY)])
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 1 and manifest["counts"]["rejected"] == 1
+    (reject,) = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert reject["record_id"] == "weather" and reject["field"] == "messages[1].tool_calls"
+    assert reject["reason"].startswith("message 1, field 'tool_calls': the template does not write")
+    assert "an empty reply" in reject["reason"] and "--allow-dropped" in reject["reason"]
+    assert "message …, field 'tool_calls': the template does not write" in printed  # the field is not elided
+    assert [r["record_id"] for r in load_rows(out)] == ["plain"]
+
+    kept = tmp_path / "kept"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(kept), "--allow-dropped"]) == 0
+    assert json.loads((kept / "manifest.json").read_text())["counts"]["written"] == 2
+
+
+QWEN3_RECORD = {
+    "messages": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "reasoning_content": "Two and two.", "content": "4"},
+        {"role": "user", "content": "3+3?"},
+        {"role": "assistant", "reasoning_content": "Three and three.", "content": "6"},
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def qwen3_format(tmp_path_factory, smollm2_hf_folder) -> str:
+    """Qwen3's template (it drops the reasoning of turns before the last user message) on the SmolLM2 tokenizer."""
+    from corpus import template_text
+
+    folder = tmp_path_factory.mktemp("qwen3-format")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(smollm2_hf_folder / name, folder / name)
+    (folder / "chat_template.jinja").write_text(template_text("Qwen-Qwen3-0.6B.jinja"))
+    return str(folder)
+
+
+def test_reasoning_a_template_drops_from_earlier_turns_is_counted(tmp_path, qwen3_format, capsys):
+    """Qwen3 drops the reasoning of turns before the last user message, by design: allowed, and counted."""
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(QWEN3_RECORD), json.dumps(GOOD)])
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", qwen3_format, "--out", str(out), "--turns", "last"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["written"] == 2 and manifest["counts"]["rejected"] == 0
+    assert manifest["reasoning_left_out"] == {"turns": 1, "records": 1}
+    assert "reasoning left out            1   turns in 1 records" in capsys.readouterr().out
+
+
+def test_failed_runs_leave_no_traceback_and_no_litter(tmp_path, capsys, monkeypatch):
+    """An --out that is a file, a missing input, an input that is not JSON, an unreachable hub: one line, exit 2, and
+    no empty OUT/shards/ left behind; the hub answers at once when it cannot be reached (no ~30 s of retries)."""
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD)])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, refused at once
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    cases = [
+        ([str(data), "--out", str(data)], f"--out {data} is a file: give a folder"),
+        ([str(tmp_path / "nowhere.jsonl"), "--out", str(tmp_path / "a")], "nowhere.jsonl does not exist"),
+        ([str(bad), "--out", str(tmp_path / "b")], "bad.json is not valid JSON"),
+        (
+            ["hub:foo/bar", "--out", str(tmp_path / "c")],
+            "cannot load hub:foo/bar: the Hugging Face hub is offline here",
+        ),
+    ]
+    for arguments, message in cases:
+        assert main(["prepare", "--model", "default", *arguments]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("turnkit: error: ") and message in err and "Traceback" not in err, err
+        assert "Retrying" not in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "d.jsonl"]
+
+
+def test_options_that_cannot_work_are_refused(tmp_path, capsys):
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD)])
+    out = str(tmp_path / "out")
+    for flag, value in (("--max-length", "0"), ("--workers", "0"), ("--shard-records", "-3")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["prepare", str(data), "--model", "default", "--out", out, flag, value])
+        assert exit_.value.code == 2
+        assert f"argument {flag}: must be at least 1, not {int(value)}" in capsys.readouterr().err
+    with pytest.raises(PrepareError, match="--max-length must be at least 1 token"):
+        prepare([str(data)], out, PrepareConfig(model="default", max_length=0), progress=False)
+    assert main(["prepare", str(data), "--model", "nosuch", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "turnkit: error: --model nosuch does not exist; give a Hugging Face model folder, a .gguf file, or "
+        + ("'default'\n")
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_reject_reasons_name_the_field_and_the_flag(tmp_path, qwen3_format, capsys):
+    """The summary keeps the quoted field name a user acts on, and advice names prepare's flag, not encode's keyword."""
+    no_role = {"messages": [{"content": "hi"}, {"role": "assistant", "content": "x"}]}
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(QWEN3_RECORD), json.dumps(no_role)])
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", qwen3_format, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "the message has no 'role'" in printed
+    rejects = {r["source"]: r for r in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())}
+    assert rejects["d.jsonl:1"]["field"] is None
+    reason = rejects["d.jsonl:1"]["reason"]
+    assert "prepare with --split-turns" in reason and "split_turns=True" not in reason
+    assert "prepare with --split-turns" in printed

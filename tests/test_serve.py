@@ -172,6 +172,19 @@ def test_bad_requests_get_openai_errors(server, payload, status, needle):
     assert needle in error["message"] and error["type"]
 
 
+def test_a_message_without_content_names_the_field(server):
+    """SmolLM2's template reads every message's content: the 400 names the message and field, not jinja's words."""
+    payload = {
+        "model": "smollm2",
+        "messages": [*QUESTION, {"role": "assistant", "content": "Paris."}, {"role": "user"}],
+    }
+    response = httpx.post(server[0] + "/v1/chat/completions", json=payload, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "messages[2].content" and error["type"] == "invalid_request_error"
+    assert "missing, and the chat template reads it" in error["message"] and "dict object" not in error["message"]
+
+
 def test_the_official_client_sees_typed_errors(client):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-9", messages=QUESTION)
@@ -185,15 +198,18 @@ def test_invalid_json_and_unknown_routes(server):
     assert httpx.get(server[0] + "/v1/nothing").status_code == 404
 
 
+# A reply that goes on until max_tokens, unless its client leaves.
+_LONG_REPLY = {
+    "model": "smollm2",
+    "messages": QUESTION,
+    "max_tokens": 2000,
+    "temperature": 1.0,
+    "stop": ["never happens"],
+}
+
+
 def test_a_client_that_disconnects_frees_its_slot(server):
-    payload = {
-        "model": "smollm2",
-        "messages": QUESTION,
-        "max_tokens": 2000,
-        "stream": True,
-        "temperature": 1.0,
-        "stop": ["never happens"],
-    }
+    payload = {**_LONG_REPLY, "stream": True}
     with httpx.stream("POST", server[0] + "/v1/chat/completions", json=payload, timeout=60) as response:
         lines = response.iter_lines()
         for _ in range(3):
@@ -203,6 +219,39 @@ def test_a_client_that_disconnects_frees_its_slot(server):
     while httpx.get(server[0] + "/health").json()["generating"] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert httpx.get(server[0] + "/health").json()["generating"] == 0
+
+
+def test_a_client_that_leaves_a_whole_reply_frees_its_slot(server):
+    """A non-streamed client that gives up (its read timeout) stops its generation: the slot frees (the issue's goal
+    is 1 s; the bound here is 15 s for a shared machine) and the server logs the request as aborted."""
+    payload = {**_LONG_REPLY, "stream": False}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server[0] + "/v1/chat/completions", json=payload, timeout=httpx.Timeout(60, read=2))
+    left = time.monotonic()
+    while httpx.get(server[0] + "/health").json()["generating"] and time.monotonic() < left + 15:
+        time.sleep(0.1)
+    assert httpx.get(server[0] + "/health").json()["generating"] == 0
+    assert " chat aborted after " in server[1].read_text()
+
+
+def test_the_torch_engine_takes_a_longer_context_with_yarn(smollm2_gguf):
+    """--context past the model's max_position_embeddings loads it with YaRN RoPE scaling, as on llama.cpp."""
+    from turnkit.serve import GenerationRequest
+    from turnkit.serve.engines.torch import TorchBackend
+
+    engine = TorchBackend.load(smollm2_gguf, threads=1, context=16384)
+    try:
+        assert engine.context_length == 16384
+        rope = engine.model.config.rope_parameters
+        assert (rope["rope_type"], rope["factor"], rope["original_max_position_embeddings"]) == ("yarn", 2.0, 8192)
+
+        async def three_tokens():
+            request = GenerationRequest([1, 2, 3, 4, 5], max_tokens=3, temperature=0)
+            return [event.token_id async for event in engine.submit(request, asyncio.get_running_loop())]
+
+        assert len(asyncio.run(three_tokens())) == 3
+    finally:
+        engine.close()
 
 
 # -- the replay backend: tool calls, API key, busy -------------------------------------------------------------------
@@ -218,9 +267,10 @@ def replay_server(smollm2_hf_folder):
     tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<tool_call>", "</tool_call>"])
     fmt = ChatFormat.from_family("qwen2.5", tokenizer=tokenizer)
     reply_ids = fmt.tokenizer.encode(REPLY).ids
+    japanese_ids = fmt.tokenizer.encode("Tokyo 東京<|im_end|>").ids  # 東 and 京 are two byte-level tokens each
 
     def script(prompt_ids):
-        return reply_ids
+        return japanese_ids if "in Japanese" in fmt.tokenizer.decode(list(prompt_ids)) else reply_ids
 
     backend = ReplayBackend(script, delay=0.01, max_active=2)
     with serving(Server(fmt, backend, model_id="replay", api_key="sekrit").app()) as url:
@@ -233,6 +283,37 @@ def test_api_key(replay_server):
         anonymous.models.list()
     assert httpx.get(replay_server + "/health").status_code == 200  # health stays open
     assert openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit").models.list().data[0].id == "replay"
+
+
+def test_metrics_are_behind_the_api_key_unless_public(replay_server, smollm2_hf_folder):
+    from starlette.testclient import TestClient
+
+    from turnkit.serve.app.routes import Server
+
+    assert httpx.get(replay_server + "/metrics").status_code == 401
+    served = httpx.get(replay_server + "/metrics", headers={"authorization": "Bearer sekrit"})
+    assert served.status_code == 200 and "turnkit_requests_total" in served.text
+    fmt = ChatFormat.from_pretrained(smollm2_hf_folder)
+    public = Server(fmt, ReplayBackend(lambda ids: []), model_id="replay", api_key="sekrit", metrics_public=True)
+    with TestClient(public.app()) as http:
+        assert http.get("/metrics").status_code == 200
+        assert http.get("/v1/models").status_code == 401
+
+
+def test_a_reply_cut_inside_a_character_ends_before_it(replay_server):
+    """max_tokens that cuts 東 between its two tokens: no U+FFFD (a character the model never wrote), the tokens still
+    count; whole, streamed, and on the completions API alike."""
+    client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
+    messages = [{"role": "user", "content": "Tokyo in Japanese?"}]
+    for max_tokens, expected in ((3, "Tokyo "), (4, "Tokyo "), (5, "Tokyo 東"), (6, "Tokyo 東"), (7, "Tokyo 東京")):
+        whole = client.chat.completions.create(model="replay", messages=messages, max_tokens=max_tokens)
+        choice = whole.choices[0]
+        assert (choice.message.content, choice.finish_reason) == (expected, "length")
+        assert whole.usage.completion_tokens == max_tokens
+        stream = client.chat.completions.create(model="replay", messages=messages, max_tokens=max_tokens, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
+        completion = client.completions.create(model="replay", prompt="Tokyo in Japanese", max_tokens=max_tokens)
+        assert completion.choices[0].text == expected and completion.choices[0].finish_reason == "length"
 
 
 def test_tool_calls_streamed_and_whole_agree(replay_server):
@@ -279,3 +360,4 @@ def test_a_full_server_answers_429(replay_server):
     assert 429 in statuses and 200 in statuses
     busy = next(r for r in asyncio.run(main()) if r.status_code == 429)
     assert busy.json()["error"]["type"] == "rate_limit_error"
+    assert int(busy.headers["retry-after"]) >= 1

@@ -63,6 +63,33 @@ BASES: dict[str, dict[str, Any]] = {
         "repetition_penalty": 1.1,
         "stream": False,
     },
+    "/v1/messages": {
+        "model": MODEL,
+        "max_tokens": 3,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+            {"role": "user", "content": [{"type": "text", "text": "Say hi"}]},
+        ],
+        "stop_sequences": ["\n"],
+        "temperature": 0.5,
+        "stream": False,
+        "metadata": {"user_id": "me"},
+        "thinking": {"type": "adaptive"},
+        "tool_choice": {"type": "none"},
+    },
+    "/v1/messages/count_tokens": {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]},
+    "/v1/responses": {
+        "model": MODEL,
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        "max_output_tokens": 3,
+        "temperature": 0.5,
+        "stream": False,
+        "store": False,
+        "reasoning": {"summary": "auto"},
+    },
     "/tokenize": {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "add_generation_prompt": True},
     "/detokenize": {"model": MODEL, "tokens": [1, 2, 3]},
     "/ui/tokens": {"tokens": [1, 2, 3], "messages": MESSAGES},
@@ -140,7 +167,7 @@ def _request(rng: random.Random) -> tuple[str, str, bytes]:
         body = _mutate(body, rng)
     if not isinstance(body, dict):
         body = {"model": MODEL, "messages": body}
-    if rng.random() < 0.2 and path in ("/v1/chat/completions", "/v1/completions"):
+    if rng.random() < 0.2 and path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"):
         body = {**body, "stream": True}
     return "POST", path, json.dumps(body).encode()
 
@@ -173,7 +200,10 @@ def test_fuzzed_requests_never_5xx_nor_hang(base_url, seed):
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             if response.headers.get("content-type", "").startswith("text/event-stream"):
                 assert "server_error" not in response.text, f"{where} -> {response.text[:500]}"
-                assert response.text.endswith("data: [DONE]\n\n"), where
+                assert "api_error" not in response.text, f"{where} -> {response.text[:500]}"
+                ends = {"/v1/messages": "event: message_stop\n", "/v1/responses": "event: response."}
+                last = response.text.rstrip("\n").split("\n\n")[-1]
+                assert last.startswith(ends[path]) if path in ends else last == "data: [DONE]", where
             elif response.status_code >= 400:
                 error = response.json()["error"]
                 assert error["message"] and error["type"], where

@@ -20,6 +20,7 @@ from serve_harness import serving, turnkit_serve, whole_and_streamed
 
 from turnkit import ChatFormat
 from turnkit.serve import GenerationRequest
+from turnkit.serve.engines.base import QueueTimeoutError
 
 pytest.importorskip("llama_cpp")
 
@@ -63,6 +64,7 @@ test_completions = core.test_completions
 test_a_forged_turn_reaches_the_model_as_text = core.test_a_forged_turn_reaches_the_model_as_text
 test_the_official_client_sees_typed_errors = core.test_the_official_client_sees_typed_errors
 test_a_client_that_disconnects_frees_its_slot = core.test_a_client_that_disconnects_frees_its_slot
+test_a_client_that_leaves_a_whole_reply_frees_its_slot = core.test_a_client_that_leaves_a_whole_reply_frees_its_slot
 
 
 def test_chat_and_real_usage(client, server):
@@ -98,7 +100,9 @@ def test_stop_strings_end_the_reply_and_never_leak(client):
 
 
 def test_the_log_names_the_engine(server):
-    assert "llama.cpp engine, 1 threads" in server[1].read_text()
+    text = server[1].read_text()
+    assert "llama.cpp engine" in text and "threads: 1 decoding" in text and "key/value cache" in text
+    assert "n_ctx_seq" not in text  # llama.cpp's warning about the shared cache: turnkit says what it chose instead
 
 
 def test_a_shared_system_prompt_is_reported_as_cached(client):
@@ -110,6 +114,84 @@ def test_a_shared_system_prompt_is_reported_as_cached(client):
     assert second.usage.prompt_tokens_details.cached_tokens > 150  # the system turn, computed once
     assert second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
     assert first.usage.prompt_tokens_details.cached_tokens < 150
+
+
+def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed with prometheus_client's own parser: (sample name, sorted labels) to value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_requests_tokens_and_latencies(client, server):
+    """/metrics before and after a few requests: the counters moved by exactly what the answers' usage says."""
+    before = _metrics(server[0])
+    chat = client.chat.completions.create(model="smollm2", messages=GERMANY, temperature=0, max_tokens=8)
+    stream = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=GERMANY,
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    completion = client.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=5)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="smollm2", messages=GERMANY, max_tokens=-1)
+    after = _metrics(server[0])
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    chat_ok = {"endpoint": "/v1/chat/completions", "model": "smollm2", "status": "200"}
+    assert moved("turnkit_requests_total", **chat_ok) == 2
+    assert moved("turnkit_requests_total", **{**chat_ok, "status": "400", "model": ""}) == 1
+    assert moved("turnkit_requests_total", endpoint="/v1/completions", model="smollm2", status="200") == 1
+    usages = [chat.usage, stream[-1].usage, completion.usage]
+    assert moved("turnkit_prompt_tokens_total", model="smollm2") == sum(u.prompt_tokens for u in usages)
+    assert moved("turnkit_generation_tokens_total", model="smollm2") == sum(u.completion_tokens for u in usages)
+    cached = sum(u.prompt_tokens_details.cached_tokens for u in usages if u.prompt_tokens_details)
+    assert moved("turnkit_prompt_cached_tokens_total", model="smollm2") == cached > 0  # the same question twice
+    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "time_per_output_token_seconds"):
+        assert moved(f"turnkit_{histogram}_count", model="smollm2") == 3
+    assert after[("turnkit_kv_cache_capacity_tokens", (("model", "smollm2"),))] > 0
+    assert after[("turnkit_requests_running", (("model", "smollm2"),))] == 0
+    health = httpx.get(server[0] + "/health").json()
+    cache = health["models"][0]["kv_cache"]
+    assert cache["tokens"] == after[("turnkit_kv_cache_capacity_tokens", (("model", "smollm2"),))]
+    assert health["aborted"] == after.get(
+        ("turnkit_requests_aborted_total", (("endpoint", "/v1/chat/completions"), ("model", "smollm2"))), 0
+    )
+
+
+def test_a_context_past_the_trained_one_is_rope_scaled(smollm2_gguf):
+    """--context 16384 on a model trained on 8,192: said once at start, reported by /v1/models, and a 9,500-token
+    prompt is admitted (the client leaves once the answer has started: its prefill would take a minute here); a
+    prompt over 16,384 is a 400 naming the context."""
+    arguments = ["--model", str(smollm2_gguf), "--model-id", "smollm2", "--threads", "1", "--no-ui"]
+    with turnkit_serve(*arguments, "--context", "16384", "--kv-tokens", "16384", name="serve-context") as (url, log):
+        card = httpx.get(url + "/v1/models").json()["data"][0]
+        assert card["max_model_len"] == 16384 and card["metadata"]["kv_cache_tokens"] == 16384
+        assert "RoPE scaled with YaRN 2x past the model's trained 8192 tokens" in log.read_text()
+        body = {"model": "smollm2", "messages": [{"role": "user", "content": "word " * 9500}], "max_tokens": 4}
+        assert httpx.post(url + "/tokenize", json=body).json()["count"] > 9500
+        with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as answer:
+            assert answer.status_code == 200  # admitted: past the trained context, within --context
+        deadline = time.monotonic() + 30
+        while httpx.get(url + "/health").json()["generating"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(url + "/health").json()["generating"] == 0
+        body["messages"][0]["content"] = "word " * 17000
+        refused = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+        assert refused.status_code == 400 and "context is 16384 tokens" in refused.json()["error"]["message"]
 
 
 def test_greedy_replies_are_llama_cpp_pythons_own(client, server, smollm2_gguf):
@@ -213,12 +295,12 @@ def test_a_cancelled_request_leaves_the_batch_at_once(backend, fmt):
         async for _ in generation:
             count += 1
             if count == 3:
-                assert backend.load_now == (1, 0)
+                assert (backend.load_now().running, backend.load_now().waiting) == (1, 0)
                 generation.cancel()
         return count
 
     produced = asyncio.run(main())
-    assert produced < 10 and backend.load_now == (0, 0)
+    assert produced < 10 and (backend.load_now().running, backend.load_now().waiting) == (0, 0)
 
 
 def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
@@ -238,7 +320,73 @@ def test_the_cache_is_reclaimed_when_it_is_full(smollm2_gguf):
             return replies
 
         replies = asyncio.run(main())
-        assert [len(reply) for reply in replies] == [2, 2, 2] and engine.load_now == (0, 0)
+        assert [len(reply) for reply in replies] == [2, 2, 2] and engine.load_now().running == 0
+    finally:
+        engine.close()
+
+
+def test_admission_waits_for_cache_room_and_refuses_past_the_queue_deadline(smollm2_gguf):
+    """A request is admitted only when its prompt plus max_tokens fits in what the cache has not promised; one that
+    waits past the queue's deadline is refused before any token, with a time to retry; room frees when a request
+    leaves. The load reading shows it all at once."""
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
+
+    engine = LlamaCppBackend(smollm2_gguf, threads=1, max_batch=4, kv_tokens=1024, queue_timeout=1.5)
+    try:
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            big = engine.submit(GenerationRequest([1, *range(2000, 2020)], max_tokens=1000, temperature=0), loop)
+            await big.started()
+            reading = engine.load_now()
+            assert (reading.running, reading.kv_reserved, reading.kv_capacity) == (1, 1021, 1024)
+            small = GenerationRequest([1, *range(3000, 3050)], max_tokens=50, temperature=0)
+            refused = engine.submit(small, loop)  # 101 more tokens do not fit: it waits
+            await asyncio.sleep(0.2)
+            assert engine.load_now().waiting == 1
+            with pytest.raises(QueueTimeoutError) as refusal:
+                await refused.started()
+            assert refusal.value.retry_after >= 1 and await _collect_or_error(refused) == "refused"
+            assert engine.load_now().running == 1  # the big one ran all along (1,000 tokens take seconds)
+            admitted = engine.submit(small, loop)
+            big.cancel()
+            await admitted.started()
+            return len(await _collect(admitted))
+
+        assert asyncio.run(main()) == 50
+        assert engine.load_now() == type(engine.load_now())(0, 0, 1024, 0, engine.cached_cells)
+    finally:
+        engine.close()
+
+
+async def _collect_or_error(generation) -> str:
+    try:
+        await _collect(generation)
+    except QueueTimeoutError:
+        return "refused"
+    return "ended"
+
+
+def test_a_full_cache_preempts_the_youngest_request_and_recomputes_it(smollm2_gguf):
+    """Admission that promises more than the cache holds (as vLLM's optimistic scheduler does): when a step finds no
+    room, the youngest request is preempted and recomputed later from its prompt and what it generated; every reply
+    still gets all its tokens, none fails."""
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
+
+    engine = LlamaCppBackend(
+        smollm2_gguf, threads=1, max_batch=3, kv_tokens=512, admission_tokens=4096, prefill_chunk=128
+    )
+    try:
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            prompts = [[1, *range(4000 + 100 * n, 4060 + 100 * n)] for n in range(3)]  # nothing shared
+            generations = [engine.submit(GenerationRequest(p, max_tokens=250, temperature=0), loop) for p in prompts]
+            return await asyncio.gather(*(_collect(g) for g in generations))
+
+        replies = asyncio.run(main())
+        assert [len(reply) for reply in replies] == [250, 250, 250]  # 3 x 311 tokens in a cache of 512
+        assert engine.preemptions >= 1 and engine.load_now().running == 0
     finally:
         engine.close()
 

@@ -6,11 +6,13 @@ say. The server runs as ``turnkit serve`` on the real embedded SmolLM2, served t
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpx
 import openai
 import pytest
 from serve_harness import turnkit_serve
+from test_doctor import _gguf_variant
 
 from turnkit.errors import ServeConfigError
 from turnkit.serve import modelspec
@@ -65,14 +67,16 @@ def test_models_files(tmp_path):
     assert specs[1].family == "plain" and specs[1].sampling == {"temperature": 0.0}
     assert specs[2].path == str(tmp_path / "weights/x.gguf") and specs[2].template == str(tmp_path / "t.jinja")
     listed = tmp_path / "models.json"
-    listed.write_text(json.dumps({"models": [{"name": "a", "path": "default", "top_p": 0.5}]}))
+    listed.write_text(json.dumps({"models": [{"name": "a", "path": "default", "top_p": 0.5, "context": 32768}]}))
     assert modelspec.from_file(listed)[0].sampling == {"top_p": 0.5}
+    assert modelspec.from_file(listed)[0].context == 32768 and specs[0].context is None
     for bad, needle in [
         ({"models": {"a": {"path": "default", "colour": 1}}}, "unknown key 'colour'"),
         ({"models": {"a": {"family": "chatml"}}}, "has no path"),
         ({"models": {"a": {"path": "default", "temperature": "hot"}}}, "temperature must be a number"),
         ({"models": {"a": {"path": "default", "family": "chatml", "template": "t"}}}, "not both"),
         ({"nothing": 1}, "needs a 'models' table"),
+        ({"models": {"a": {"path": "default", "context": "long"}}}, "context must be a whole number"),
     ]:
         listed.write_text(json.dumps(bad))
         with pytest.raises(ServeConfigError, match=needle):
@@ -89,6 +93,23 @@ def test_generation_config_defaults(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.6}))
     assert read_generation_config(tmp_path)["temperature"] == 0.0
     assert read_generation_config(tmp_path / "missing") == {}
+
+
+def test_sampling_defaults_follow_the_model_not_the_path(tmp_path, smollm2_gguf):
+    """The embedded model's file under another name and path is still the embedded model (by its sha256): its model
+    card's values, not 1.0 / 1.0; a GGUF that recommends sampling (``general.sampling.*``) gets what it recommends."""
+    renamed = tmp_path / "renamed.gguf"
+    shutil.copy(smollm2_gguf, renamed)
+    recommends = {"general.sampling.temp": 0.7, "general.sampling.top_p": 0.8, "general.sampling.top_k": 20}
+    tuned = _gguf_variant(smollm2_gguf, tmp_path / "tuned.gguf", **recommends)
+    arguments = ("--model", f"smol={renamed}", "--model", f"tuned={tuned}", "--lazy", "--no-ui", "--threads", "1")
+    with turnkit_serve(*arguments, name="serve-sampling") as (url, _log):
+        models = httpx.get(url + "/v1/models").json()["data"]
+    defaults = {m["id"]: m["metadata"]["sampling_defaults"] for m in models}
+    assert defaults["smol"] == EMBEDDED_DEFAULTS.to_dict()
+    assert defaults["tuned"] == pytest.approx(
+        {**SamplingDefaults().to_dict(), "temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    )
 
 
 def test_the_command_line_refuses_bad_model_arguments(tmp_path):

@@ -1,8 +1,9 @@
 """A streamed and a non-streamed answer to the same generation agree, field by field.
 
-The server builds a whole response by folding the chunks it would stream; these tests hold it to that from the
-client's side. The official ``openai`` client accumulates the stream (``chat.completions.stream``, its own fold) and
-the result is compared with ``chat.completions.create``. The model is the replay backend playing scripted token ids
+The server builds a whole response by folding the chunks (or events) it would stream; these tests hold it to that
+from the client's side, for every API. The official clients accumulate the stream (``chat.completions.stream``,
+``responses.stream``, anthropic's ``messages.stream``: their own folds) and the result is compared with the whole
+answer. The model is the replay backend playing scripted token ids
 through the real SmolLM2 tokenizer under Qwen3's real template (a 135M model does not call tools or reason on cue):
 reasoning, two tool calls, a call whose JSON is broken, forced calls, stop strings that span tokens, the token budget,
 characters split across tokens, and log-probabilities.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -185,3 +187,99 @@ def test_completions_streamed_and_whole_agree(url, case):
     ended_by_a_stop_id = want["finish_reason"] == "stop" and "stop" not in request  # the stop id has no entry
     echoed = whole["usage"]["prompt_tokens"] if request.get("echo") else 0
     assert len(tokens) == echoed + whole["usage"]["completion_tokens"] - ended_by_a_stop_id
+
+
+# The same scripted replies through the Messages and Responses APIs: (request fields, what the reply must show).
+TOOL_ANTHROPIC = {
+    "name": "get_weather",
+    "description": "Get the weather.",
+    "input_schema": TOOLS[0]["function"]["parameters"],
+}
+TOOL_RESPONSES = {"type": "function", **TOOLS[0]["function"]}
+AGENT_CASES = {
+    "reasoning and two calls": ({"word": "weather", "tools": True}, "calls"),
+    "a call whose JSON is broken": ({"word": "broken", "tools": True}, "broken"),
+    "a required call": ({"word": "story", "tools": True, "forced": True}, "calls"),
+    "only reasoning": ({"word": "ponder"}, "reasoning"),
+    "an empty reply": ({"word": "silence", "tools": True}, "empty"),
+    "a stop string across tokens": ({"word": "story", "stop": ["end was"]}, "stop"),
+    "the token budget": ({"word": "story", "max_tokens": 9}, "length"),
+}
+
+
+def _plain(items) -> list:
+    """Output items as data, without their per-request ids and the client's own parsed copies."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("id", "call_id", "parsed_arguments", "parsed")}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return [strip(item.model_dump()) for item in items]
+
+
+@pytest.fixture(scope="module")
+def claude(url):
+    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.mark.parametrize("case", AGENT_CASES)
+def test_messages_streamed_and_whole_agree(claude, case):
+    spec, shows = AGENT_CASES[case]
+    request = {"model": "scripted", "max_tokens": spec.get("max_tokens", 200), "messages": _ask(spec["word"])}
+    if spec.get("tools"):
+        request["tools"] = [TOOL_ANTHROPIC]
+    if spec.get("forced"):
+        request["tool_choice"] = {"type": "any"}
+    if "stop" in spec:
+        request["stop_sequences"] = spec["stop"]
+    whole = claude.messages.create(**request)
+    with claude.messages.stream(**request) as stream:
+        streamed = stream.get_final_message()
+    assert [b.model_dump(exclude={"id"}) for b in streamed.content] == [
+        b.model_dump(exclude={"id"}) for b in whole.content
+    ]
+    assert (streamed.stop_reason, streamed.stop_sequence) == (whole.stop_reason, whole.stop_sequence)
+    assert streamed.usage.output_tokens == whole.usage.output_tokens
+    kinds = [b.type for b in whole.content]
+    expected = {
+        "calls": ("tool_use", lambda: kinds.count("tool_use") >= 1),
+        "broken": ("end_turn", lambda: kinds == ["text"] and "Paris" in whole.content[0].text),
+        "reasoning": ("end_turn", lambda: kinds == ["thinking"] and whole.content[0].thinking == "Only thinking."),
+        "empty": ("end_turn", lambda: kinds == []),
+        "stop": ("stop_sequence", lambda: whole.content[0].text == "Once upon a time, the "),
+        "length": ("max_tokens", lambda: whole.usage.output_tokens == 9),
+    }[shows]
+    assert whole.stop_reason == expected[0] and expected[1](), whole
+    if case == "reasoning and two calls":
+        assert kinds == ["thinking", "text", "tool_use", "tool_use"]
+        assert [b.input["city"] for b in whole.content[2:]] == ["Paris", "Lyon"]
+
+
+@pytest.mark.parametrize("case", [c for c, (spec, _) in AGENT_CASES.items() if "stop" not in spec])  # no stop field
+def test_responses_streamed_and_whole_agree(client, case):
+    spec, shows = AGENT_CASES[case]
+    request = {"model": "scripted", "input": _ask(spec["word"]), "max_output_tokens": spec.get("max_tokens", 200)}
+    if spec.get("tools"):
+        request["tools"] = [TOOL_RESPONSES]
+    if spec.get("forced"):
+        request["tool_choice"] = "required"
+    whole = client.responses.create(**request)
+    with client.responses.stream(**request) as stream:
+        events = list(stream)
+    # the last event carries the response the client built from the events (the client's get_final_response()
+    # knows only response.completed, not the response.incomplete that a spent max_output_tokens ends with)
+    streamed = events[-1].response
+    assert events[-1].type == ("response.incomplete" if shows == "length" else "response.completed")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert _plain(streamed.output) == _plain(whole.output)
+    assert (streamed.status, streamed.usage.output_tokens) == (whole.status, whole.usage.output_tokens)
+    kinds = [o.type for o in whole.output]
+    if shows == "calls":
+        assert kinds.count("function_call") >= 1
+    if case == "reasoning and two calls":
+        assert kinds == ["reasoning", "message", "function_call", "function_call"]
+        assert whole.output[0].content[0].text == "The user wants the weather."
+        assert [json.loads(o.arguments)["city"] for o in whole.output[2:]] == ["Paris", "Lyon"]
+    if shows == "length":
+        assert whole.status == "incomplete" and whole.usage.output_tokens == 9

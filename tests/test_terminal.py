@@ -30,6 +30,20 @@ def test_generate_streams_a_sensible_reply(smollm2_gguf):
     assert greedy.returncode == 0 and greedy.stdout.strip(), greedy.stderr
 
 
+def test_generate_says_when_the_token_budget_cut_the_reply(smollm2_gguf):
+    """The cut is said on stderr (stdout is the reply alone), on both engines (--engine), and the startup is quiet."""
+    for engine in ("llama.cpp", "torch"):
+        flags = ["--prompt", "Write a long story.", "--max-tokens", "4", "--temperature", "0", "--engine", engine]
+        result = _generate(*flags)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() and "\ufffd" not in result.stdout
+        assert "turnkit: cut: the reply reached --max-tokens 4 before it ended" in result.stderr
+        assert "Loading" not in result.stderr and "%|" not in result.stderr, result.stderr  # no loading bars
+    ended = _generate("--prompt", "What is 2+2?", "--max-tokens", "64", "--temperature", "0")
+    assert ended.returncode == 0 and "4" in ended.stdout
+    assert "cut:" not in ended.stderr and "Traceback" not in ended.stderr, ended.stderr
+
+
 def test_generate_refuses_bad_flags_before_loading(smollm2_gguf):
     result = _generate("--prompt", "x", "--temperature", "5")
     assert result.returncode == 2
@@ -39,6 +53,9 @@ def test_generate_refuses_bad_flags_before_loading(smollm2_gguf):
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     no_template = _generate("--prompt", "x", "--template", "/nonexistent.jinja")
     assert no_template.returncode == 2 and "does not exist" in no_template.stderr
+    usage = subprocess.run([*TURNKIT, "generate", "--help"], capture_output=True, text=True).stdout
+    help_text = " ".join(usage.split())
+    assert "--threads N engine threads" in help_text and "torch threads" not in help_text
 
 
 @pytest.fixture

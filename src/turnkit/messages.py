@@ -205,7 +205,7 @@ _VALID_ROLES: set[str] = set(KNOWN_ROLES)
 
 
 def _check_role(role: Any, index: int) -> None:
-    if role in _VALID_ROLES:
+    if isinstance(role, str) and role in _VALID_ROLES:  # a list role is unhashable: no set lookup for it
         return
     if not isinstance(role, str):
         raise MessageError(f"role must be a string, got {type(role).__name__}", index=index, field="role")

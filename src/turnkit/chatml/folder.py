@@ -18,6 +18,7 @@ from turnkit.chatml.convert import ChatMLChanges, add_chatml, check_template
 from turnkit.chatml.template import chatml_template
 from turnkit.chatml.weights import Init
 from turnkit.errors import ChatMLError
+from turnkit.quiet import progress_bars
 
 __all__ = ["LORA_FILE", "FolderResult", "add_chatml_to_folder", "check_base", "check_out"]
 
@@ -104,16 +105,17 @@ def add_chatml_to_folder(
     except (OSError, ValueError) as exc:
         raise ChatMLError(f"cannot load the tokenizer of {base_path}: {exc}") from None
     check_template(tokenizer.chat_template, chatml_template(system_prompt), force=force, where=str(base_path))
-    try:
-        model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
-    except (OSError, ValueError) as exc:
-        raise ChatMLError(f"cannot load the model in {base_path}: {exc}") from None
-    changes = add_chatml(
-        model, tokenizer, system_prompt=system_prompt, pad_to_multiple_of=pad_to_multiple_of, init=init, force=True
-    )
-    out_path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_path)
-    tokenizer.save_pretrained(out_path)
+    with progress_bars(shown=False):  # loading and saving a folder: add-chatml prints its own summary
+        try:
+            model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
+        except (OSError, ValueError) as exc:
+            raise ChatMLError(f"cannot load the model in {base_path}: {exc}") from None
+        changes = add_chatml(
+            model, tokenizer, system_prompt=system_prompt, pad_to_multiple_of=pad_to_multiple_of, init=init, force=True
+        )
+        out_path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out_path)
+        tokenizer.save_pretrained(out_path)
     lora = changes.lora
     lora["new_token_ids"] = sorted({*lora["new_token_ids"], *_untrained_before(base_path)})
     (out_path / LORA_FILE).write_text(json.dumps(lora, indent=2) + "\n", encoding="utf-8")

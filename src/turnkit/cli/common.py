@@ -33,6 +33,7 @@ FLAG_ADVICE: tuple[tuple[str, str], ...] = (
         "use --model PATH",
     ),
     ("encode with split_turns=True (see check_prefix_stable)", "rerun with --split-turns (--check-prefix shows where)"),
+    ("pass allow_dropped=True", "pass --allow-dropped"),
     ("pass template_name= one of", "pass --template-name with one of"),
     (
         "continue_final_message and add_generation_prompt exclude each other",
@@ -76,9 +77,33 @@ def load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str,
     raise UsageError(f"conversation {path} must be a JSON list of messages or an object with a 'messages' list")
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def missing_model(path: str, flag: str = "--model") -> UsageError:
+    """The error for a model that is not on disk; a hub name (``Qwen/Qwen2.5-7B-Instruct``) is told how to get it."""
+    hint = "give a Hugging Face model folder, a .gguf file, or 'default'"
+    if _HUB_NAME.fullmatch(path):
+        hint = (
+            f"turnkit reads checkpoints from disk, not from the hub: download it first (hf download {path} "
+            "--local-dir DIR) and give DIR"
+        )
+    return UsageError(f"{flag} {path} does not exist; {hint}")
+
+
+def model_path(value: str, flag: str = "--model") -> Path:
+    """The path a ``--model`` value names (``default``: the embedded model), checked to exist."""
+    if value == "default":
+        return resolve_model(value)
+    path = Path(value)
+    if not path.exists():
+        raise missing_model(value, flag)
+    return path
+
+
 def format_from_args(args: argparse.Namespace) -> ChatFormat:
     if args.model:
-        return ChatFormat.from_pretrained(resolve_model(args.model))
+        return ChatFormat.from_pretrained(model_path(args.model))
     if args.template:
         try:
             text = Path(args.template).read_text(encoding="utf-8")
@@ -91,7 +116,7 @@ def format_from_args(args: argparse.Namespace) -> ChatFormat:
     if tokenizer:
         from turnkit.tokenizer import TokenizerBinding
 
-        path = resolve_model(tokenizer)
+        path = model_path(tokenizer, "--tokenizer")
         binding = TokenizerBinding.from_gguf(path) if path.is_file() else TokenizerBinding.from_folder(path)
         fmt = fmt.with_tokenizer(binding)
     return fmt
@@ -105,6 +130,17 @@ def load_tools(args: argparse.Namespace, tools: Any) -> Any:
         if not isinstance(tools, list):
             raise UsageError(f"tools file {args.tools} must hold a JSON list of tool schemas")
     return tools
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of tokens, workers, records)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def key_value(text: str) -> tuple[str, Any]:
@@ -132,15 +168,12 @@ def name_text(text: str) -> tuple[str, str]:
     return name, value
 
 
-def add_format_arguments(command: argparse.ArgumentParser) -> None:
+def add_source_arguments(command: argparse.ArgumentParser) -> None:
+    """Where the format comes from: ``--model``, ``--template`` (with ``--token``) or ``--family``."""
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
     source.add_argument("--family", choices=families.names(), help="a built-in family")
-    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
-    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
-    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
-    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
     command.add_argument(
         "--token",
         metavar="NAME=TEXT",
@@ -148,6 +181,14 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
         action="append",
         help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
     )
+
+
+def add_format_arguments(command: argparse.ArgumentParser) -> None:
+    add_source_arguments(command)
+    command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
+    command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
+    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
+    command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
     command.add_argument(
         "--var",
         metavar="KEY=VALUE",
@@ -157,14 +198,17 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def show_visible(text: str, markers: Sequence[str], *, color: bool) -> str:
+def show_visible(text: str, markers: Sequence[str], *, color: bool, data: Sequence[tuple[int, int, int]] = ()) -> str:
     """Make whitespace visible (``·`` for spaces, ``→`` for tabs, ``↵`` before each newline) and set special
-    tokens apart (reverse video on a terminal, ``⟦...⟧`` otherwise)."""
+    tokens apart (reverse video on a terminal, ``⟦...⟧`` otherwise): only those the template wrote, not one that a
+    message typed (``data``: the render's data spans; a typed marker is text, as ``encode`` treats it)."""
     known = sorted({m for m in markers if m}, key=len, reverse=True)
     pattern = re.compile("|".join([*map(re.escape, known), _MARKER.pattern]))
     out: list[str] = []
     last = 0
     for match in pattern.finditer(text):
+        if any(start < match.end() and match.start() < end for start, end, _ in data):
+            continue
         out.append(visible_whitespace(text[last : match.start()]))
         token = match.group(0)
         out.append(f"\x1b[7m{token}\x1b[0m" if color else f"⟦{token}⟧")

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from turnkit.cli.common import UsageError
+from turnkit.cli.common import UsageError, positive_int
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -21,7 +21,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         if args.model is not None:
             raise UsageError("--model goes with --data; audit a checkpoint with turnkit doctor PATH")
-        report = doctor.run(args.path, ignore=args.ignore or [])
+        report = doctor.run(args.path, ignore=args.ignore or [], base=args.base)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
@@ -40,11 +40,16 @@ def register(commands: Any) -> None:
     doc.add_argument(
         "path", nargs="?", metavar="PATH", help="a Hugging Face folder, a .gguf file, default, or a PEFT adapter folder"
     )
+    doc.add_argument(
+        "--base", metavar="PATH", help="a PEFT adapter's base model folder (when base_model_name_or_path is a hub name)"
+    )
     doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
     doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")
     doc.add_argument("--json", action="store_true", help="one JSON object: target, checks_run, findings ...")
     doc.add_argument("--ci", action="store_true", help="a short report for a CI job, with the forged-turn test")
     doc.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     doc.add_argument("--ignore", metavar="CHECK[,CHECK...]", action="append", help="check ids to skip (repeatable)")
-    doc.add_argument("--limit", type=int, default=2000, metavar="N", help="rows of --data to check (default 2000)")
+    doc.add_argument(
+        "--limit", type=positive_int, default=2000, metavar="N", help="rows of --data to check (default 2000)"
+    )
     doc.set_defaults(handler=_cmd_doctor)

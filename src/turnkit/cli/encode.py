@@ -67,6 +67,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
             train_end_marker=not args.no_end_marker,
             template_name=args.template_name,
             split_turns=args.split_turns,
+            allow_dropped=args.allow_dropped,
             **variables,
         )
     for warning in caught:  # one line each, like errors (a marker the tokenizer lacks, trusted data)
@@ -111,6 +112,11 @@ def register(commands: Any) -> None:
         "--split-turns",
         action="store_true",
         help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
+    )
+    encode.add_argument(
+        "--allow-dropped",
+        action="store_true",
+        help="train an assistant turn even when the template leaves out its tool calls or content (default: error)",
     )
     encode.add_argument("--json", action="store_true", help="machine-readable output (one JSON object per example)")
     encode.add_argument(

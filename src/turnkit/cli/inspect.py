@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError, key_value, load_conversation, load_tools
-from turnkit.embedded import resolve_model
+from turnkit.cli.common import UsageError, key_value, load_conversation, load_tools, model_path, positive_int
 from turnkit.format import ChatFormat
 
 
@@ -18,7 +17,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     if (args.conversation is None) == (args.data is None):
         raise UsageError("give either CONVERSATION.json or --data SHARDS")
-    fmt = ChatFormat.from_pretrained(resolve_model(args.model))
+    fmt = ChatFormat.from_pretrained(model_path(args.model))
     if args.data is not None:
         page = shards_page(fmt, args.data, sample=args.sample, seed=args.seed)
     else:
@@ -53,7 +52,9 @@ def register(commands: Any) -> None:
     inspect.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
     inspect.add_argument("--var", metavar="KEY=VALUE", type=key_value, action="append", help="a template variable")
     inspect.add_argument("--data", metavar="SHARDS", help="the folder `turnkit prepare --out` wrote (or a .parquet)")
-    inspect.add_argument("--sample", type=int, default=5, metavar="N", help="rows to show from --data (default 5)")
+    inspect.add_argument(
+        "--sample", type=positive_int, default=5, metavar="N", help="rows to show from --data (default 5)"
+    )
     inspect.add_argument("--seed", type=int, default=0, metavar="S", help="which rows --sample draws (default 0)")
     inspect.add_argument("-o", "--output", metavar="PAGE.html", help="write the page here (default: standard output)")
     inspect.set_defaults(handler=_cmd_inspect)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+from turnkit.cli.common import model_path, positive_int
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from turnkit.data import FieldMap, PrepareConfig, prepare, report
 
-    model = args.model if args.model == "default" else str(Path(args.model).resolve())
+    model = args.model if args.model == "default" else str(model_path(args.model).resolve())
     fields = FieldMap(
         messages=args.messages_field,
         tools=args.tools_field,
@@ -28,6 +29,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         turns=args.turns,
         train_end_marker=not args.no_end_marker,
         split_turns=args.split_turns,
+        allow_dropped=args.allow_dropped,
         markers=args.markers,
         id_field=args.id_field,
     )
@@ -63,7 +65,7 @@ def register(commands: Any) -> None:
     prep.add_argument("--instruction-field", default="instruction", metavar="NAME")
     prep.add_argument("--input-field", default="input", metavar="NAME")
     prep.add_argument("--output-field", default="output", metavar="NAME")
-    prep.add_argument("--max-length", type=int, metavar="N", help="longest example in tokens")
+    prep.add_argument("--max-length", type=positive_int, metavar="N", help="longest example in tokens")
     prep.add_argument(
         "--truncation",
         choices=["drop", "turns"],
@@ -74,6 +76,11 @@ def register(commands: Any) -> None:
     prep.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
     prep.add_argument("--split-turns", action="store_true", help="one example per assistant turn")
     prep.add_argument(
+        "--allow-dropped",
+        action="store_true",
+        help="train an assistant turn even when the template leaves out its tool calls or content (default: reject)",
+    )
+    prep.add_argument(
         "--markers",
         choices=["keep", "reject", "strip"],
         default="keep",
@@ -82,10 +89,10 @@ def register(commands: Any) -> None:
     prep.add_argument(
         "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
     )
-    prep.add_argument("--workers", type=int, default=1, metavar="N")
+    prep.add_argument("--workers", type=positive_int, default=1, metavar="N", help="worker processes (default 1)")
     prep.add_argument("--engine", choices=["local", "ray"], default="local")
     prep.add_argument(
         "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
     )
-    prep.add_argument("--shard-records", type=int, default=1024, metavar="N", help="records per output shard")
+    prep.add_argument("--shard-records", type=positive_int, default=1024, metavar="N", help="records per output shard")
     prep.set_defaults(handler=_cmd_prepare)

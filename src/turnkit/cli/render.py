@@ -23,17 +23,19 @@ def _cmd_render(args: argparse.Namespace) -> int:
     fmt = format_from_args(args)
     variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
     warn_unshown_tools(fmt, messages, tools, args, variables)
-    text = fmt.render(
+    rendered = fmt.render_with_spans(
         messages,
         tools=tools,
         add_generation_prompt=args.generation_prompt,
         continue_final_message=args.continue_final_message,
         template_name=args.template_name,
+        with_data_spans=args.show,
         **variables,
     )
+    text = rendered.text
     if args.show:
         markers = [*fmt.special_tokens.values(), *(fmt.family.stop_tokens if fmt.family else ())]
-        text = show_visible(text, markers, color=sys.stdout.isatty())
+        text = show_visible(text, markers, color=sys.stdout.isatty(), data=rendered.data_spans)
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     else:
         sys.stdout.write(text)

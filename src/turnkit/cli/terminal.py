@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import UsageError
+from turnkit.cli.common import UsageError, missing_model, positive_int
+from turnkit.serve.engines import ENGINES
 from turnkit.serve.modelspec import SAMPLING_KEYS
 
 #: The request fields generate and chat take as flags: a models file's sampling keys, the seed and the budget.
@@ -28,12 +29,10 @@ def _conversation(args: argparse.Namespace) -> Any:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.model != "default" and not Path(args.model).exists():
-        raise UsageError(
-            f"the model {args.model} does not exist (give a Hugging Face folder, a .gguf file, or 'default')"
-        )
+        raise missing_model(args.model)
     if args.template is not None and not Path(args.template).is_file():
         raise UsageError(f"the template {args.template} does not exist")
-    spec = ModelSpec(args.model, args.model, family=args.family, template=args.template)
+    spec = ModelSpec(args.model, args.model, family=args.family, template=args.template, engine=args.engine)
     threads = args.threads or max(1, (os.cpu_count() or 2) - 1)
     registry = ModelRegistry([spec], max_loaded=1, options=EngineOptions(threads=threads, max_batch=1, max_queue=1))
     sampling = {name: getattr(args, name) for name in _SAMPLING_FLAGS if getattr(args, name) is not None}
@@ -85,7 +84,12 @@ def _add_generation_arguments(command: argparse.ArgumentParser) -> None:
     override.add_argument("--template", metavar="FILE", help="a Jinja chat template instead of the model's own")
     override.add_argument("--family", choices=families.names(), help="a built-in family's template instead")
     command.add_argument("--system", metavar="TEXT", help="a system prompt")
-    command.add_argument("--threads", type=int, metavar="N", help="torch threads (default: CPU cores - 1)")
+    command.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
+    )
+    command.add_argument("--threads", type=positive_int, metavar="N", help="engine threads (default: CPU cores - 1)")
     command.add_argument("--max-tokens", type=int, metavar="N", help="reply budget (default 512)")
     command.add_argument("--temperature", type=float, metavar="T", help="default: the model's (0.2 for 'default')")
     command.add_argument("--top-p", type=float, metavar="P", help="default: the model's (0.9 for 'default')")

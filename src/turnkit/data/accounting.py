@@ -7,7 +7,8 @@ always be found again, with or without an id.
 Reject reasons are counted under keys that read as whole phrases: the parts that vary from record to record (quoted
 values, numbers, lists, the details in parentheses that quote an exception) are replaced by ``…`` or left out, and
 nothing is cut mid-phrase: ``unknown speaker 'bot' (known: ['gpt', 'human', ...])`` counts as
-``unknown speaker …``.
+``unknown speaker …``. A quoted word that names the reject's field stays, since it is what a user acts on:
+``the message has no 'role'`` is counted as itself, not as ``the message has no …``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from turnkit.errors import RecordError
 
-__all__ = ["ID_FIELD_DEFAULT", "reason_key", "record_id", "reject"]
+__all__ = ["ID_FIELD_DEFAULT", "PREPARE_ADVICE", "prepare_advice", "reason_key", "record_id", "reject"]
 
 #: The field a record's id is taken from when ``--id-field`` is not given (used only where present).
 ID_FIELD_DEFAULT = "id"
@@ -27,11 +28,24 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _INNERMOST = re.compile(r"\s*\([^()]*\)")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 _ELLIPSES = re.compile(r"…(?:[\s,…]*…)?")
+_FIELD_NAMES = re.compile(r"[A-Za-z_][\w-]*")
 
 
-def reason_key(reason: str) -> str:
-    """The key a reject reason is counted under: the whole phrase, with what varies per record taken out."""
-    key = reason
+def reason_key(reason: str, field: str | None = None) -> str:
+    """The key a reject reason is counted under: the whole phrase, with what varies per record taken out (a quoted
+    name that is part of ``field``, the reject's field path, is kept)."""
+    names = set(_FIELD_NAMES.findall(field or ""))
+    named: dict[str, str] = {}  # a private-use character standing for each kept word while the rest is replaced
+
+    def keep(match: re.Match[str]) -> str:
+        word = match.group(0)
+        if word[1:-1] not in names:
+            return "…"
+        placeholder = chr(0xE000 + len(named))
+        named[placeholder] = word
+        return placeholder
+
+    key = _QUOTED.sub(keep, reason) if names else reason
     while True:  # innermost lists first: nested lists collapse to one …
         shorter = _LIST.sub("…", key)
         if shorter == key:
@@ -48,7 +62,28 @@ def reason_key(reason: str) -> str:
     key = key.replace("\x00", "(").replace("\x01", ")")
     key = _NUMBER.sub("…", key)
     key = _ELLIPSES.sub("…", key)
+    for placeholder, word in named.items():
+        key = key.replace(placeholder, word)
     return " ".join(key.split())
+
+
+#: Encode advice in a reject reason names ``ChatFormat.encode``'s arguments; a prepare run needs its own option (the
+#: flag, and the ``PrepareConfig`` field of the same name). Each left side is a phrase of a library message
+#: (tests/test_prepare.py checks that each still occurs).
+PREPARE_ADVICE: tuple[tuple[str, str], ...] = (
+    (
+        "encode with split_turns=True (see check_prefix_stable)",
+        "prepare with --split-turns (PrepareConfig.split_turns; turnkit encode --check-prefix shows where)",
+    ),
+    ("pass allow_dropped=True", "prepare with --allow-dropped (PrepareConfig.allow_dropped)"),
+)
+
+
+def prepare_advice(reason: str) -> str:
+    """A reject reason with encode's advice replaced by the prepare option that does the same."""
+    for library, option in PREPARE_ADVICE:
+        reason = reason.replace(library, option)
+    return reason
 
 
 def record_id(data: Any, source: str, id_field: str | None) -> str:

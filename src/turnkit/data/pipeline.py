@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from turnkit.data.accounting import reason_key, record_id, reject
+from turnkit.data.accounting import prepare_advice, reason_key, record_id, reject
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
+from turnkit.encode.coverage import REASONING
 from turnkit.encode.options import EncodeOptions
 from turnkit.errors import TurnkitError
 
@@ -38,6 +39,7 @@ class PrepareConfig:
     turns: Literal["all", "last"] = "all"
     train_end_marker: bool = True
     split_turns: bool = False
+    allow_dropped: bool = False  # train a turn whose tool calls or content the template leaves out
     markers: Literal["keep", "reject", "strip"] = "keep"
     id_field: str | None = None  # the record's own id; None: "id" where present, else file:line
 
@@ -57,6 +59,10 @@ class ShardResult:
     truncated: int = 0
     markers: Counter[str] = field(default_factory=Counter)
     records_with_markers: int = 0
+    #: Assistant turns whose reasoning the template left out (Qwen3 drops it before the last user message), and
+    #: the records they are in.
+    reasoning_left_out: int = 0
+    records_reasoning_left_out: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -64,12 +70,14 @@ class ShardResult:
             "written": self.read - len(self.rejects),
             "rows": len(self.rows),
             "rejected": len(self.rejects),
-            "rejected_by_reason": dict(Counter(reason_key(r["reason"]) for r in self.rejects)),
+            "rejected_by_reason": dict(Counter(reason_key(r["reason"], r["field"]) for r in self.rejects)),
             "tokens": self.tokens,
             "trained_tokens": self.trained_tokens,
             "truncated": self.truncated,
             "markers": dict(self.markers),
             "records_with_markers": self.records_with_markers,
+            "reasoning_left_out": self.reasoning_left_out,
+            "records_reasoning_left_out": self.records_reasoning_left_out,
         }
 
 
@@ -91,9 +99,55 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool) -> Counter[str]:
-    """Control-marker strings in a record's data. One search over its JSON text (fast) when every marker is written
-    the same in JSON; else a walk over every string."""
+#: Characters that JSON text holds outside its strings, or that start an escape: a marker starting with none of them
+#: can only appear in JSON text inside a string that holds its first character.
+_JSON_SYNTAX = frozenset('{}[]":,.+-\\ \t\r\n0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ')
+
+
+def _lone_surrogate() -> RecordError:
+    return RecordError("the text holds a lone surrogate: it is not valid Unicode", "messages")
+
+
+def _nothing_to_find(value: Any, starts: str) -> bool:
+    """Whether ``value`` is plain JSON data none of whose strings holds a character of ``starts`` (the characters
+    markers start with): then its JSON text holds no marker, and the search of :func:`_scan` is skipped. Raises the
+    reject of a lone surrogate, as that search does."""
+    stack = [value]
+    wide = []  # strings that are not ASCII: checked for lone surrogates
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                wide.append(item)
+            for char in starts:
+                if char in item:
+                    return False
+        elif kind is dict:
+            for key, inner in item.items():
+                if type(key) is not str:
+                    return False  # json.dumps writes or refuses such keys: let it decide
+                stack.append(key)
+                stack.append(inner)
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif not (item is None or kind is bool or kind is int or kind is float):
+            return False
+    for text in wide:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # the tokenizer would refuse it with a TypeError
+            raise _lone_surrogate() from None
+    return True
+
+
+def _scan(messages: Any, tools: Any, markers: _Markers) -> Counter[str]:
+    """Control-marker strings in a record's data. None at all when no string holds a character markers start with
+    (the common case, decided without building text); else one search over its JSON text when every marker is
+    written the same in JSON; else a walk over every string."""
+    pattern, plain_json = markers.pattern, markers.plain_json
+    if markers.starts is not None and _nothing_to_find([messages, tools], markers.starts):
+        return Counter()
     if plain_json:
         try:
             text = json.dumps([messages, tools], ensure_ascii=False)
@@ -104,7 +158,7 @@ def _scan(messages: Any, tools: Any, pattern: re.Pattern[str], plain_json: bool)
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError:  # the tokenizer would refuse it with a TypeError
-                    raise RecordError("the text holds a lone surrogate: it is not valid Unicode", "messages") from None
+                    raise _lone_surrogate() from None
             return Counter(pattern.findall(text))
     return Counter(m for s in _strings([messages, tools]) for m in pattern.findall(s))
 
@@ -124,6 +178,7 @@ def _options(config: PrepareConfig) -> EncodeOptions:
         turns=config.turns,
         train_end_marker=config.train_end_marker,
         split_turns=config.split_turns,
+        allow_dropped=config.allow_dropped,
         attribution=False,  # rows hold ids, labels and masks only
     )
 
@@ -158,19 +213,21 @@ _BATCH = 128  # conversations per encode_batch call: big enough to pipeline, sma
 def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spare_core: bool = True) -> ShardResult:
     """Rows and rejects for a run of records. Deterministic: the same records give the same result.
 
-    ``spare_core``: whether a core is free for the tokenizer to work in its own thread while templates render (not
-    where every core already runs a worker: there the thread only adds contention).
+    ``spare_core``: whether a core is free for the tokenizer to work in its own thread while templates render, where
+    the tokenizer works without the GIL (see ``Encoder.encode_batch``; not where every core already runs a worker:
+    there a thread only adds contention).
 
-    Records are converted and scanned one by one, then encoded through ``encode_batch`` in runs of ``_BATCH`` (the
-    template renders while the tokenizer works, and repeated system prompts and tool schemas are tokenized once); a
-    run in which some record fails is encoded again one by one, so each failure is the reject of its own record.
+    Records are parsed, converted and scanned one by one, then encoded through ``encode_batch`` in runs of
+    ``_BATCH`` (repeated system prompts and tool schemas are tokenized once); a run in which some record fails is
+    encoded again one by one, so each failure is the reject of its own record.
     """
     fmt = _format(config.model)
-    marker_pattern, plain_json = _markers(config.model)
+    markers = _markers(config.model)
     result = ShardResult()
     outcomes: list[Any] = []  # per record, in read order: a reject, or [record id, source, messages, tools]
-    for record in records:
+    for raw in records:
         result.read += 1
+        record = raw.parsed()
         source = record.record_id
         if record.error is not None:
             outcomes.append(reject(source, source, record.error, record.field))
@@ -179,8 +236,8 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
         try:
             rid = record_id(record.data, source, config.id_field)
             messages, tools = to_conversation(record.data, config.input_format, config.fields)
-            if marker_pattern is not None:
-                found = _scan(messages, tools, marker_pattern, plain_json)
+            if markers is not None:
+                found = _scan(messages, tools, markers)
                 if found:
                     result.records_with_markers += 1
                     result.markers.update(found)
@@ -188,7 +245,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
                         first = found.most_common(1)[0][0]
                         raise RecordError(f"control marker {first!r} in the data (markers=reject)", "messages")
                     if config.markers == "strip":
-                        messages, tools = _strip(messages, marker_pattern), _strip(tools, marker_pattern)
+                        messages, tools = _strip(messages, markers.pattern), _strip(tools, markers.pattern)
         except (TurnkitError, ValueError) as exc:
             outcomes.append(_rejected(rid, source, exc))
             continue
@@ -206,6 +263,9 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
             continue
         encodings, truncated = encoded
         result.truncated += truncated
+        left_out = {index for e in encodings for index, name in e.unrendered if name == REASONING}
+        result.reasoning_left_out += len(left_out)
+        result.records_reasoning_left_out += bool(left_out)
         for turn, encoding in enumerate(encodings):
             row = {  # arrays: the shard writer builds Arrow columns from them directly
                 "record_id": rid,
@@ -222,7 +282,7 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
 
 
 def _rejected(rid: str, source: str, exc: Exception) -> dict[str, Any]:
-    reason = exc.reason if isinstance(exc, RecordError) else str(exc)
+    reason = exc.reason if isinstance(exc, RecordError) else prepare_advice(str(exc))
     where = exc.location if isinstance(exc, TurnkitError) else None
     return reject(rid, source, reason, where)
 
@@ -233,7 +293,7 @@ def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_cor
         batch = fmt.encoder.encode_batch(
             [{"messages": messages, "tools": tools} for _, _, messages, tools in run],
             _options(config),
-            tokenizer_thread=spare_core,
+            tokenizer_thread=None if spare_core else False,
         )
     except (TurnkitError, ValueError):
         batch = None  # some record of the run fails: encode them one by one to know which
@@ -251,9 +311,24 @@ def _encode_run(fmt: Any, run: list[list[Any]], config: PrepareConfig, spare_cor
             item.append(_rejected(rid, source, exc))
 
 
+@dataclass(frozen=True)
+class _Markers:
+    """How to find the tokenizer's added-token strings in a record's data."""
+
+    pattern: re.Pattern[str]
+    plain_json: bool  # every marker is written the same inside JSON text
+    starts: str | None  # the characters markers start with, when none of them is JSON syntax (see _nothing_to_find)
+
+
 @lru_cache(maxsize=4)
-def _markers(model: str) -> tuple[re.Pattern[str] | None, bool]:
-    """The pattern of the tokenizer's added-token strings, and whether each is written the same inside JSON text."""
+def _markers(model: str) -> _Markers | None:
+    """The markers of the model's tokenizer (None when it has none)."""
     markers = sorted(_format(model).tokenizer.added, key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, markers))) if markers else None
-    return pattern, all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers)
+    if not markers:
+        return None
+    starts = "".join(sorted({m[0] for m in markers}))
+    return _Markers(
+        re.compile("|".join(map(re.escape, markers))),
+        all(json.dumps(m, ensure_ascii=False)[1:-1] == m for m in markers),
+        None if _JSON_SYNTAX.intersection(starts) else starts,
+    )

@@ -19,12 +19,14 @@ import gc
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -32,8 +34,8 @@ from typing import Any
 from turnkit.cache import atomic_path, write_atomically
 from turnkit.data.accounting import ID_FIELD_DEFAULT
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
-from turnkit.data.sources import RawRecord, read_records
-from turnkit.errors import PrepareError
+from turnkit.data.sources import RawRecord, check_inputs, read_records
+from turnkit.errors import InputError, PrepareError
 
 __all__ = ["PrepareError", "prepare"]
 
@@ -109,14 +111,55 @@ def _write_shard(folder: Path, index: int, table: Any, summary: dict[str, Any]) 
     write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
 
 
+def _process_shard(
+    index: int, records: list[RawRecord], config: PrepareConfig, spare_core: bool
+) -> tuple[Any, dict[str, Any]]:
+    """One shard's Arrow table and summary."""
+    result = process_records(records, config, spare_core=spare_core)
+    return _table(result.rows), _summary(index, config, result)
+
+
 def run_shard(
     index: int, records: list[RawRecord], config: PrepareConfig, folder: str, spare_core: bool = True
 ) -> dict[str, Any]:
     """Process one shard and write it (Parquet, then its done-file). Returns the shard's summary."""
-    result = process_records(records, config, spare_core=spare_core)
-    summary = _summary(index, config, result)
-    _write_shard(Path(folder), index, _table(result.rows), summary)
+    table, summary = _process_shard(index, records, config, spare_core)
+    _write_shard(Path(folder), index, table, summary)
     return summary
+
+
+class _ShardWriter:
+    """Writes the shards this process holds (those of the one local worker, or those Ray's actors return).
+
+    ``threaded``: in a thread, so that the next shard is processed while pyarrow writes this one (it works without
+    the GIL): where a core is spare, writing costs no time. At most one shard waits to be written, and each is
+    written as :func:`_write_shard` does (Parquet, then its done-file), so a killed run resumes as before.
+    """
+
+    def __init__(self, folder: Path, *, threaded: bool) -> None:
+        self.folder = folder
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnkit-write") if threaded else None
+        self.pending: Future[None] | None = None
+
+    def write(self, index: int, table: Any, summary: dict[str, Any]) -> None:
+        if self.pool is None:
+            _write_shard(self.folder, index, table, summary)
+            return
+        self.wait()
+        self.pending = self.pool.submit(_write_shard, self.folder, index, table, summary)
+
+    def wait(self) -> None:
+        """Until the shard being written is written; raises what writing it raised."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown()
 
 
 _FEWER_COLLECTIONS = 50_000  # allocations between young-generation collections (Python's default: 700)
@@ -203,11 +246,14 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
         # load the format and its tokenizer paths once, before the workers fork: they start with them loaded
         _format(config.model).tokenizer.data  # noqa: B018 - a cached property, built here
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if workers > 1 else None
-    spare_core = workers < (os.cpu_count() or 1)  # else the tokenizer thread of each worker only adds contention
+    spare_core = workers < (os.cpu_count() or 1)  # else a thread of each worker only adds contention
+    writer = _ShardWriter(folder, threaded=spare_core)  # writes the shards of one worker (this process)
     try:
         for index, records in _undone_shards(inputs, size, folder, fingerprint, progress):
             if pool is None:
-                progress.update(run_shard(index, records, config, str(folder), spare_core))
+                table, summary = _process_shard(index, records, config, spare_core)
+                writer.write(index, table, summary)
+                progress.update(summary)
                 continue
             pending.add(pool.submit(run_shard, index, records, config, str(folder), spare_core))
             while len(pending) >= 2 * workers:  # bounded: the input streams, memory stays flat
@@ -217,6 +263,7 @@ def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: 
         for future in pending:
             progress.update(future.result())
     finally:
+        writer.close()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
@@ -232,10 +279,9 @@ class _ShardWorker:
     def run(self, index: int, records: list[RawRecord]) -> tuple[int, Any, dict[str, Any]]:
         import ray
 
-        result = process_records(records, self.config, spare_core=False)  # the actor reserved one CPU
-        summary = _summary(index, self.config, result)
+        table, summary = _process_shard(index, records, self.config, spare_core=False)  # the actor reserved one CPU
         summary["ray_node"] = ray.get_runtime_context().get_node_id()  # where it ran (not in the manifest's totals)
-        return index, _table(result.rows), summary
+        return index, table, summary
 
 
 def _ray(
@@ -269,10 +315,11 @@ def _ray(
     pool = ActorPool(actors)
     fingerprint = _fingerprint(config)
     in_flight = 0
+    writer = _ShardWriter(folder, threaded=True)  # the driver waits for the next shard while it writes one
 
     def collect() -> None:
         index, table, summary = pool.get_next_unordered()
-        _write_shard(folder, index, table, summary)
+        writer.write(index, table, summary)
         progress.update(summary)
 
     try:
@@ -285,6 +332,7 @@ def _ray(
         while pool.has_next():
             collect()
     finally:
+        writer.close()
         for actor in actors:
             ray.kill(actor)  # type: ignore[arg-type]  # ray types a remote class and its handle alike
         if connected:
@@ -309,23 +357,54 @@ def prepare(
     """
     out = Path(out)
     folder = out / "shards"
-    folder.mkdir(parents=True, exist_ok=True)
     sources = [str(i) for i in inputs]
-    for source in sources:  # fail on a missing input before any work
-        if not source.startswith("hub:") and not Path(source).exists():
-            raise PrepareError(f"{source} does not exist")
+    _check_options(out, config, workers, engine, shard_records, ray_address)
+    try:
+        check_inputs(sources)  # a missing input, or an unreachable hub, fails before any work
+    except InputError as exc:
+        raise PrepareError(str(exc)) from None
     meter = _Progress(progress)
-    if ray_address and engine != "ray":
-        raise PrepareError("--ray-address goes with --engine ray")
-    if engine not in ("local", "ray"):
-        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    with _fewer_collections():  # this process reads, and with one local worker processes, every record
+    with _removed_if_nothing_done(out), _fewer_collections():  # this process reads every record
+        folder.mkdir(parents=True, exist_ok=True)
         if engine == "local":
             _local(sources, folder, config, workers, shard_records, meter)
         else:
             _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     meter.done()
     return _finish(out, folder, sources, config, engine, workers, time.perf_counter() - meter.start)
+
+
+def _check_options(
+    out: Path, config: PrepareConfig, workers: int, engine: str, shard_records: int, ray_address: str | None
+) -> None:
+    """Options that cannot work, refused before anything is read or written."""
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"--out {out} is a file: give a folder (it receives manifest.json, rejects.jsonl, shards/)")
+    if config.max_length is not None and config.max_length < 1:
+        raise PrepareError(f"--max-length must be at least 1 token, not {config.max_length}")
+    if workers < 1:
+        raise PrepareError(f"--workers must be at least 1, not {workers}")
+    if shard_records < 1:
+        raise PrepareError(f"--shard-records must be at least 1, not {shard_records}")
+    if ray_address and engine != "ray":
+        raise PrepareError("--ray-address goes with --engine ray")
+    if engine not in ("local", "ray"):
+        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+
+
+@contextmanager
+def _removed_if_nothing_done(out: Path) -> Iterator[None]:
+    """On failure, remove what this run created when no shard was finished: a failed first run leaves no empty
+    folders behind, and a resumable one keeps its shards."""
+    created = [p for p in (out, out / "shards") if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        shards = out / "shards"
+        if not (shards.is_dir() and any(shards.glob("shard-*.json"))):
+            for path in reversed(created):
+                shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _finish(
@@ -348,15 +427,17 @@ def _finish(
             "trained_tokens",
             "truncated",
             "records_with_markers",
+            "reasoning_left_out",
+            "records_reasoning_left_out",
         ):
-            totals[key] += summary[key]
+            totals[key] += summary.get(key, 0)  # a shard an older version wrote lacks the newer counts
         reasons.update(summary["rejected_by_reason"])
         markers.update(summary["markers"])
         rejects.extend(summary["rejects"])
     if totals["written"] + totals["rejected"] != totals["read"]:  # pragma: no cover - an invariant, checked anyway
         raise PrepareError(f"internal check failed: written + rejected != read ({dict(totals)})")
     fmt = _format(config.model)
-    template_text = "\n".join(fmt.templates.templates[n] for n in fmt.template_names)
+    template_sha256, tokenizer_sha256 = _fingerprints(config.model)
     files = sorted(p.relative_to(out).as_posix() for p in (out / "shards").rglob("*.parquet"))
     manifest = {
         "turnkit_version": __version__,
@@ -370,8 +451,12 @@ def _finish(
         "truncated": totals["truncated"],
         "markers_found": dict(markers),
         "records_with_markers": totals["records_with_markers"],
-        "template_sha256": hashlib.sha256(template_text.encode()).hexdigest(),
-        "tokenizer_sha256": hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
+        "reasoning_left_out": {
+            "turns": totals["reasoning_left_out"],
+            "records": totals["records_reasoning_left_out"],
+        },
+        "template_sha256": template_sha256,
+        "tokenizer_sha256": tokenizer_sha256,
         "tokenizer_path": fmt.tokenizer.tokenizer_path,
         "id_field": config.id_field or f"{ID_FIELD_DEFAULT} (where present, else the source file:line)",
         "options": config.to_dict(),
@@ -383,6 +468,18 @@ def _finish(
     write_atomically(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects).encode())
     write_atomically(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False).encode())
     return manifest
+
+
+@lru_cache(maxsize=4)
+def _fingerprints(model: str) -> tuple[str, str]:
+    """The SHA-256 of the format's templates and of its tokenizer's definition (a tokenizer's JSON is megabytes: it
+    is hashed once a process, as the format is loaded once)."""
+    fmt = _format(model)
+    template_text = "\n".join(fmt.templates.templates[n] for n in fmt.template_names)
+    return (
+        hashlib.sha256(template_text.encode()).hexdigest(),
+        hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest(),
+    )
 
 
 def report(manifest: dict[str, Any]) -> str:
@@ -398,9 +495,20 @@ def report(manifest: dict[str, Any]) -> str:
         f"truncated records  {manifest['truncated']:>12,}",
         f"records w/ markers {manifest['records_with_markers']:>12,}",
         *(f"  {n:>6,}  {marker}" for marker, n in sorted(manifest["markers_found"].items(), key=lambda x: -x[1])),
+        *_reasoning_line(manifest.get("reasoning_left_out")),
         f"time               {manifest['seconds']:>11.1f}s",
     ]
     return "\n".join(lines)
+
+
+def _reasoning_line(left_out: dict[str, int] | None) -> list[str]:
+    """Reasoning the template left out of assistant turns (allowed: Qwen3 drops it from earlier turns by design)."""
+    if not left_out or not left_out.get("turns"):
+        return []
+    return [
+        f"reasoning left out {left_out['turns']:>12,}   turns in {left_out['records']:,} records "
+        "(the template drops it there; it is not trained)"
+    ]
 
 
 def load_rows(out: str | Path) -> Iterable[dict[str, Any]]:

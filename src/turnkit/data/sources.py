@@ -17,17 +17,36 @@ from typing import Any
 
 from turnkit.errors import InputError
 
-__all__ = ["InputError", "RawRecord", "read_records"]
+__all__ = ["InputError", "RawRecord", "check_inputs", "read_records"]
+
+#: How long the hub may take to answer before a ``hub:`` input is reported unreachable (instead of ~30 s of retries).
+_HUB_PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
 class RawRecord:
-    """One input record: its id, and either its data or why it could not be read."""
+    """One input record: its id, and either its data or why it could not be read.
+
+    A JSONL record travels as its line (``text``, with its ``line`` number) and is parsed by :meth:`parsed` where it
+    is processed: a worker process, not the process that reads the input (a line costs nothing to send; a parsed
+    record costs a pickle and an unpickle).
+    """
 
     record_id: str
     data: Any = None
     error: str | None = None
     field: str | None = None
+    text: str | None = None
+    line: int = 0
+
+    def parsed(self) -> RawRecord:
+        """The record with its line parsed: its data, or why it is not valid JSON."""
+        if self.text is None:
+            return self
+        try:
+            return RawRecord(self.record_id, json.loads(self.text))
+        except ValueError as exc:
+            return RawRecord(self.record_id, error=f"line {self.line} is not valid JSON: {exc}", field="line")
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -46,11 +65,7 @@ def _jsonl(path: Path, label: str) -> Iterator[RawRecord]:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            record_id = f"{label}:{number}"
-            try:
-                yield RawRecord(record_id, json.loads(line))
-            except ValueError as exc:
-                yield RawRecord(record_id, error=f"line {number} is not valid JSON: {exc}", field="line")
+            yield RawRecord(f"{label}:{number}", text=line, line=number)
 
 
 def _json_array(path: Path, label: str) -> Iterator[RawRecord]:
@@ -100,6 +115,49 @@ def _hub(name: str, label: str) -> Iterator[RawRecord]:
         raise InputError(f"cannot load the dataset {repo!r} from the hub: {exc}") from None
     for index, item in enumerate(dataset):
         yield RawRecord(f"{label}:{index}", item)
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached, or None (offline mode, or it answered).
+
+    One HEAD request through ``urllib`` (which honours the proxy variables); any HTTP answer, even an error status,
+    means the hub is there. With ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``) no request is made: ``datasets``
+    then reads its cache.
+    """
+    import os
+    import urllib.error
+    import urllib.request
+
+    offline = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    if any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in offline):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=_HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return f"{endpoint} cannot be reached ({reason})"
+    return None
+
+
+def check_inputs(sources: list[str]) -> None:
+    """Fail before any work on an input that does not exist, and on ``hub:`` inputs when the hub is unreachable."""
+    hub_checked = False
+    for source in sources:
+        if not source.startswith("hub:"):
+            if not Path(source).exists():
+                raise InputError(f"{source} does not exist")
+            continue
+        if not hub_checked:
+            hub_checked = True
+            why = _hub_unreachable()
+            if why is not None:
+                raise InputError(
+                    f"cannot load {source}: the Hugging Face hub is offline here ({why}); with the dataset in the "
+                    "local cache, set HF_HUB_OFFLINE=1 to read it from there"
+                )
 
 
 def read_records(source: str | Path) -> Iterator[RawRecord]:

@@ -50,14 +50,16 @@ def _report(target: Target, label: str) -> Report:
     return Report(label, target.description, extra={"root": str(root)})
 
 
-def run(path: str | Path, *, ignore: Iterable[str] = ()) -> Report:
+def run(path: str | Path, *, ignore: Iterable[str] = (), base: str | Path | None = None) -> Report:
     """Audit a checkpoint: a Hugging Face folder, a ``.gguf`` file, ``"default"``, or a PEFT adapter folder.
+
+    ``base`` is an adapter's base model folder, when its ``base_model_name_or_path`` is a hub name.
 
     Raises:
         DoctorInputError: The path cannot be audited (missing, unreadable JSON, no tokenizer, truncated GGUF).
     """
     skip = validate_ignore(ignore)
-    target = load_target(path)
+    target = load_target(path, base=base)
     context = Context(target)
     report = run_checks(context, CHECKPOINT_CHECKS, _report(target, str(path)), skip)
     if context.forgery is not None:

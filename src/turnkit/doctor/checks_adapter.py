@@ -23,7 +23,7 @@ from typing import Any
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
 
-__all__ = ["check_adapter_modules", "embedding_module_names"]
+__all__ = ["check_adapter_base", "check_adapter_modules", "embedding_module_names", "saves_embeddings"]
 
 
 def embedding_module_names(base: Path) -> tuple[str, str | None] | None:
@@ -108,13 +108,43 @@ def _trainable_ids(indices: Any) -> set[int]:
     return set()
 
 
+def saves_embeddings(ctx: Context) -> bool:
+    """Whether the adapter saves the whole input embedding (``modules_to_save``), rows added for new tokens included."""
+    adapter, config = ctx.target.adapter, ctx.target.config
+    if adapter is None:
+        return False
+    names = _module_names(json.dumps(config.data)) if config is not None else None
+    embed = names[0] if names is not None else "embed_tokens"
+    return _covers([str(m) for m in adapter.config.data.get("modules_to_save") or []], embed)
+
+
+def check_adapter_base(ctx: Context) -> list[Problem]:
+    """``adapter-base-unavailable``: the adapter cannot be compared with its base, so its new tokens go unchecked."""
+    adapter = ctx.target.adapter
+    if adapter is None:
+        raise NotEvaluated("not a PEFT adapter")
+    if adapter.base is not None and adapter.base_tokenizer is not None:
+        return []
+    name = adapter.config.data.get("base_model_name_or_path")
+    why = adapter.base_why or f"the base {adapter.base} has no tokenizer"
+    download = f" (hf download {name} --local-dir DIR)" if isinstance(name, str) and name else ""
+    return [
+        Problem(
+            f"cannot compare the adapter with its base: {why}; tokens the adapter's tokenizer adds to the base (whose "
+            "rows LoRA must train: adapter-missing-modules-to-save) are not checked",
+            f"give the base model's folder: turnkit doctor {ctx.target.given} --base PATH{download}",
+            adapter.config.label,
+        )
+    ]
+
+
 def check_adapter_modules(ctx: Context) -> list[Problem]:
     """``adapter-missing-modules-to-save``: new tokens, but embeddings and head are not trained."""
     adapter = ctx.target.adapter
     if adapter is None:
         raise NotEvaluated("not a PEFT adapter")
     if adapter.base is None or adapter.base_tokenizer is None:
-        raise NotEvaluated(adapter.base_why or f"the base {adapter.base} has no tokenizer to compare with")
+        raise NotEvaluated("no base to compare with (see adapter-base-unavailable)")
     base_config = ctx.target.config.data if ctx.target.config else {}
     rows = base_config.get("vocab_size") if isinstance(base_config.get("vocab_size"), int) else None
     new = _new_tokens(ctx, adapter.base_tokenizer, rows)

@@ -11,6 +11,9 @@ needs a transcript turnkit can read back (ChatML), and rows where it fails are c
   or tool turn. A whitespace token right after a trained end marker is tolerated (TRL's prefix-diff masks train the
   newline after ``<|im_end|>``; it is never generated, since generation stops first).
 * ``labels-not-input-ids``: where a token is trained its label must be its own id (models shift labels themselves).
+* ``labels-empty-reply``: a trained reply that holds nothing but its end-of-turn marker teaches the model to stop at
+  once; it is what a template that leaves out a turn's tool calls or content leaves behind (SmolLM2's template writes
+  no tool calls: ``<|im_start|>assistant\n<|im_end|>``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataContext",
     "check_data_summary",
+    "check_labels_empty_reply",
     "check_labels_end_marker",
     "check_labels_input_ids",
     "check_labels_prompt",
@@ -175,6 +179,41 @@ def check_labels_end_marker(ctx: DataContext) -> list[Problem]:
             f"reply ending {_excerpt(ctx, example.input_ids[start:end])}",
             "train the marker with each reply: turnkit prepare without --no-end-marker (fmt.encode(..., "
             "train_end_marker=True)); in TRL, keep the end-of-turn token in the completion mask",
+            str(ctx.dataset.path),
+        )
+    ]
+
+
+def _empty_reply(example: Example, span: tuple[int, int], end_ids: set[int], decode: Any) -> bool:
+    """A trained stretch of end-of-turn ids, and whitespace at most (``\n<|im_end|>``)."""
+    ids = example.input_ids[span[0] : span[1]].tolist()
+    if len(ids) > 4 or not any(i in end_ids for i in ids):
+        return False
+    return all(i in end_ids or not decode([i]).strip() for i in ids)
+
+
+def check_labels_empty_reply(ctx: DataContext) -> list[Problem]:
+    """``labels-empty-reply``: a trained reply holds only its end-of-turn marker (the model learns to stop at once)."""
+    end_ids = set(ctx.end_ids())
+    decode = ctx.model.tokenizer.decode
+    replies = empty = 0
+    first: Example | None = None
+    for example in ctx.dataset.examples:
+        for span in trained_spans(example.labels):
+            replies += 1
+            if _empty_reply(example, span, end_ids, decode):
+                empty += 1
+                first = first or example
+    if first is None:
+        return []
+    marker = next(iter(ctx.end_ids().values()))
+    return [
+        Problem(
+            f"{empty} of {replies} trained replies in {_counted(ctx)} hold nothing but the end-of-turn marker "
+            f"{marker!r}: the model learns to stop at once after the prompt; first in record {first.record} (a "
+            "template that leaves out a reply's tool calls or content leaves this behind)",
+            "prepare the data again with turnkit prepare (without --allow-dropped): it rejects turns the template "
+            "does not render (the reject names the message and field), or use a template that renders them",
             str(ctx.dataset.path),
         )
     ]

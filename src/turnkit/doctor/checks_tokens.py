@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnkit.doctor.checks_adapter import saves_embeddings
 from turnkit.doctor.checks_template import template_file
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem, Severity
@@ -189,8 +190,13 @@ def _tokenizer_ids(tokenizer: Any) -> dict[int, str]:
 def check_vocab(ctx: Context) -> list[Problem]:
     """``vocab-exceeds-model``: the tokenizer has ids beyond the model's embedding rows."""
     target = ctx.target
-    if target.kind == "adapter":
-        raise NotEvaluated("an adapter's new tokens are checked against its base by adapter-missing-modules-to-save")
+    if target.adapter is not None:
+        if target.adapter.base_tokenizer is not None:
+            raise NotEvaluated(
+                "an adapter's new tokens are checked against its base by adapter-missing-modules-to-save"
+            )
+        if saves_embeddings(ctx):
+            return []  # modules_to_save holds the whole resized embedding: every id has its row in the adapter
     if target.gguf is not None:
         count, rows = target.gguf.token_count, target.gguf.embedding_rows
         if count is None or rows is None:

@@ -37,12 +37,13 @@ CHECKPOINT_CHECKS: tuple[Check, ...] = (
     Check("marker-not-single-token", E, checks_tokens.check_markers_single),
     Check("no-end-marker", E, checks_tokens.check_end_marker_exists),
     Check("eos-not-end-marker", E, checks_tokens.check_eos),
-    Check("generation-config-eos", W, checks_tokens.check_generation_config_eos),
+    Check("generation-config-eos", E, checks_tokens.check_generation_config_eos),
     Check("double-bos", W, checks_tokens.check_double_bos),
     Check("vocab-exceeds-model", E, checks_tokens.check_vocab),
     Check("non-special-marker", W, checks_tokens.check_non_special),
     Check("pad-is-end-marker", W, checks_tokens.check_pad),
     Check("adapter-missing-modules-to-save", E, checks_adapter.check_adapter_modules),
+    Check("adapter-base-unavailable", W, checks_adapter.check_adapter_base),
     Check("prefix-unstable", I, checks_template.check_prefix_stable),
     Check("tools-unreadable", W, checks_template.check_tools_unreadable),
     Check("tools-ignored", I, checks_template.check_tools_ignored),
@@ -54,6 +55,7 @@ DATA_CHECKS: tuple[Check, ...] = (
     Check("labels-not-input-ids", E, checks_data.check_labels_input_ids),
     Check("labels-missing-end-marker", E, checks_data.check_labels_end_marker),
     Check("labels-train-prompt", E, checks_data.check_labels_prompt),
+    Check("labels-empty-reply", E, checks_data.check_labels_empty_reply),
     Check("data-summary", I, checks_data.check_data_summary),
 )
 

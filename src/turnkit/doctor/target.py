@@ -187,8 +187,12 @@ def _tokenizer_of(fmt: ChatFormat | None, folder: Path) -> Any:
         raise DoctorInputError(f"cannot load the tokenizer of {folder}: {exc}") from None
 
 
-def load_target(given: str | Path) -> Target:
-    """Read a checkpoint for auditing; :class:`DoctorInputError` (or another ``TurnkitError``) on bad input."""
+def load_target(given: str | Path, *, base: str | Path | None = None) -> Target:
+    """Read a checkpoint for auditing; :class:`DoctorInputError` (or another ``TurnkitError``) on bad input.
+
+    ``base`` is a PEFT adapter's base model folder, in place of its ``base_model_name_or_path`` (a hub name there
+    cannot be read: doctor reads no hub).
+    """
     path = resolve_model(given)
     if not path.exists():
         raise DoctorInputError(
@@ -199,7 +203,9 @@ def load_target(given: str | Path) -> Target:
             raise DoctorInputError(f"{path} is neither a model folder nor a .gguf file")
         return _load_gguf(str(given), path)
     if (path / "adapter_config.json").is_file():
-        return _load_adapter(str(given), path)
+        return _load_adapter(str(given), path, Path(base) if base is not None else None)
+    if base is not None:
+        raise DoctorInputError(f"--base goes with a PEFT adapter folder; {path} has no adapter_config.json")
     return _load_folder(str(given), path)
 
 
@@ -239,16 +245,17 @@ def _load_folder(given: str, folder: Path) -> Target:
     return Target(given, folder, "hf", fmt, why, invalid, sources, tokenizer, tokenizer_config, config, generation)
 
 
-def _base_folder(adapter_folder: Path, name: Any) -> tuple[Path | None, str | None]:
+def _base_folder(adapter_folder: Path, name: Any, given: Path | None) -> tuple[Path | None, str | None]:
+    if given is not None:
+        if not given.is_dir():
+            raise DoctorInputError(f"--base {given} is not a folder (give the base model's Hugging Face folder)")
+        return given, None
     if not isinstance(name, str) or not name:
         return None, "adapter_config.json names no base_model_name_or_path"
     for candidate in (Path(name), adapter_folder / name):
         if candidate.is_dir():
             return candidate, None
-    return None, (
-        f"base_model_name_or_path {name!r} is not a local folder (doctor reads no hub); download the base and set "
-        "base_model_name_or_path to its folder"
-    )
+    return None, f"base_model_name_or_path {name!r} is not a local folder (doctor reads no hub)"
 
 
 def _has_template(folder: Path) -> bool:
@@ -258,11 +265,11 @@ def _has_template(folder: Path) -> bool:
     return config is not None and "chat_template" in config.data
 
 
-def _load_adapter(given: str, folder: Path) -> Target:
+def _load_adapter(given: str, folder: Path, base_given: Path | None) -> Target:
     """An adapter's own tokenizer and template when it saved them, else its base's; configs from the base."""
     draft = Target(given, folder, "adapter", None, None)
     adapter_config = read_json_file(folder / "adapter_config.json", "adapter_config.json")
-    base, base_why = _base_folder(folder, adapter_config.data.get("base_model_name_or_path"))
+    base, base_why = _base_folder(folder, adapter_config.data.get("base_model_name_or_path"), base_given)
     tokenizer_folder = folder if _has_tokenizer(folder) else base
     if tokenizer_folder is None or not _has_tokenizer(tokenizer_folder):
         raise DoctorInputError(

@@ -6,6 +6,8 @@
 * :mod:`.marking`: breaking control-token strings in data, tagging data with its source;
 * :mod:`.controls`: the template's control tokens in a render, the id-count invariant, markers the tokenizer lacks;
 * :mod:`.tokenize`: rendered text to ids (cut at control tokens, pieces cached);
+* :mod:`.coverage`: what the render holds of each assistant turn (a trained turn whose data the template leaves out
+  is refused);
 * :mod:`.attribution`: which message and which source each token belongs to;
 * :mod:`.masks`: which tokens are trained; :mod:`.history`: renders of the conversation cut short (headers, prefix
   stability) that masks need;
@@ -20,10 +22,11 @@ from turnkit.encode.encoder import Encoder
 from turnkit.encode.encoding import IGNORE_INDEX, Encoding
 from turnkit.encode.job import TrustedDataWarning
 from turnkit.encode.options import EncodeOptions
-from turnkit.errors import EmptyMaskError, EncodeError, TokenizerError
+from turnkit.errors import DroppedDataError, EmptyMaskError, EncodeError, TokenizerError
 
 __all__ = [
     "IGNORE_INDEX",
+    "DroppedDataError",
     "EmptyMaskError",
     "EncodeError",
     "EncodeOptions",

@@ -80,24 +80,31 @@ class Encoder:
         options: EncodeOptions,
         *,
         chunk_size: int = 16,
-        tokenizer_thread: bool = True,
+        tokenizer_thread: bool | None = None,
     ) -> list[Encoding] | list[list[Encoding]]:
-        """Encode many conversations: templates render here, tokenization runs in the tokenizer's threads.
+        """Encode many conversations, by chunks: render a chunk, tokenize what its text holds that is not cached yet,
+        finish it. Text is cut at the template's control tokens and each piece is tokenized once and kept in a cache,
+        so system prompts and tool schemas that repeat across a dataset are tokenized once. (For tokenizers where
+        cutting could change the result, whole texts are tokenized instead.) With ``options.split_turns`` each
+        conversation gives a list, as :meth:`encode` does.
 
-        Work is pipelined by chunks: while the tokenizer's threads encode one chunk (the GIL is released there), this
-        thread renders the next one and finishes the previous one. Text is cut at the template's control tokens and
-        each piece is tokenized once and kept in a cache, so system prompts and tool schemas that repeat across a
-        dataset are tokenized once. (For tokenizers where cutting could change the result, whole texts are
-        tokenized instead.) With ``options.split_turns`` each conversation gives a list, as :meth:`encode` does.
-        ``tokenizer_thread=False`` tokenizes in this thread (where every core is busy already).
+        ``tokenizer_thread``: tokenize each chunk in a thread while this one renders the next. By default (None) only
+        where the tokenizer encodes a whole batch without Python's GIL (the ``tokenizers`` path, in Rust). The exact
+        tiktoken path encodes piece by piece, and a thread that needs the GIL back after every piece waits for the
+        rendering thread to yield it (every 5 ms): there the thread was measured slower than none.
         """
         items: list[tuple[Any, EncodeOptions]] = []
         for item in conversations:
+            item_options = options
             if isinstance(item, Mapping):
                 tools, documents = item.get("tools", options.tools), item.get("documents", options.documents)
-                items.append((item.get("messages"), replace(options, tools=tools, documents=documents)))
+                if tools is not options.tools or documents is not options.documents:
+                    item_options = replace(options, tools=tools, documents=documents)
+                items.append((item.get("messages"), item_options))
             else:
                 items.append((item, options))
+        if tokenizer_thread is None:
+            tokenizer_thread = self.binding.fast_path is None
         if options.split_turns:
             return [self.encode_turns(m, o) for m, o in items]
 
@@ -170,9 +177,12 @@ class Encoder:
 
     def finish(self, job: Job, ids: Sequence[int], char_to_token: CharToToken) -> Encoding:
         """Stages 3 and 4: check the control tokens, attribute every token, and compute the loss mask."""
-        ids_array = np.asarray(ids, dtype=np.int64)
-        counts = Counter(token for _, _, token in job.controls)
-        self.check_controls(ids_array, counts)
+        # (fromiter reads a list of ints faster than asarray, which first discovers the list's type)
+        ids_array = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
+        tokens = [token for _, _, token in job.controls]
+        counts = Counter(tokens)
+        added = self.binding.added
+        self.check_controls(ids_array, counts, [added[token].id for token in tokens])
         spans = Spans(job.text, len(ids_array), char_to_token)
         turns = find_turns(job.text, job.controls, self.stop_texts, job.rendered.data_spans)
         if job.options.attribution:
@@ -182,4 +192,4 @@ class Encoder:
             is_data = np.zeros(len(ids_array), dtype=bool)
             message_index = np.full(len(ids_array), NO_MESSAGE, dtype=np.int32)
         mask = self.masks.mask(job, turns, spans)
-        return Encoding.from_arrays(ids_array, mask, message_index, is_data, job.text, dict(counts))
+        return Encoding.from_arrays(ids_array, mask, message_index, is_data, job.text, dict(counts), job.unrendered)

@@ -32,6 +32,8 @@ class Encoding:
             tool schemas, documents) rather than from the template.
         text: The rendered text; ``decode(input_ids) == text``.
         control_counts: How many times the template wrote each control token, by token text.
+        unrendered: ``(message index, field)`` of assistant data the template left out of the render: reasoning it
+            drops from earlier turns (Qwen3), or what ``allow_dropped=True`` let through.
     """
 
     input_ids: np.ndarray
@@ -41,6 +43,7 @@ class Encoding:
     is_data: np.ndarray
     text: str
     control_counts: dict[str, int] = field(default_factory=dict)
+    unrendered: tuple[tuple[int, str], ...] = ()
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -94,7 +97,9 @@ class Encoding:
         is_data: np.ndarray,
         text: str,
         control_counts: dict[str, int],
+        unrendered: tuple[tuple[int, str], ...] = (),
     ) -> Encoding:
         ids = np.asarray(input_ids, dtype=np.int64)
-        labels = np.where(mask.astype(bool), ids, IGNORE_INDEX)
-        return cls(ids, labels, mask.astype(np.int8), message_index, is_data, text, control_counts)
+        mask = mask.astype(np.int8, copy=False)  # 0 or 1
+        labels = np.where(mask.view(bool), ids, IGNORE_INDEX)
+        return cls(ids, labels, mask, message_index, is_data, text, control_counts, unrendered)

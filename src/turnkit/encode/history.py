@@ -54,7 +54,10 @@ class History:
             context = render_context(
                 self.template, prepared, messages, documents=None, add_generation_prompt=add_generation_prompt
             )
-            return self.renders.render(job.source, context, limits=self.template.limits, track_generation=False).text
+            limits = self.template.limits
+            return self.renders.render(
+                job.source, context, limits=limits, track_generation=False, shapes=job.shapes
+            ).text
         return self.template.render(
             chat,
             tools=job.tools,
@@ -112,11 +115,13 @@ class History:
     def check_as_generated(self, job: Job, selected: Iterable[int]) -> None:
         """Each trained turn followed by later messages must render as the model generated it (as the last message).
 
-        Every such turn costs one render of the conversation up to it; the last message is its own generated form.
+        The last message is its own generated form. For another, where the conversation's render was spliced, the
+        skeleton of the conversation up to the turn proves it once for every conversation of these two shapes
+        (:meth:`~turnkit.template.splice.SplicingRenderer.proves_prefix`); otherwise the turn costs one render.
         """
         chat = job.chat
         for index in sorted(selected):
-            if index >= len(chat) - 1:
+            if index >= len(chat) - 1 or self._proven_as_generated(job, index):
                 continue
             check = compare_turn(index, job.text, generated=self._generated(job, index))
             if not check.turn_stable:
@@ -131,6 +136,18 @@ class History:
                     f"later messages follow ({why}), so training it in the full conversation teaches the wrong reply; "
                     f"encode with split_turns=True (see check_prefix_stable); {_where(check)}"
                 )
+
+    def _proven_as_generated(self, job: Job, index: int) -> bool:
+        """Whether splicing shows, without a render, that turn ``index`` rendered as the last message begins the full
+        render (only where the data needed no marker broken: then the renders are of the job's prepared data)."""
+        prepared = job.prepared
+        if prepared.broken or job.shapes is None:
+            return False
+        context = render_context(
+            self.template, prepared, prepared.chat[: index + 1], documents=None, add_generation_prompt=False
+        )
+        limits = self.template.limits
+        return self.renders.proves_prefix(job.source, context, shapes=job.shapes, of=job.rendered, limits=limits)
 
     def _generated(self, job: Job, index: int) -> str:
         """Turn ``index`` rendered as the last message, once per job (mask location and the check both need it)."""

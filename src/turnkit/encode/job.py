@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
-from turnkit.encode.marking import DataMarker, Prepared
+from turnkit.encode.coverage import unrendered
+from turnkit.encode.marking import DataMarker, Prepared, message_of
 from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
-from turnkit.template.render import Rendered
-from turnkit.template.splice import SplicingRenderer
+from turnkit.template.render import Rendered, continuation_end, mark_continuation
+from turnkit.template.splice import MessageShapes, SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
@@ -49,12 +50,18 @@ class Job:
     text: str
     controls: list[tuple[int, int, str]]
     use_blocks: bool
-    add_generation_prompt: bool
+    add_generation_prompt: bool  # a serving prompt: a new assistant turn's header, or an open final message
     template_name: str | None
     tools: Tools | None
     variables: dict[str, Any]
     options: EncodeOptions
     source: str  # the template text the render used
+    #: The sources of the render's data: which fields of which message the template wrote (see encode.coverage).
+    sources: frozenset[int]
+    #: (message index, field) of assistant data the template left out.
+    unrendered: tuple[tuple[int, str], ...]
+    #: The shape of each prepared message, shared by the renders of the conversation's beginnings (None: no splicing).
+    shapes: MessageShapes | None = None
     #: Turns rendered as the last message, by index (renders that mask location and the prefix check share).
     generated: dict[int, str] = field(default_factory=dict)
 
@@ -106,6 +113,10 @@ class Stage:
         chat = normalize_conversation(messages)
         flags = take_train_flags(chat)
         check_roles(self.binding, chat)
+        final = None
+        if options.continue_final_message:  # the sentinel is data: it is prepared, rendered and cut away as data
+            field = options.continue_final_message
+            final = mark_continuation(chat, source, field if isinstance(field, str) else "content")
         if options.trust_data:
             warnings.warn(
                 "trust_data=True: control-token strings inside the data are encoded as control tokens; never use it "
@@ -128,8 +139,16 @@ class Stage:
             documents=prepared.documents,
             add_generation_prompt=add_generation_prompt,
         )
-        rendered = self.renders.render(source, context, limits=self.template.limits, track_generation=use_blocks)
-        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1)
+        shapes = MessageShapes(prepared.chat) if self.renders.enabled else None
+        rendered = self.renders.render(
+            source, context, limits=self.template.limits, track_generation=use_blocks, shapes=shapes
+        )
+        if final is not None:
+            rendered = rendered.up_to(continuation_end(self.marker.restore(rendered.text), final))
+        sources = frozenset(s for a, b, s in rendered.data_spans if b > a)
+        # the spans by message index from here on; the skeleton (field sources) stays for the history renders' proofs
+        rendered = replace(rendered, data_spans=tuple((a, b, message_of(s)) for a, b, s in rendered.data_spans))
+        self.missing.check(rendered.text, rendered.data_spans, stacklevel=stacklevel + 1, skeleton=rendered.skeleton)
         controls = find_controls(self.binding, rendered.text)
         text = self.marker.restore(rendered.text) if prepared.broken else rendered.text
         return Job(
@@ -140,10 +159,13 @@ class Stage:
             text,
             controls,
             use_blocks,
-            add_generation_prompt,
+            add_generation_prompt or bool(options.continue_final_message),
             template_name,
             tools,
             variables,
             options,
             source,
+            sources,
+            unrendered(chat, sources, text, rendered.data_spans),
+            shapes,
         )

@@ -9,15 +9,15 @@ around the broken strings is encoded with added tokens disabled. The same is don
 characters or more) at either end of a data string, so that data next to template text cannot complete a marker.
 
 Data strings are also tagged with their source (:class:`~turnkit.template.taint.DataStr`), which is what per-token
-attribution and loss masks are computed from.
+attribution and loss masks are computed from. A message's fields are tagged apart (:func:`field_source`): the render's
+data spans then say which fields of which message the template wrote (:mod:`turnkit.encode.coverage`), before they are
+read back as message indices (:func:`message_of`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +25,43 @@ from turnkit.errors import MessageError, TokenizerError
 from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, SOURCE_VARIABLES, DataStr
 from turnkit.tokenizer import TokenizerBinding
 
-__all__ = ["DataMarker", "Prepared"]
+__all__ = ["FIELD_GROUPS", "DataMarker", "Prepared", "field_source", "message_of"]
+
+#: Message fields whose place in a render is told apart, by group (the reasoning fields are aliases of each other);
+#: every other field (``name``, ``tool_call_id`` ...) shares one more code.
+FIELD_GROUPS: dict[str, tuple[str, ...]] = {
+    "content": ("content",),
+    "tool_calls": ("tool_calls",),
+    "reasoning_content": ("reasoning_content", "thinking", "reasoning"),
+}
+_FIELD_CODES = {name: code for code, group in enumerate(FIELD_GROUPS.values()) for name in group}
+_OTHER_FIELD = len(FIELD_GROUPS)
+_CODES_PER_MESSAGE = _OTHER_FIELD + 1
+
+
+def field_source(index: int, field: str) -> int:
+    """The source a render's data spans carry for ``field`` of message ``index``."""
+    return index * _CODES_PER_MESSAGE + _FIELD_CODES.get(field, _OTHER_FIELD)
+
+
+def message_of(source: int) -> int:
+    """The message index of a field's source (tools, documents and variables keep their negative sources)."""
+    return source // _CODES_PER_MESSAGE if source >= 0 else source
+
 
 #: The noncharacters of the Basic Multilingual Plane, which Unicode reserves for internal use.
 _NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + ["\ufffe", "\uffff"]
+
+
+class _NoncharacterError(Exception):
+    """A data string holds a character turnkit reserves; raised without where (the caller knows, and says it)."""
+
+
+def _noncharacter(where: str) -> MessageError:
+    return MessageError(
+        f"{where} contains a Unicode noncharacter (U+FDD0-U+FDEF, U+FFFE or U+FFFF), which turnkit reserves for "
+        "encoding safely; remove it"
+    )
 
 
 @dataclass
@@ -67,8 +100,12 @@ class DataMarker:
         self._first_chars = sorted({token[0] for token in binding.added})
         self._last_chars = sorted({token[-1] for token in binding.added})
         self.active = bool(binding.added)
-        # Text with none of the characters markers start or end with holds no marker and no fragment of one.
-        edge_class = "".join(re.escape(c) for c in sorted({*self._first_chars, *self._last_chars}))
+        # Text with none of the characters markers start or end with holds no marker and no fragment of one. Looked
+        # for with `in` (a memchr) when they are few, as they are for every real tokenizer: a regex class search
+        # costs 30x more, on every data string.
+        edges = sorted({*self._first_chars, *self._last_chars})
+        self._edge_chars = "".join(edges) if len(edges) <= 8 else None
+        edge_class = "".join(re.escape(c) for c in edges)
         self._any_edge = re.compile(f"[{edge_class}]") if edge_class else None
         self._tool_cache: dict[tuple[bool, str], tuple[Any, int]] = {}
 
@@ -76,8 +113,17 @@ class DataMarker:
         """The render with every broken added-token string made whole again."""
         return text.translate(self._restore)
 
+    def _holds_edge(self, text: str) -> bool:
+        """Whether ``text`` holds a character some marker starts or ends with."""
+        if self._edge_chars is not None:
+            for char in self._edge_chars:  # noqa: SIM110 - a loop: any() of a generator costs 5x more, on every string
+                if char in text:
+                    return True
+            return False
+        return self._any_edge is not None and self._any_edge.search(text) is not None
+
     def _break(self, text: str) -> tuple[str, int]:
-        if self._any_edge is None or not self._any_edge.search(text):
+        if not self._holds_edge(text):
             return text, 0
         count = 0
         # Every added token starts with one of a few characters ("<", "[" ...): text without any needs no search.
@@ -122,12 +168,9 @@ class DataMarker:
                 at = head.rfind(last, 0, at)
         return text, broken
 
-    def _mark_text(self, value: str, source: int, where: Callable[[], str], counter: list[int]) -> str:
+    def _mark_text(self, value: str, source: int, counter: list[int]) -> str:
         if not value.isascii() and self._reserved.search(value):
-            raise MessageError(
-                f"{where()} contains a Unicode noncharacter (U+FDD0-U+FDEF, U+FFFE or U+FFFF), which turnkit "
-                "reserves for encoding safely; remove it"
-            )
+            raise _NoncharacterError
         if self.active:
             value, broken = self._break(value)
             counter[0] += broken
@@ -135,16 +178,14 @@ class DataMarker:
         out._spans = ((0, len(value), source),)
         return out
 
-    def _mark(self, value: Any, source: int, where: Callable[[], str], counter: list[int]) -> Any:
+    def _mark(self, value: Any, source: int, counter: list[int]) -> Any:
         kind = type(value)
         if kind is str:
-            return self._mark_text(value, source, where, counter) if value else value
+            return self._mark_text(value, source, counter) if value else value
         if kind is dict:
-            return {
-                self._mark(k, source, where, counter): self._mark(v, source, where, counter) for k, v in value.items()
-            }
+            return {self._mark(k, source, counter): self._mark(v, source, counter) for k, v in value.items()}
         if kind is list or kind is tuple:
-            return kind(self._mark(v, source, where, counter) for v in value)
+            return kind(self._mark(v, source, counter) for v in value)
         return value
 
     def _tools(self, tools: Any, counter: list[int]) -> Any:
@@ -153,7 +194,7 @@ class DataMarker:
         cached = self._tool_cache.get(key)
         if cached is None:
             count = [0]
-            cached = (self._mark(tools, SOURCE_TOOLS, lambda: "tools", count), count[0])
+            cached = (self._mark(tools, SOURCE_TOOLS, count), count[0])
             if len(self._tool_cache) >= 64:
                 self._tool_cache.pop(next(iter(self._tool_cache)))
             self._tool_cache[key] = cached
@@ -167,7 +208,7 @@ class DataMarker:
         counter = [0]
         active = self.active
         self.active = active and neutralize
-        mark = self._mark
+        mark, mark_text = self._mark, self._mark_text
         try:
             marked_chat = []
             for index, message in enumerate(chat):
@@ -175,19 +216,29 @@ class DataMarker:
                 for key, value in message.items():
                     if key == "role":
                         marked[key] = value
-                    elif type(value) is str:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = self._mark_text(value, index, where, counter) if value else value
-                    else:
-                        where = functools.partial("message {}, field {!r}".format, index, key)
-                        marked[key] = mark(value, index, where, counter)
+                        continue
+                    try:
+                        if type(value) is str:
+                            marked[key] = mark_text(value, field_source(index, key), counter) if value else value
+                        else:
+                            marked[key] = mark(value, field_source(index, key), counter)
+                    except _NoncharacterError:
+                        raise _noncharacter(f"message {index}, field {key!r}") from None
                 marked_chat.append(marked)
-            marked_tools = self._tools(tools, counter) if tools else tools
-            marked_documents = mark(documents, SOURCE_DOCUMENTS, lambda: "documents", counter)
-            marked_variables = {
-                k: mark(v, SOURCE_VARIABLES, functools.partial("template variable {!r}".format, k), counter)
-                for k, v in variables.items()
-            }
+            try:
+                marked_tools = self._tools(tools, counter) if tools else tools
+            except _NoncharacterError:
+                raise _noncharacter("tools") from None
+            try:
+                marked_documents = mark(documents, SOURCE_DOCUMENTS, counter)
+            except _NoncharacterError:
+                raise _noncharacter("documents") from None
+            marked_variables = {}
+            for name, value in variables.items():
+                try:
+                    marked_variables[name] = mark(value, SOURCE_VARIABLES, counter)
+                except _NoncharacterError:
+                    raise _noncharacter(f"template variable {name!r}") from None
         finally:
             self.active = active
         return Prepared(marked_chat, marked_tools, marked_documents, marked_variables, counter[0])

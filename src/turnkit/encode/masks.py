@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from turnkit.encode.attribution import Spans, Turns
+from turnkit.encode.coverage import check_trained
 from turnkit.encode.history import History
 from turnkit.encode.options import EncodeOptions
 from turnkit.errors import EmptyMaskError, EncodeError
@@ -63,6 +64,7 @@ class Masks:
             return mask
         chat, options = job.chat, job.options
         selected = selected_messages(chat, job.flags, options)
+        check_trained(job.unrendered, job.sources, selected, allow=options.allow_dropped)
         if job.use_blocks:
             regions = [r for r in job.rendered.generation_spans if turns.message_at(r[0], r[1]) in selected]
         else:

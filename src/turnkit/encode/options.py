@@ -25,6 +25,9 @@ class EncodeOptions:
         tools: Tool schemas (JSON-schema dicts or Python functions) offered in the conversation.
         documents: Retrieval documents, for templates that render them.
         add_generation_prompt: End with the header of a new assistant turn (a serving prompt: nothing is trained).
+        continue_final_message: Leave the final message open, so that the model continues it (prefill: a serving
+            prompt, nothing is trained); ``True`` continues ``content``, a field name continues that field. Its text
+            is data like any other: it is encoded as safely, and cannot open a turn either.
         template_name: A named template of the checkpoint (``tool_use`` is picked when tools are given).
         turns: ``"all"`` assistant turns, the ``"last"`` one, or ``"none"`` (a per-message ``"train": True`` still
             trains that message; ``"train": False`` excludes it).
@@ -35,6 +38,9 @@ class EncodeOptions:
             use emits a :class:`~turnkit.encode.TrustedDataWarning`.
         split_turns: One example per trained assistant turn, each holding the conversation up to that turn and
             training only it (for templates that are not prefix-stable).
+        allow_dropped: Train an assistant turn even when the template leaves out its tool calls or its whole content
+            (by default that raises :class:`~turnkit.errors.DroppedDataError`: the example would teach what is left,
+            often an empty reply).
         attribution: Fill ``message_index`` and ``is_data``; a data pipeline that only needs ids and labels skips it
             (they are then all ``-1`` and ``False``).
         template_kwargs: More template variables (``enable_thinking=False``); they override special tokens.
@@ -43,12 +49,14 @@ class EncodeOptions:
     tools: Tools | None = None
     documents: Sequence[Mapping[str, Any]] | None = None
     add_generation_prompt: bool = False
+    continue_final_message: bool | str = False
     template_name: str | None = None
     turns: Literal["all", "last", "none"] = "all"
     train_end_marker: bool = True
     masks: Literal["auto", "turns", "generation"] = "auto"
     trust_data: bool = False
     split_turns: bool = False
+    allow_dropped: bool = False
     attribution: bool = True
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -57,6 +65,11 @@ class EncodeOptions:
             raise ValueError(f"turns must be 'all', 'last' or 'none', not {self.turns!r}")
         if self.masks not in ("auto", "turns", "generation"):
             raise ValueError(f"masks must be 'auto', 'turns' or 'generation', not {self.masks!r}")
+        if self.continue_final_message and (self.add_generation_prompt or self.split_turns):
+            raise ValueError(
+                "continue_final_message excludes add_generation_prompt and split_turns: it continues the last "
+                "message of one serving prompt"
+            )
 
     @classmethod
     def from_keywords(cls, options: EncodeOptions | None = None, /, **keywords: Any) -> EncodeOptions:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from turnkit.tokenizer import TokenizerBinding
@@ -50,19 +50,6 @@ class Pieces:
         self.token_starts: list[int] = []
         self.lookups: list[CharToToken | None] = []
 
-    def add_control(self, at: int, token_id: int) -> None:
-        self.char_starts.append(at)
-        self.token_starts.append(len(self.ids))
-        self.lookups.append(None)
-        self.ids.append(token_id)
-
-    def add_text(self, at: int, encoded: tuple[list[int], CharToToken]) -> None:
-        ids, char_to_token = encoded
-        self.char_starts.append(at)
-        self.token_starts.append(len(self.ids))
-        self.lookups.append(char_to_token)
-        self.ids.extend(ids)
-
     def char_to_token(self, position: int) -> int | None:
         piece = bisect.bisect_right(self.char_starts, position) - 1
         if piece < 0:
@@ -74,17 +61,32 @@ class Pieces:
         return None if found is None else self.token_starts[piece] + found
 
     @classmethod
-    def build(cls, controls: Controls, encoded: Mapping[int, Any], binding: TokenizerBinding, size: int) -> Pieces:
-        """Control tokens as their ids, the text pieces (``encoded``, by where each starts) between them."""
+    def build(cls, controls: Controls, encoded: Iterable[Any], binding: TokenizerBinding, size: int) -> Pieces:
+        """Control tokens as their ids, and the text pieces between them: ``encoded`` holds the ids and
+        character-to-token map of each, in order (one for each piece :func:`segments` cuts)."""
         pieces = cls()
+        ids, char_starts, token_starts, lookups = pieces.ids, pieces.char_starts, pieces.token_starts, pieces.lookups
+        added = binding.added
+        texts = iter(encoded)
         pos = 0
-        for start, end, token in controls:
+        for start, end, token in controls:  # the hot loop of every encode: no method calls
             if start > pos:
-                pieces.add_text(pos, encoded[pos])
-            pieces.add_control(start, binding.added[token].id)
+                piece_ids, lookup = next(texts)
+                char_starts.append(pos)
+                token_starts.append(len(ids))
+                lookups.append(lookup)
+                ids.extend(piece_ids)
+            char_starts.append(start)
+            token_starts.append(len(ids))
+            lookups.append(None)
+            ids.append(added[token].id)
             pos = end
         if pos < size:
-            pieces.add_text(pos, encoded[pos])
+            piece_ids, lookup = next(texts)
+            char_starts.append(pos)
+            token_starts.append(len(ids))
+            lookups.append(lookup)
+            ids.extend(piece_ids)
         return pieces
 
 
@@ -105,8 +107,7 @@ def encode_pieces(binding: TokenizerBinding, text: str, controls: Controls) -> P
     """Control tokens as their ids; everything between them as plain text (added tokens disabled)."""
     cut = segments(text, controls)
     encoded = binding.data.encode_batch([piece for _, piece in cut], add_special_tokens=False)
-    by_start = {at: (e.ids, e.char_to_token) for (at, _), e in zip(cut, encoded, strict=True)}
-    return Pieces.build(controls, by_start, binding, len(text))
+    return Pieces.build(controls, [(e.ids, e.char_to_token) for e in encoded], binding, len(text))
 
 
 def encode_text(
@@ -168,7 +169,7 @@ class SegmentCache:
     def assemble(self, binding: TokenizerBinding, text: str, controls: Controls, cut: list[tuple[int, str]]) -> Pieces:
         """The pieces of ``text`` (all cached already) and its control tokens, in order."""
         lookup = self.get
-        return Pieces.build(controls, {at: lookup(piece) for at, piece in cut}, binding, len(text))
+        return Pieces.build(controls, [lookup(piece) for _, piece in cut], binding, len(text))
 
     def _evict(self, in_use: int) -> None:
         overflow = len(self._items) - max(self.capacity, in_use)

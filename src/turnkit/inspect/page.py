@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from turnkit.encode.encoding import IGNORE_INDEX, Encoding
-from turnkit.inspect.tokens import ForgedMarker, Piece, TokenTexts, find_forged_markers
+from turnkit.inspect.tokens import ForgedMarker, Piece, Segment, TokenTexts, find_forged_markers, sequence_segments
 
 __all__ = ["Block", "Chip", "Example", "Page", "TurnComparison", "example_from_arrays", "example_from_encoding"]
 
@@ -40,6 +40,8 @@ class Chip:
     label: int
     message: int
     forged: bool = False
+    #: The text as it shows in its sequence (a character split across tokens shows once: see ``sequence_segments``).
+    segments: tuple[Segment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ def _chips(
     for marker in forged:
         inside.update(range(marker.start, marker.end))
     chips = []
+    shown = sequence_segments(pieces)
     for n, piece in enumerate(pieces):
         label = int(labels[n])
         if piece.control:
@@ -168,7 +171,9 @@ def _chips(
             origin = "text"
         else:
             origin = "data" if is_data[n] else "template"
-        chips.append(Chip(piece, origin, label != IGNORE_INDEX, label, int(message_index[n]), n in inside))
+        chips.append(
+            Chip(piece, origin, label != IGNORE_INDEX, label, int(message_index[n]), n in inside, tuple(shown[n]))
+        )
     return chips
 
 

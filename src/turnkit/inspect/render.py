@@ -19,7 +19,7 @@ from html import escape
 from importlib import resources
 
 from turnkit.inspect.page import Chip, Example, Page, TurnComparison
-from turnkit.inspect.tokens import STAND_INS, Piece
+from turnkit.inspect.tokens import CONTINUATION, STAND_INS, Piece, Segment, partial_bytes
 
 __all__ = ["asset", "chip_html", "render_html", "stand_ins_attribute"]
 
@@ -35,8 +35,18 @@ def stand_ins_attribute() -> str:
     return f'data-stand-ins="{escape(json.dumps(STAND_INS, ensure_ascii=False))}"'
 
 
-def _text(piece: Piece) -> str:
-    return "".join(f"<b>{escape(text)}</b>" if visible else escape(text) for visible, text in piece.segments())
+def _text(segments: list[Segment] | tuple[Segment, ...]) -> str:
+    out = []
+    for kind, text in segments:
+        if kind == "v":
+            out.append(f"<b>{escape(text)}</b>")
+        elif kind == "char":
+            out.append(f"<i class=char>{escape(text)}</i>")
+        elif kind == "cont":
+            out.append(f"<i class=cont>{CONTINUATION}</i>")
+        else:
+            out.append(escape(text))
+    return "".join(out)
 
 
 def chip_html(chip: Chip, *, tab_stop: bool = False) -> str:
@@ -51,9 +61,13 @@ def chip_html(chip: Chip, *, tab_stop: bool = False) -> str:
         attributes += f" data-label={chip.label}"
     if chip.forged:
         attributes += " data-forged=1"
+    segments = chip.segments or tuple(piece.segments())
+    if partial_bytes(segments):  # a part of a character: its bytes, and the character, on hover
+        chars = "".join(text for kind, text in segments if kind in ("char", "cont"))
+        attributes += f' data-bytes="{piece.raw.hex(" ")}" data-chars="{escape(chars)}"'
     if tab_stop:
         attributes += " tabindex=0"
-    return f"<span {attributes}>{_text(piece)}</span>" + ("<br>\n" if piece.newline else "")
+    return f"<span {attributes}>{_text(segments)}</span>" + ("<br>\n" if piece.newline else "")
 
 
 def _plain_chips(texts: list[str], mark: int) -> str:
@@ -62,7 +76,7 @@ def _plain_chips(texts: list[str], mark: int) -> str:
     for n, text in enumerate(texts):
         shown = Piece(-1, text.encode(), text, False, False)
         cls = "chip diff" if n == mark else "chip"
-        out.append(f'<span class="{cls}">{_text(shown)}</span>')
+        out.append(f'<span class="{cls}">{_text(shown.segments())}</span>')
     return "".join(out)
 
 

@@ -2,8 +2,11 @@
 
 A page must show the *exact* token, not a tidied decode: ``decode([id])`` of a token that holds half of a UTF-8
 character prints ``�`` and hides what the model saw. The text comes from the tokenizer's byte table (each id's own
-bytes); bytes that do not form a character are shown as ``\\xNN``. Whitespace is made visible (``·`` space, ``→`` tab,
-``↵`` newline), so two prompts that differ by one space look different.
+bytes). Whitespace is made visible (``·`` space, ``→`` tab, ``↵`` newline), so two prompts that differ by one space
+look different. A character whose bytes span several tokens (``東`` as ``e6 9d`` + ``b1``, an emoji as two tokens) is
+shown once, on the token where it starts, and the tokens holding its other bytes are marked as its continuation
+(:func:`sequence_segments`; a page shows each token's bytes on hover); bytes that form no character with their
+neighbours stay ``\\xNN``.
 
 Control tokens are the ones text can never produce: the tokenizer's added tokens (``fmt.tokenizer.by_id``) and the ids
 that end a reply (``fmt.stops``). Token ids of a family are never hard-coded here: both sets come from the tokenizer.
@@ -19,7 +22,17 @@ from dataclasses import dataclass
 
 from turnkit.tokenizer import StopSet, TokenizerBinding
 
-__all__ = ["STAND_INS", "ForgedMarker", "Piece", "TokenTexts", "find_forged_markers"]
+__all__ = [
+    "CONTINUATION",
+    "STAND_INS",
+    "ForgedMarker",
+    "Piece",
+    "Segment",
+    "TokenTexts",
+    "find_forged_markers",
+    "partial_bytes",
+    "sequence_segments",
+]
 
 #: Stand-ins that make whitespace and invisible characters visible, one character each.
 _VISIBLE = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍", "\u00a0": "⍽"}
@@ -27,6 +40,37 @@ _VISIBLE = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍", "\u00a0": "⍽"}
 STAND_INS = {shown: char for char, shown in _VISIBLE.items()}
 #: Whitespace, invisible characters, and bytes that are not a whole UTF-8 character (as surrogate escapes).
 _INVISIBLE = re.compile("[ \x00-\x1f\x7f\u00a0\u200b-\u200f\u2028\u2029\ufeff\udc80-\udcff]")
+
+
+#: A run of a chip's text, by kind: ``""`` text as it is, ``"v"`` a stand-in (whitespace, an invisible character, a
+#: byte that is no character), ``"char"`` a character whose bytes continue in the next token(s), ``"cont"`` a token's
+#: bytes that continue a character shown on an earlier one (the character is the text; a page shows
+#: :data:`CONTINUATION` in its place).
+Segment = tuple[str, str]
+
+#: What a continuation token shows: the character itself is on the token where it starts.
+CONTINUATION = "⁀"
+
+
+def _shown(text: str) -> list[Segment]:
+    """Whole characters as segments: stand-ins for whitespace, invisible characters and lone bytes."""
+    out: list[Segment] = []
+    last = 0
+    for match in _INVISIBLE.finditer(text):
+        if match.start() > last:
+            out.append(("", text[last : match.start()]))
+        found = match.group(0)
+        code = ord(found)
+        if found in _VISIBLE:
+            out.append(("v", _VISIBLE[found]))
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(("v", f"\\x{code - 0xDC00:02x}"))
+        else:
+            out.append(("v", f"\\u{code:04x}"))
+        last = match.end()
+    if last < len(text):
+        out.append(("", text[last:]))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,39 +91,86 @@ class Piece:
     control: bool
     newline: bool
 
-    def segments(self) -> list[tuple[bool, str]]:
-        """The text as ``(visible_stand_in, text)`` runs: stand-ins for whitespace, invisible characters and raw
-        bytes are set apart so that a page can style them (and a reader can tell a real ``·`` from a space)."""
+    def segments(self) -> list[Segment]:
+        """The token's text on its own, as :data:`Segment` runs (a byte that is no whole character is ``\\xNN``;
+        in a sequence, :func:`sequence_segments` joins such bytes with their neighbours)."""
         if self.control:
-            return [(False, self.text)]
-        text = self.raw.decode("utf-8", errors="surrogateescape")
-        out: list[tuple[bool, str]] = []
-        last = 0
-        for match in _INVISIBLE.finditer(text):
-            if match.start() > last:
-                out.append((False, text[last : match.start()]))
-            found = match.group(0)
-            code = ord(found)
-            if found in _VISIBLE:
-                out.append((True, _VISIBLE[found]))
-            elif 0xDC80 <= code <= 0xDCFF:
-                out.append((True, f"\\x{code - 0xDC00:02x}"))
-            else:
-                out.append((True, f"\\u{code:04x}"))
-            last = match.end()
-        if last < len(text):
-            out.append((False, text[last:]))
-        return out
+            return [("", self.text)]
+        return _shown(self.raw.decode("utf-8", errors="surrogateescape"))
 
-    def to_dict(self) -> dict[str, object]:
-        """As JSON for a page that builds chips at run time (the server's playground)."""
-        return {
+    def to_dict(self, segments: list[Segment] | None = None) -> dict[str, object]:
+        """As JSON for a page that builds chips at run time (the server's playground); ``segments`` as the token
+        shows in its sequence (:func:`sequence_segments`), with its bytes when they are not whole characters."""
+        shown = self.segments() if segments is None else segments
+        out: dict[str, object] = {
             "id": self.id,
             "text": self.text,
             "control": self.control,
             "newline": self.newline,
-            "segments": [[visible, text] for visible, text in self.segments()],
+            "segments": [[kind, text] for kind, text in shown],
         }
+        if partial_bytes(shown):
+            out["bytes"] = self.raw.hex(" ")
+            out["chars"] = "".join(text for kind, text in shown if kind in ("char", "cont"))
+        return out
+
+
+def partial_bytes(segments: Sequence[Segment]) -> bool:
+    """Whether a token's segments show bytes that are part of a character (a page then gives its bytes on hover)."""
+    return any(kind in ("char", "cont") or (kind == "v" and text.startswith("\\x")) for kind, text in segments)
+
+
+def sequence_segments(pieces: Sequence[Piece]) -> list[list[Segment]]:
+    """Each token's segments as it shows in its sequence: a character whose bytes span tokens is shown once, on the
+    token where it starts (``"char"``), and each later token holding its bytes shows :data:`CONTINUATION`
+    (``"cont"``). Control tokens break runs: their text is whole."""
+    out: list[list[Segment]] = [[] for _ in pieces]
+    start = 0
+    while start < len(pieces):
+        if pieces[start].control:
+            out[start] = pieces[start].segments()
+            start += 1
+            continue
+        end = start
+        while end < len(pieces) and not pieces[end].control:
+            end += 1
+        _join_run(pieces, start, end, out)
+        start = end
+    return out
+
+
+def _join_run(pieces: Sequence[Piece], start: int, end: int, out: list[list[Segment]]) -> None:
+    """Segments of the text tokens ``pieces[start:end]``, whose bytes are decoded together."""
+    bounds = [0]
+    for piece in pieces[start:end]:
+        bounds.append(bounds[-1] + len(piece.raw))
+    data = b"".join(piece.raw for piece in pieces[start:end])
+    token = 0
+    position = 0
+    whole: list[str] = []  # characters of the current token, not yet flushed
+
+    def flush() -> None:
+        if whole:
+            out[start + token].extend(_shown("".join(whole)))
+            whole.clear()
+
+    for char in data.decode("utf-8", errors="surrogateescape"):
+        size = 1 if 0xDC80 <= ord(char) <= 0xDCFF else len(char.encode())
+        while position >= bounds[token + 1]:
+            flush()
+            token += 1
+        finish = position + size
+        if finish <= bounds[token + 1]:
+            whole.append(char)
+        else:  # the character's bytes run on into later tokens
+            flush()
+            out[start + token].append(("char", char))
+            last = token
+            while finish > bounds[last + 1]:
+                last += 1
+                out[start + last].append(("cont", char))
+        position = finish
+    flush()
 
 
 class TokenTexts:

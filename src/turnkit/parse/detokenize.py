@@ -3,7 +3,9 @@
 Decoding a growing reply again and again to find what is new (what ``TextStreamer`` does) costs time proportional to
 the reply on every token. Instead each token id maps to the exact bytes it stands for (a table built once from the
 vocabulary and the tokenizer's decoder), and an incremental UTF-8 decoder turns bytes into text as soon as a
-character is complete: a token that ends in the middle of a multi-byte character waits for the next one.
+character is complete: a token that ends in the middle of a multi-byte character waits for the next one. A reply cut
+there by its token budget ends before that character (``flush(cut=True)``): its first bytes are no character, and
+printing them as U+FFFD would show a character the model never wrote.
 """
 
 from __future__ import annotations
@@ -36,11 +38,16 @@ class TextDecoder:
                 text = text[1:]
         return text
 
-    def flush(self) -> str:
+    def flush(self, *, cut: bool = False) -> str:
+        """The text still held back, at the end of the stream. ``cut``: the stream stopped mid-reply (the token budget
+        ran out), so an incomplete character at its end is dropped rather than shown as U+FFFD."""
         if self._table is None:
             text = self._backend.decode(self._pending, skip_special_tokens=False) if self._pending else ""
             self._pending = []
-            return text
+            return text.rstrip("\ufffd") if cut else text
+        if cut:
+            self._utf8.reset()
+            return ""
         return self._utf8.decode(b"", final=True)
 
     def _feed_slow(self, token_id: int) -> str:

@@ -347,9 +347,9 @@ class Engine:
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
         self._label, self._label_held = "", ""  # a reasoning label not yet seen (Gemma's "thought")
-        self._mode = "content"
         compiled = self._compiled
         self._header: list[str] = []
+        self._mode: str = "content"
         if compiled.channels is not None and open_message is not None:
             self._open_body(open_message)  # the prompt left this message's body open: the reply continues it
             target = self.reasoning if self._mode == "reasoning" else self.content

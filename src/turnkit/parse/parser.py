@@ -171,7 +171,8 @@ class StreamParser:
     def finish(self, *, length: bool = False) -> Reply:
         """End the stream (``length=True`` when the token budget ran out) and return the reply.
 
-        Any text held back is released first; the deltas returned by that last step are in ``final_deltas``.
+        Any text held back is released first (but an incomplete character that a reply cut by ``length`` ends in is
+        dropped, never shown as U+FFFD); the deltas returned by that last step are in ``final_deltas``.
 
         Raises:
             ReplyParseError: The parser is strict and the reply did not end cleanly.
@@ -179,7 +180,7 @@ class StreamParser:
         engine = self._engine
         out = engine.out = []
         if engine.end is None and self._decoder is not None:
-            engine.feed(self._decoder.flush())
+            engine.feed(self._decoder.flush(cut=length))
         engine.finish()
         if engine.end is None:
             engine.end = EndReason.LENGTH if length else EndReason.NONE

@@ -2,12 +2,15 @@
 
 Its rooms, each a package or module of one concept:
 
-* wire APIs, one module each, thin translations onto the one path: :mod:`.chat` (OpenAI Chat Completions) and
-  :mod:`.completions` (OpenAI Completions), over :mod:`.protocol` (the checked request fields, the internal
+* wire APIs, one module each, thin translations onto the one path: :mod:`.chat` (OpenAI Chat Completions),
+  :mod:`.completions` (OpenAI Completions), :mod:`.responses` (OpenAI Responses, with its store of responses) and
+  :mod:`.messages` (Anthropic Messages), over :mod:`.protocol` (the checked request fields, the internal
   :class:`~.protocol.ChatRequest` every chat-shaped API translates into, the error object) and :mod:`.chunks` (the
-  chunk stream the two OpenAI chunk APIs share: a whole response is its chunks folded);
-* the one path: :mod:`.session` (one request's generation: prompt from ``ChatFormat.encode``, the engine's token
-  stream, the stream parser, stops, cancellation), :mod:`.structured` (``response_format`` by llguidance);
+  chunk stream the two OpenAI chunk APIs share: a whole response is its chunks folded); each API writes the same
+  session steps as its own events and the same :class:`~.protocol.APIError` in its own error shape;
+* the one path: :mod:`.session` (one request's generation: prompt from ``ChatFormat.encode`` with prefill and the
+  template's thinking switch, the engine's token stream, the stream parser, stops, cancellation), :mod:`.structured`
+  (grammars by llguidance: ``response_format``, and forced tool calls under the tool's schema);
 * :mod:`.engines`: the engine interface (:mod:`.engines.base`: ``Backend``, ``GenerationRequest``, ``Inbox``), the
   llama.cpp engine (:mod:`.engines.llama_cpp`, with :mod:`.engines.sampler`), the torch engine
   (:mod:`.engines.torch`), and which engine loads a model (one table);

@@ -16,18 +16,18 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from turnkit.embedded import resolve_model
 from turnkit.errors import ServeConfigError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve.engines import EngineOptions, load_backend
-from turnkit.serve.engines.base import Backend
+from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
-from turnkit.serve.sampling import EMBEDDED_DEFAULTS, NEUTRAL, SamplingDefaults, read_generation_config
+from turnkit.serve.sampling import NEUTRAL, SamplingDefaults, model_defaults
+from turnkit.template.switches import ThinkingSwitch
 
 __all__ = ["LoadedModel", "ModelRegistry"]
 
@@ -69,12 +69,18 @@ class ModelRegistry:
             raise ServeConfigError(f"--max-loaded must be at least 1, got {max_loaded}")
         self.max_loaded = max_loaded
         self.options = options or EngineOptions()
-        self._load = load or (lambda spec, path: load_backend(path, engine=spec.engine, options=self.options))
+        self._load = load or self._load_backend
         self._formats: dict[str, ChatFormat] = {}
+        self._switches: dict[str, ThinkingSwitch] = {}
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
         self._locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         self._fixed: set[str] = set()  # models given already loaded: never unloaded
+        self.refusal: ShuttingDownError | None = None  # set when the server drains: no more requests, no loading
+
+    def _load_backend(self, spec: ModelSpec, path: Path) -> Backend:
+        options = self.options if spec.context is None else replace(self.options, context=spec.context)
+        return load_backend(path, engine=spec.engine, options=options)
 
     @classmethod
     def single(
@@ -127,6 +133,18 @@ class ModelRegistry:
                 ) from None
         return self._formats[spec.name]
 
+    def thinking_switch(self, name: str | None) -> ThinkingSwitch:
+        """The model's thinking switch, read from its template alone: no tokenizer is loaded for it, so ``/v1/models``
+        stays cheap for models not used yet."""
+        spec = self.spec(name)
+        if spec.name not in self._switches:
+            fmt = self._formats.get(spec.name)
+            try:
+                self._switches[spec.name] = (fmt or _template_only(spec)).thinking_switch()
+            except (TurnkitError, OSError):
+                self._switches[spec.name] = ThinkingSwitch()
+        return self._switches[spec.name]
+
     def defaults(self, name: str | None) -> SamplingDefaults:
         """What a request to this model gets for the sampling fields it omits (see :mod:`.sampling`)."""
         spec = self.spec(name)
@@ -139,6 +157,8 @@ class ModelRegistry:
     async def acquire(self, name: str | None) -> LoadedModel:
         """The loaded model, loading it first (and unloading the least recently used) when it is not."""
         spec = self.spec(name)
+        if self.refusal is not None:
+            raise APIError(503, str(self.refusal), code="server_shutting_down", retry_after=self.refusal.retry_after)
         lock = self._locks.setdefault(spec.name, asyncio.Lock())
         async with lock:
             model = self._loaded.get(spec.name)
@@ -182,16 +202,26 @@ class ModelRegistry:
             self._retiring.add(task)
             task.add_done_callback(self._retiring.discard)
 
-    def status(self) -> list[dict[str, Any]]:
-        """Per model: its name, whether it is loaded, and (loaded) how many requests generate and wait."""
-        out = []
-        for name in self.specs:
-            entry: dict[str, Any] = {"id": name, "loaded": name in self._loaded}
-            model = self._loaded.get(name)
-            if model is not None:
-                entry["generating"], entry["waiting"] = _load_now(model.backend)
-            out.append(entry)
-        return out
+    def loads(self) -> dict[str, Load]:
+        """What each loaded model's engine is doing, read once per model (``/health`` and ``/metrics`` both show
+        these readings)."""
+        return {name: load_of(model.backend) for name, model in self._loaded.items()}
+
+    def drain(self, refusal: ShuttingDownError) -> None:
+        """Stop admitting: new requests (and loading a model) are refused with ``refusal``; running ones go on."""
+        self.refusal = refusal
+        for model in self._loaded.values():
+            stop = getattr(model.backend, "stop_admitting", None)
+            if stop is not None:
+                stop(refusal)
+
+    def abort(self, error: ShuttingDownError) -> None:
+        """End every queued and running request of every model with ``error``."""
+        self.refusal = error
+        for model in self._loaded.values():
+            abort = getattr(model.backend, "abort", None)
+            if abort is not None:
+                abort(error)
 
     def loaded(self, name: str) -> LoadedModel | None:
         return self._loaded.get(name)
@@ -207,17 +237,21 @@ def _never(spec: ModelSpec, path: Path) -> Backend:
     raise ServeConfigError(f"the model {spec.name!r} was given loaded and cannot be reloaded")
 
 
-def _load_now(backend: Backend) -> tuple[int, int]:
-    load = getattr(backend, "load_now", None)
-    return tuple(load) if load is not None else (0, 0)  # type: ignore[return-value]
-
-
 async def _close_when_idle(backend: Backend, poll: float = 0.1, patience: float = 3600.0) -> None:
     """Close an unloaded backend once nothing generates or waits on it (or after ``patience`` seconds)."""
     deadline = time.monotonic() + patience
-    while _load_now(backend) != (0, 0) and time.monotonic() < deadline:
+    while (load := load_of(backend)).running + load.waiting and time.monotonic() < deadline:
         await asyncio.sleep(poll)
     await asyncio.to_thread(backend.close)
+
+
+def _template_only(spec: ModelSpec) -> ChatFormat:
+    """The model's templates without its tokenizer (which a GGUF file takes seconds to give)."""
+    if spec.family is not None:
+        return ChatFormat.from_family(spec.family)
+    if spec.template is not None:
+        return ChatFormat.from_template(Path(spec.template).read_text(encoding="utf-8"))
+    return ChatFormat.from_pretrained(resolve_model(spec.path))
 
 
 def _build_format(spec: ModelSpec) -> ChatFormat:
@@ -231,7 +265,5 @@ def _build_format(spec: ModelSpec) -> ChatFormat:
 
 
 def _defaults(spec: ModelSpec) -> SamplingDefaults:
-    start = EMBEDDED_DEFAULTS if spec.embedded else NEUTRAL
     path = resolve_model(spec.path) if not spec.embedded else None
-    from_config = read_generation_config(path) if path is not None and path.is_dir() else {}
-    return start.updated(from_config).updated(spec.sampling)
+    return model_defaults(path, embedded=spec.embedded).updated(spec.sampling)

@@ -12,6 +12,7 @@ sampling values); :mod:`.models` loads it on first use. Three ways to write one:
       path = "SmolLM2-135M-Instruct.Q4_1.gguf"   # relative to the file's folder; "default" is the embedded model
       family = "chatml"                          # or template = "chatml.jinja"
       temperature = 0.3                          # default sampling values for requests that omit them
+      context = 32768                            # the longest request (default: --context, else the model's)
 
 Names must be unique: two specs with one name are an error naming both, not a silent shadowing.
 """
@@ -41,12 +42,13 @@ SAMPLING_KEYS = (
     "presence_penalty",
     "frequency_penalty",
 )
-_KEYS = frozenset({"name", "path", "family", "template", "engine", *SAMPLING_KEYS})
+_KEYS = frozenset({"name", "path", "family", "template", "engine", "context", *SAMPLING_KEYS})
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model a server offers. ``path`` is ``"default"`` for the embedded model."""
+    """One model a server offers. ``path`` is ``"default"`` for the embedded model; ``context`` the longest sequence
+    a request may have (None: the server's ``--context``, else the model's own)."""
 
     name: str
     path: str
@@ -54,6 +56,7 @@ class ModelSpec:
     template: str | None = None
     engine: str | None = None
     sampling: Mapping[str, float] = field(default_factory=dict)
+    context: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -147,6 +150,9 @@ def _entry(entry: Any, index: int, source: Path) -> ModelSpec:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ServeConfigError(f"{where}.{key} must be a number")
             sampling[key] = float(value)
+    context = entry.get("context")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 16):
+        raise ServeConfigError(f"{where}.context must be a whole number of tokens (16 or more)")
     raw = entry["path"]
     path = raw if raw == "default" or Path(raw).is_absolute() else str(source.parent / raw)
     template = entry.get("template")
@@ -154,7 +160,9 @@ def _entry(entry: Any, index: int, source: Path) -> ModelSpec:
         template = str(source.parent / template)
     family = _check_family(entry["family"], where) if "family" in entry else None
     name = entry.get("name") or _default_name(path)
-    return ModelSpec(name, path, family=family, template=template, engine=entry.get("engine"), sampling=sampling)
+    return ModelSpec(
+        name, path, family=family, template=template, engine=entry.get("engine"), sampling=sampling, context=context
+    )
 
 
 def unique(specs: Iterable[ModelSpec]) -> list[ModelSpec]:

@@ -13,6 +13,7 @@ came from. Every problem becomes an :class:`APIError` with an HTTP status and a 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -25,6 +26,7 @@ __all__ = [
     "CompletionRequest",
     "DetokenizeRequest",
     "Sampling",
+    "Thinking",
     "TokenizeRequest",
     "as_api_error",
     "is_token_ids",
@@ -35,8 +37,10 @@ __all__ = [
     "read_logit_bias",
     "read_number",
     "read_optional_number",
+    "read_reasoning_effort",
     "read_response_format",
     "read_sampling",
+    "read_single_reply_sampling",
     "refuse_unsupported",
 ]
 
@@ -45,10 +49,20 @@ _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_
 
 class APIError(Exception):
     """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
-    type exists (401, 404, 429); a 5xx is a ``server_error``."""
+    type exists (401, 404, 429); a 5xx is a ``server_error``. ``retry_after`` (seconds) goes out as the
+    ``Retry-After`` header of a 429 or 503: when a retry is likely to be admitted. ``facts`` are the numbers behind
+    the message (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None, kind: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+        retry_after: float | None = None,
+        facts: dict[str, int] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -56,6 +70,13 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.retry_after = retry_after
+        self.facts = facts or {}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers this error asks for: ``Retry-After`` in whole seconds (at least 1)."""
+        return {} if self.retry_after is None else {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -105,9 +126,28 @@ def is_token_ids(value: Any) -> TypeGuard[list[int]]:
     return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
+@dataclass(frozen=True)
+class Thinking:
+    """What a request asks of the model's reasoning, whatever the API called it: ``enabled`` turns it on or off
+    (``None``: the template's default), ``effort`` asks for a level. ``param`` is the request's own field, named in
+    errors (``reasoning_effort``, ``reasoning.effort``, ``thinking``). The session sets the template's own switch
+    (:mod:`turnkit.template.switches`).
+
+    ``effort_is_hint``: the effort is a hint about the whole reply (Anthropic's ``output_config.effort``), set where
+    the template has an effort variable and otherwise left out, never a reason to refuse the request."""
+
+    enabled: bool | None = None
+    effort: str | None = None
+    param: str = "reasoning_effort"
+    effort_is_hint: bool = False
+
+
 @dataclass
 class ChatInput:
-    """What a chat prompt is made of: chat completions and ``/tokenize`` read it with the same checks."""
+    """What a chat prompt is made of: every chat-shaped API and ``/tokenize`` read it with the same checks.
+
+    ``continue_final``: the last message is an assistant message to continue (prefill), not a turn to answer after.
+    """
 
     messages: list[Any] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
@@ -115,6 +155,8 @@ class ChatInput:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     chat_template: str | None = None
     family: str | None = None
+    continue_final: bool = False
+    thinking: Thinking = field(default_factory=Thinking)
 
     @property
     def offers_tools(self) -> bool:
@@ -281,6 +323,35 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def read_single_reply_sampling(
+    body: dict[str, Any],
+    *,
+    max_tokens: int | None,
+    temperature_max: float,
+    stop: list[str] | None = None,
+    top_k: int | None = None,
+) -> dict[str, Any]:
+    """The :class:`Sampling` fields of an API that answers one reply, with usage and no log-probabilities (the
+    Responses and Messages APIs): ``model`` (required), ``temperature`` (up to ``temperature_max``), ``top_p``,
+    ``stream``, and what the API read under its own names."""
+    model = read_field(body, "model", str)
+    if model is None:
+        raise APIError(400, "model is required", param="model")
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": read_optional_number(body, "temperature", 0.0, temperature_max),
+        "top_p": read_optional_number(body, "top_p", 0.0, 1.0),
+        "top_k": top_k,
+        "seed": None,
+        "stop": stop or [],
+        "stream": read_field(body, "stream", bool, False),
+        "include_usage": True,
+        "logprobs": False,
+        "top_logprobs": 0,
+    }
+
+
 def read_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
     """``text`` (or none): ``None``; ``json_object``; ``json_schema`` with its ``schema`` (an object) checked here."""
     value = read_field(body, "response_format", dict)
@@ -344,6 +415,14 @@ def read_chat_input(body: dict[str, Any]) -> ChatInput:
         )
     if tool_choice == "required" and not tools:
         raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+    continue_final = read_field(body, "continue_final_message", bool, False)
+    if continue_final and read_field(body, "add_generation_prompt", bool, False):
+        raise APIError(
+            400,
+            "continue_final_message and add_generation_prompt exclude each other: the first continues the last "
+            "message, the second opens a new assistant turn",
+            param="add_generation_prompt",
+        )
     return ChatInput(
         messages=messages,
         tools=tools,
@@ -351,12 +430,27 @@ def read_chat_input(body: dict[str, Any]) -> ChatInput:
         template_kwargs=read_field(body, "chat_template_kwargs", dict, {}),
         chat_template=read_field(body, "chat_template", str),
         family=read_field(body, "family", str),
+        continue_final=continue_final,
+        thinking=read_reasoning_effort(read_field(body, "reasoning_effort", str), "reasoning_effort"),
     )
+
+
+def read_reasoning_effort(effort: str | None, param: str) -> Thinking:
+    """OpenAI's reasoning effort (``none``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, or a template's
+    own level): ``none`` turns thinking off, any other level asks for it (the template's effort variable gets the
+    level as given, and checks it itself)."""
+    if effort is None:
+        return Thinking(param=param)
+    if not effort or len(effort) > 32:
+        raise APIError(400, f"{param} must be a reasoning level such as 'low', 'medium' or 'high'", param=param)
+    if effort == "none":
+        return Thinking(enabled=False, param=param)
+    return Thinking(effort=effort, param=param)
 
 
 def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
     model = read_field(body, "model", str)
-    add_generation_prompt = read_field(body, "add_generation_prompt", bool, True)
+    add_generation_prompt = read_field(body, "add_generation_prompt", bool, not body.get("continue_final_message"))
     if "messages" in body:
         return TokenizeRequest(model, chat_input=read_chat_input(body), add_generation_prompt=add_generation_prompt)
     prompt = body.get("prompt")

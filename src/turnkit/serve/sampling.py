@@ -2,8 +2,10 @@
 
 A request that omits a sampling field gets the model's default, not OpenAI's: a small chat model sampled at
 temperature 1.0 answers with gibberish. The defaults come, in this order, from the models file (per model), the
-model folder's ``generation_config.json`` (as transformers reads it: ``do_sample: false`` means greedy), and for the
-embedded SmolLM2 the values its model card recommends (temperature 0.2, top_p 0.9). ``/v1/models`` shows them.
+model's own recommendation (a folder's ``generation_config.json`` as transformers reads it, ``do_sample: false``
+meaning greedy; a GGUF file's ``general.sampling.*`` metadata as llama.cpp reads it), and for the embedded SmolLM2,
+recognised by its content wherever the file lies, the values its model card recommends (temperature 0.2, top_p 0.9).
+``/v1/models`` shows them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EMBEDDED_DEFAULTS", "NEUTRAL", "SamplingDefaults", "read_generation_config"]
+__all__ = ["EMBEDDED_DEFAULTS", "NEUTRAL", "SamplingDefaults", "model_defaults", "read_generation_config"]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -75,3 +77,36 @@ def read_generation_config(path: str | Path) -> dict[str, Any]:
     if data.get("do_sample") is False:
         out["temperature"] = 0.0
     return out
+
+
+#: llama.cpp's ``general.sampling.*`` GGUF keys, by the request field each sets.
+_GGUF_KEYS = {
+    "temp": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "penalty_repeat": ("repetition_penalty"),
+}
+
+
+def read_gguf_sampling(path: str | Path) -> dict[str, Any]:
+    """The sampling values a GGUF file recommends in its metadata (none when it carries none)."""
+    from turnkit.template.sources import read_gguf_metadata
+
+    recommended = read_gguf_metadata(path).get("sampling") or {}
+    return {field: recommended[key] for key, field in _GGUF_KEYS.items() if key in recommended}
+
+
+def model_defaults(path: Path | None, *, embedded: bool = False) -> SamplingDefaults:
+    """The sampling defaults of the model at ``path``: what it recommends itself, over the embedded model's card
+    values when it is the embedded model (``embedded``, or the same file by content), else over the neutral ones."""
+    from turnkit.embedded import is_embedded_file
+
+    if path is None:
+        return EMBEDDED_DEFAULTS if embedded else NEUTRAL
+    start = EMBEDDED_DEFAULTS if embedded or is_embedded_file(path) else NEUTRAL
+    if path.is_dir():
+        return start.updated(read_generation_config(path))
+    if path.suffix.lower() == ".gguf" and path.is_file():
+        return start.updated(read_gguf_sampling(path))
+    return start

@@ -11,8 +11,15 @@ string) or the backend stops (its budget), and the generation is cancelled on ev
 client went away, an error), so a slot is never left generating for nobody.
 
 Prompts: chat prompts come from ``ChatFormat.encode`` (safe by default: a user who types ``<|im_end|>`` cannot open a
-turn); ``tool_choice`` ``required`` or a named function writes the start of the call for the model
-(:func:`forced_call`).
+turn), the same for every API, with what every API may ask of them:
+
+* prefill (``continue_final``): a conversation that ends with an assistant message continues it; the prompt is the
+  template's own text for that open turn (``continue_final_message``), its text encoded as data, and the reply is
+  only the continuation;
+* the thinking switch (``thinking``, and ``chat_template_kwargs`` named like a switch): set through the variable this
+  template reads (:mod:`turnkit.template.switches`); a switch the template does not have is a 400;
+* ``tool_choice`` ``required`` or a named function: the start of the call is written for the model and the rest
+  decoded under the tool's schema (:func:`~.structured.forced_call`).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -30,21 +39,38 @@ from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
-from turnkit.serve.engines.base import Backend, BackendBusyError, Generation, GenerationRequest, TokenEvent
+from turnkit.serve.engines.base import (
+    Backend,
+    BackendBusyError,
+    CacheFullError,
+    Generation,
+    GenerationRequest,
+    QueueTimeoutError,
+    ShuttingDownError,
+    TokenEvent,
+)
+from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, CompletionRequest, Sampling, as_api_error
-from turnkit.serve.sampling import NEUTRAL, SamplingDefaults
+from turnkit.serve.sampling import SamplingDefaults
+from turnkit.serve.structured import forced_call
+from turnkit.template.switches import SwitchError
 
 __all__ = [
+    "Ledger",
     "Session",
     "Step",
+    "Timing",
     "TokenLogprob",
     "chat_prompt_ids",
     "check_tools_readable",
     "check_tools_shown",
-    "forced_call",
+    "engine_error",
+    "forced_call_ids",
     "generation_request",
+    "recording",
     "start_chat",
     "start_completion",
+    "template_variables",
 ]
 
 log = logging.getLogger("turnkit.serve")
@@ -79,7 +105,13 @@ class Step:
     logprob: TokenLogprob | None = None
 
 
-def _check_template_kwargs(chat_input: ChatInput) -> None:
+def template_variables(fmt: ChatFormat, chat_input: ChatInput) -> dict[str, Any]:
+    """The template variables of a request: its ``chat_template_kwargs`` and its thinking request, each switch set
+    through the variable this template reads.
+
+    A key named like a variable the request itself sets (``messages``, ``tools``, ``add_generation_prompt``) or like
+    an encode option (``trust_data``, ``turns``) is a 400; so is a thinking switch the template does not have, and a
+    thinking field that contradicts a ``chat_template_kwargs`` switch."""
     reserved = sorted(_RESERVED.intersection(chat_input.template_kwargs))
     if reserved:
         raise APIError(
@@ -88,6 +120,34 @@ def _check_template_kwargs(chat_input: ChatInput) -> None:
             "template variable",
             param=f"chat_template_kwargs.{reserved[0]}",
         )
+    try:
+        switch = fmt.thinking_switch(tools=chat_input.tools if chat_input.offers_tools else None)
+    except TurnkitError as exc:
+        raise as_api_error(exc) from None
+    try:
+        variables = switch.translate(chat_input.template_kwargs)
+    except SwitchError as exc:
+        raise APIError(400, str(exc), param="chat_template_kwargs", code="unsupported_thinking_switch") from None
+    thinking = chat_input.thinking
+    try:
+        if thinking.effort_is_hint:
+            asked = switch.variables(thinking.enabled)
+            if switch.effort and thinking.effort and thinking.enabled is not False:
+                asked[switch.effort] = thinking.effort
+        else:
+            asked = switch.variables(thinking.enabled, thinking.effort)
+    except SwitchError as exc:
+        raise APIError(
+            400, f"{thinking.param}: {exc}", param=thinking.param, code="unsupported_thinking_switch"
+        ) from None
+    for name, value in asked.items():
+        if name in variables and variables[name] != value:
+            raise APIError(
+                400,
+                f"{thinking.param} asks for {name}={value!r} but chat_template_kwargs sets {name}={variables[name]!r}",
+                param=thinking.param,
+            )
+    return {**variables, **asked}
 
 
 def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
@@ -95,8 +155,7 @@ def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
     the same prompt, so the model would never see them and its plain reply would read as if it had."""
     if not chat_input.offers_tools:
         return
-    _check_template_kwargs(chat_input)
-    kwargs = dict(chat_input.template_kwargs)
+    kwargs = template_variables(fmt, chat_input)
     try:
         shown = fmt.render(chat_input.messages, tools=chat_input.tools, add_generation_prompt=True, **kwargs)
         bare = fmt.render(chat_input.messages, add_generation_prompt=True, **kwargs)
@@ -114,13 +173,14 @@ def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
 
 
 def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
-    """The prompt ids of a chat input, as chat completions and ``/tokenize`` both compute them."""
-    _check_template_kwargs(chat_input)
+    """The prompt ids of a chat input, as every chat-shaped API and ``/tokenize`` compute them."""
+    variables = template_variables(fmt, chat_input)
     options = EncodeOptions(
         tools=chat_input.tools if chat_input.offers_tools else None,
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=add_generation_prompt and not chat_input.continue_final,
+        continue_final_message=_continued_field(chat_input) if chat_input.continue_final else False,
         turns="none",
-        template_kwargs=chat_input.template_kwargs,
+        template_kwargs=variables,
     )
     try:
         encoding = fmt.encode(chat_input.messages, options)
@@ -147,25 +207,45 @@ def check_tools_readable(fmt: ChatFormat, chat_input: ChatInput) -> None:
         )
 
 
-def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
-    """For ``tool_choice`` ``required`` or a named function: the start of the call, written for the model in the
-    template's own tool syntax (``<tool_call>\n<function=NAME>\n`` for Qwen3-Coder's, ``<tool_call>\n{"name": ...``
-    for Hermes'), its markers as their token ids where they are single tokens. A syntax that cannot be started so
-    (headed messages, a bare JSON reply) is a 400 rather than a reply that might not call a tool after all.
-    """
-    choice = chat_input.tool_choice
-    if not chat_input.offers_tools or choice == "auto":
-        return []
-    spec = fmt.reply_format
-    name = choice["function"]["name"] if isinstance(choice, dict) else None
-    text = spec.tools[0].opening(name) if spec.tools and spec.channels is None else None
-    if not text:
+def _continued_field(chat_input: ChatInput) -> str:
+    """The field a prefill continues: the final assistant message's text, or its reasoning when it has only that."""
+    index = len(chat_input.messages) - 1
+    final = chat_input.messages[-1] if chat_input.messages else None
+    if not isinstance(final, dict) or final.get("role") != "assistant":
         raise APIError(
             400,
-            f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
+            "continuing the final message needs a conversation that ends with an assistant message",
+            param=f"messages[{index}].role",
+        )
+    if final.get("tool_calls"):
+        raise APIError(
+            400,
+            "the final assistant message calls tools, so it cannot be continued: send the tool results instead",
+            param=f"messages[{index}].tool_calls",
+        )
+    if not final.get("content"):
+        reasoning = next((f for f in ("reasoning_content", "thinking", "reasoning") if final.get(f)), None)
+        if reasoning is not None:
+            return reasoning
+    return "content"
+
+
+def forced_call_ids(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
+    """For ``tool_choice`` ``required`` or a named function: the start of the call, as ids written for the model
+    (the rest is decoded under the grammar of :func:`~.structured.forced_call`)."""
+    forced = forced_call(fmt, chat_input)
+    if forced is None:
+        return []
+    if chat_input.continue_final:
+        raise APIError(
+            400,
+            "a forced tool call cannot continue the final assistant message: the call is written after a new "
+            "assistant turn's header",
             param="tool_choice",
         )
-    return _ids_with_markers(fmt, text)
+    if isinstance(forced.start, int):
+        return [forced.start, *_ids_with_markers(fmt, forced.text)]
+    return _ids_with_markers(fmt, forced.start + forced.text)
 
 
 def _ids_with_markers(fmt: ChatFormat, text: str) -> list[int]:
@@ -181,6 +261,40 @@ def _ids_with_markers(fmt: ChatFormat, text: str) -> list[int]:
     if pos < len(text):
         ids += binding.encode_as_text(text[pos:]).ids
     return ids
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A reply's latencies in seconds, from its submission to the engine (queue wait included): to the first token,
+    per token after it (the mean gap), and to the end; None where the reply did not get that far."""
+
+    first_token: float | None
+    per_token: float | None
+    total: float | None
+
+
+@dataclass
+class Ledger:
+    """The sessions one HTTP request started (its ``n`` choices), for whoever counts requests once they are over."""
+
+    sessions: list[Session] = field(default_factory=list)
+
+
+#: The ledger of the request being answered. The HTTP app opens one per request (:func:`recording`, in
+#: :mod:`.app.inflight`), every :class:`Session` writes itself into it, and the app reads it when the request is over:
+#: so every route that starts sessions is counted (metrics, aborted replies) without passing anything along.
+_ledger: ContextVar[Ledger | None] = ContextVar("turnkit_ledger", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[Ledger]:
+    """A fresh :class:`Ledger` for the sessions started in this context (and in tasks created inside it)."""
+    ledger = Ledger()
+    token = _ledger.set(ledger)
+    try:
+        yield ledger
+    finally:
+        _ledger.reset(token)
 
 
 @dataclass
@@ -203,11 +317,22 @@ class Session:
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     completion_tokens: int = field(init=False, default=0)
     reply: Reply | None = field(init=False, default=None)
+    #: ``running`` until the reply ends: then ``finished``, ``aborted`` (closed before its end: the client left) or
+    #: ``failed`` (an error ended it); ``refused`` when the engine never admitted it.
+    outcome: str = field(init=False, default="running")
+    model: str = field(init=False, default="")  # the model's name, as clients use it
+    ended: float | None = field(init=False, default=None)  # time.perf_counter() when the outcome was decided
     _started: float = field(init=False, default_factory=time.perf_counter)
     _first_token: float | None = field(init=False, default=None)
 
+    def __post_init__(self) -> None:
+        ledger = _ledger.get()
+        if ledger is not None:
+            ledger.sessions.append(self)
+
     async def steps(self) -> AsyncGenerator[Step, None]:
-        """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out."""
+        """The reply as it grows. The generation is cancelled when the reply ends, and on any other way out; a reply
+        that does not reach its end (the client left, the request failed) is logged as such, once."""
         try:
             if self.prefix:
                 yield Step(self.parser.feed(self.prefix))
@@ -219,12 +344,29 @@ class Session:
                 yield Step(deltas, self._logprob(event))
                 if self.parser.ended:
                     break
+        except (BackendBusyError, CacheFullError) as exc:  # the engine's reason, for the client to read
+            self._stopped(exc)
+            raise engine_error(exc) from None
+        except BaseException as exc:  # GeneratorExit and cancellation too: the reply stops here, whyever
+            self._stopped(exc)
+            raise
         finally:
             self.generation.cancel()
         length = not self.parser.ended and self.completion_tokens >= self.max_tokens
         self.reply = self.parser.finish(length=length)
+        self.ended = time.perf_counter()
+        self.outcome = "finished"
         self._log(self.reply)
         yield Step(self.parser.final_deltas)
+
+    def timing(self) -> Timing:
+        """How long the reply took, in seconds (the metrics' latencies)."""
+        first = None if self._first_token is None else self._first_token - self._started
+        total = None if self.ended is None else self.ended - self._started
+        per_token = None
+        if self._first_token is not None and self.ended is not None and self.completion_tokens > 1:
+            per_token = (self.ended - self._first_token) / (self.completion_tokens - 1)
+        return Timing(first, per_token, total)
 
     def prompt_logprobs(self) -> list[TokenLogprob]:
         """The prompt's tokens with their log-probabilities (``echo`` with ``logprobs``), once generating started."""
@@ -248,6 +390,21 @@ class Session:
         raw = table.bytes_of(token_id) if table else b""
         return raw.decode("utf-8", errors="replace"), list(raw)
 
+    def _stopped(self, exc: BaseException) -> None:
+        """The reply ended before its end: ``aborted`` (the client left, the answer was closed) or ``failed``."""
+        self.ended = time.perf_counter()
+        self.outcome = "failed" if isinstance(exc, Exception) else "aborted"
+        log.info(
+            "%s %s %s after %d tokens prompt=%d total=%.0fms%s",
+            self.request_id,
+            self.endpoint,
+            self.outcome,
+            self.completion_tokens,
+            self.prompt_tokens,
+            (self.ended - self._started) * 1000,
+            f": {exc}" if self.outcome == "failed" else "",
+        )
+
     def _log(self, reply: Reply) -> None:
         elapsed = time.perf_counter() - self._started
         ttft = (self._first_token - self._started) * 1000 if self._first_token else float("nan")
@@ -263,48 +420,39 @@ class Session:
         )
 
 
-def start_chat(
-    fmt: ChatFormat,
-    backend: Backend,
-    req: ChatRequest,
-    *,
-    default_max_tokens: int,
-    defaults: SamplingDefaults = NEUTRAL,
-    constraint: Any = None,
+async def start_chat(
+    fmt: ChatFormat, model: LoadedModel, req: ChatRequest, *, default_max_tokens: int, constraint: Any = None
 ) -> list[Session]:
-    """Encode the conversation, set up a parser per choice for its tools and reasoning, and start generating
-    (``req.n`` generations, batched by the backend). ``constraint`` makes one grammar matcher per choice."""
+    """Encode the conversation (in a worker thread: a long one takes a while, and the event loop has other clients),
+    set up a parser per choice for its tools and reasoning, and start generating (``req.n`` generations, batched by
+    the backend); returns once the engine admitted them (see :func:`_start`). ``fmt`` is the model's format or the
+    request's own template over it; ``constraint`` makes one grammar matcher per choice."""
     chat_input = req.chat_input
-    prompt = chat_prompt_ids(fmt, chat_input)
+    prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat_input)
     tools = chat_input.tools if chat_input.offers_tools else None
     reply_format = fmt.reply_format
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
         reply_format = reply_format.without_tools()
-    prefix = forced_call(fmt, chat_input)
+    prefix = forced_call_ids(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
 
     def parser() -> StreamParser:
         return fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
 
-    return _start(fmt, backend, req, prompt, prefix, parser, endpoint, default_max_tokens, defaults, constraint)
+    return await _start(fmt, model, req, prompt, prefix, parser, endpoint, default_max_tokens, constraint)
 
 
-def start_completion(
-    fmt: ChatFormat,
-    backend: Backend,
-    req: CompletionRequest,
-    prompt: Sequence[int],
-    *,
-    default_max_tokens: int,
-    defaults: SamplingDefaults = NEUTRAL,
+async def start_completion(
+    model: LoadedModel, req: CompletionRequest, prompt: Sequence[int], *, default_max_tokens: int
 ) -> list[Session]:
     """Start generating after a raw prompt: the caller's own formatting, so the reply is parsed as plain text."""
     endpoint = "completion-stream" if req.stream else "completion"
+    fmt = model.fmt
 
     def parser() -> StreamParser:
         return fmt.stream_parser(stop=req.stop, reply_format="plain")
 
-    return _start(fmt, backend, req, list(prompt), [], parser, endpoint, default_max_tokens, defaults, None)
+    return await _start(fmt, model, req, list(prompt), [], parser, endpoint, default_max_tokens, None)
 
 
 def generation_request(
@@ -354,19 +502,23 @@ def _check_supported(backend: Backend, req: Sampling) -> None:
             )
 
 
-def _start(
+async def _start(
     fmt: ChatFormat,
-    backend: Backend,
+    model: LoadedModel,
     req: Sampling,
     prompt: list[int],
     prefix: list[int],
     parser: Callable[[], StreamParser],
     endpoint: str,
     default_max_tokens: int,
-    defaults: SamplingDefaults,
     constraint: Any,
 ) -> list[Session]:
-    """Check the prompt and budget against the context, then submit ``req.n`` generations (429 when full)."""
+    """Check the prompt and budget against the context, submit ``req.n`` generations, and wait until the engine
+    admitted every one of them: a request it refuses (every place taken: 429; its queue deadline passed, or the server
+    is shutting down: 503; both with ``Retry-After``) is answered with that status before any byte of a reply, so a
+    route that awaits this never starts a response it cannot give. Every route that starts sessions gets admission
+    this way."""
+    backend = model.backend
     _check_supported(backend, req)
     context = backend.context_length
     full = prompt + prefix
@@ -376,6 +528,7 @@ def _start(
             f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
             param="messages",
             code="context_length_exceeded",
+            facts={"prompt_tokens": len(full), "context": context},
         )
     room = context - len(full)
     if req.max_tokens is not None and req.max_tokens > room:
@@ -385,9 +538,10 @@ def _start(
             f"{req.max_tokens}, over the model's context of {context}",
             param="max_tokens",
             code="context_length_exceeded",
+            facts={"prompt_tokens": len(full), "max_tokens": req.max_tokens, "context": context},
         )
     max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
-    base = generation_request(req, defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
+    base = generation_request(req, model.defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
     sessions: list[Session] = []
     loop = asyncio.get_running_loop()
     try:
@@ -395,11 +549,32 @@ def _start(
             seed = None if req.seed is None else req.seed + index
             request = replace(base, seed=seed, constraint=constraint() if constraint is not None else None)
             generation = backend.submit(request, loop)
-            sessions.append(Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs))
-    except BackendBusyError as exc:
+            session = Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)
+            session.model = model.name
+            sessions.append(session)
+        for session in sessions:
+            await session.generation.started()
+    except BaseException as exc:
         for session in sessions:
             session.generation.cancel()
-        raise APIError(429, str(exc), code="server_busy") from None
+            session.outcome = "refused"
+        if isinstance(exc, BackendBusyError):
+            raise engine_error(exc) from None
+        raise
     for session in sessions[1:]:  # the choices of one answer share its id
         session.request_id, session.created = sessions[0].request_id, sessions[0].created
     return sessions
+
+
+def engine_error(exc: Exception) -> APIError:
+    """What an engine's refusal or failure means to the client: the status, a code naming the reason, and when to
+    retry. A failure that is not one of these is the server's own (a 500, its cause in the log)."""
+    if isinstance(exc, ShuttingDownError):
+        return APIError(503, str(exc), code="server_shutting_down", retry_after=exc.retry_after)
+    if isinstance(exc, QueueTimeoutError):
+        return APIError(503, str(exc), code="queue_timeout", retry_after=exc.retry_after)
+    if isinstance(exc, BackendBusyError):
+        return APIError(429, str(exc), code="server_busy", retry_after=exc.retry_after)
+    if isinstance(exc, CacheFullError):
+        return APIError(503, str(exc), code="kv_cache_full")
+    return APIError(500, "the server failed while generating; see its log")

@@ -50,6 +50,11 @@ class Conversation:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         return max(forgotten, 0)
 
+    def cut_note(self) -> str:
+        """What is said of a reply that the token budget cut."""
+        budget = self.sampling.get("max_tokens") or self.default_max_tokens
+        return f"cut: the reply reached --max-tokens {budget} before it ended"
+
     async def reply(self, text: str, out: TextIO) -> tuple[str, str | None]:
         """Add ``text`` as the user's turn, stream the reply's content to ``out``; returns (content, finish reason).
 
@@ -57,13 +62,7 @@ class Conversation:
         """
         self.messages.append({"role": "user", "content": text})
         request = parse_chat({"model": self.model.name, "messages": self.messages, **self.sampling})
-        (session,) = start_chat(
-            self.model.fmt,
-            self.model.backend,
-            request,
-            default_max_tokens=self.default_max_tokens,
-            defaults=self.model.defaults,
-        )
+        (session,) = await start_chat(self.model.fmt, self.model, request, default_max_tokens=self.default_max_tokens)
         content: list[str] = []
         thinking = False
         try:
@@ -85,8 +84,9 @@ class Conversation:
         return "".join(content), session.reply.finish_reason if session.reply else None
 
 
-def run_generate(conversation: Conversation, prompt: str, out: TextIO = sys.stdout) -> int:
-    """One reply to ``prompt``, streamed to ``out`` and ended with a newline."""
+def run_generate(conversation: Conversation, prompt: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """One reply to ``prompt``, streamed to ``out`` and ended with a newline; a reply cut by the token budget is said
+    to be so on ``err`` (``out`` holds the reply alone, for a pipe)."""
     loop = asyncio.new_event_loop()
     try:
         task = loop.create_task(conversation.reply(prompt, out))
@@ -96,7 +96,11 @@ def run_generate(conversation: Conversation, prompt: str, out: TextIO = sys.stdo
         loop.close()
     out.write("\n")
     out.flush()
-    return 130 if task.cancelled() else 0
+    if task.cancelled():
+        return 130
+    if task.result()[1] == "length":
+        err.write(f"turnkit: {conversation.cut_note()}\n")
+    return 0
 
 
 def run_chat(
@@ -132,7 +136,10 @@ def run_chat(
             task = loop.create_task(conversation.reply(text, out))
             with _interrupt_cancels(loop, task):
                 loop.run_until_complete(_quietly(task))
-            out.write(" [stopped]\n" if task.cancelled() else "\n")
+            if task.cancelled():
+                out.write(" [stopped]\n")
+            else:
+                out.write(f" [{conversation.cut_note()}]\n" if task.result()[1] == "length" else "\n")
             out.flush()
     finally:
         loop.close()

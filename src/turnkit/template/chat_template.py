@@ -63,6 +63,7 @@ class ChatTemplate:
         continue_final_message: bool | str = False,
         template_name: str | None = None,
         track_generation: bool = False,
+        with_data_spans: bool = False,
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> Rendered:
         """Render through the selected template, with this format's variables and limits."""
@@ -76,5 +77,6 @@ class ChatTemplate:
             variables=self.special_tokens,
             limits=self.limits,
             track_generation=track_generation,
+            with_data_spans=with_data_spans,
             **(template_kwargs or {}),
         )

@@ -12,8 +12,9 @@ Every failure comes out as a :class:`~turnkit.TurnkitError`: the template's own 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
@@ -34,11 +35,19 @@ from turnkit.template.sandbox import (
     compile_template,
     render_state,
 )
-from turnkit.template.taint import DataStr, Span
+from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, DataStr, Span, tagged
 from turnkit.template.tools import tool_schemas
 from turnkit.template.watchdog import Overrun, time_limit
 
-__all__ = ["RenderLimits", "Rendered", "render_prepared", "render_template", "run_compiled"]
+__all__ = [
+    "RenderLimits",
+    "Rendered",
+    "continuation_end",
+    "mark_continuation",
+    "render_prepared",
+    "render_template",
+    "run_compiled",
+]
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
@@ -54,11 +63,21 @@ class RenderLimits:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A render, the character spans of its ``{% generation %}`` blocks (when tracked), and the spans of data
-    ``(start, end, source)`` (when rendered with provenance)."""
+    ``(start, end, source)`` (when rendered with provenance). ``skeleton``: the skeleton a spliced render was filled
+    from (:mod:`turnkit.template.splice`), else None; not part of the render's value."""
 
     text: str
     generation_spans: tuple[tuple[int, int], ...] = ()
     data_spans: tuple[Span, ...] = ()
+    skeleton: Any = field(default=None, compare=False, repr=False)
+
+    def up_to(self, end: int) -> Rendered:
+        """The render cut at character ``end`` (an open final message), its spans clipped to the cut."""
+        return Rendered(
+            self.text[:end],
+            tuple((a, min(b, end)) for a, b in self.generation_spans if a < end),
+            tuple((a, min(b, end), s) for a, b, s in self.data_spans if a < end),
+        )
 
 
 def _template_line(exc: BaseException) -> int | None:
@@ -107,6 +126,24 @@ def _run(template: jinja2.Template, context: dict[str, Any], limits: RenderLimit
     return Rendered("".join(chunks), tuple(state.spans or ()), tuple(data_spans))
 
 
+_NO_ATTRIBUTE = re.compile(r"'dict object' has no attribute '([^']+)'")
+#: Message fields a template may read without checking that they are there.
+_MESSAGE_FIELDS = frozenset({"content", "tool_calls", "tool_call_id", "name", *REASONING_FIELDS})
+
+
+def _missing_field(exc: jinja2.UndefinedError, messages: Any) -> MessageError | None:
+    """The template read a message field that a message lacks (``[{"role": "user"}]``): say which message and field,
+    instead of jinja's ``'dict object' has no attribute 'content'``."""
+    match = _NO_ATTRIBUTE.fullmatch(str(exc.message or ""))
+    if match is None or match.group(1) not in _MESSAGE_FIELDS or not isinstance(messages, list):
+        return None
+    field = match.group(1)
+    for index, message in enumerate(messages):
+        if isinstance(message, Mapping) and field not in message:
+            return MessageError(f"missing, and the chat template reads it{_at(exc)}", index=index, field=field)
+    return None
+
+
 def run_compiled(
     template: jinja2.Template, context: dict[str, Any], limits: RenderLimits, track_generation: bool
 ) -> Rendered:
@@ -130,13 +167,17 @@ def run_compiled(
     except MemoryError:
         raise TemplateLimitError("the template ran out of memory") from None
     except jinja2.UndefinedError as exc:
+        missing = _missing_field(exc, context.get("messages"))
+        if missing is not None:
+            raise missing from None
         raise TemplateError(f"the chat template failed{_at(exc)}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a template is a program: any Python error can come out of it
         raise TemplateError(f"the chat template failed{_at(exc)}: {type(exc).__name__}: {exc}") from None
 
 
-def _mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> str:
-    """Append the sentinel to the final message (as transformers does) and return the text being continued."""
+def mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> str:
+    """Append the sentinel to the final message (as transformers does) and return the text being continued; the
+    render is then cut where the sentinel appears (:func:`continuation_end`)."""
     final = chat[-1].get(field)
     if final is None:
         raise MessageError(f"continue_final_message is set but the final message has no {field!r}", index=len(chat) - 1)
@@ -159,7 +200,9 @@ def _mark_continuation(chat: list[dict[str, Any]], source: str, field: str) -> s
     return final
 
 
-def _cut_at_continuation(rendered: str, final: str) -> str:
+def continuation_end(rendered: str, final: str) -> int:
+    """Where a render of a conversation marked by :func:`mark_continuation` ends: at the sentinel (and, when the
+    template stripped the text after it, before the whitespace the final message ended with)."""
     tag = _CONTINUE_TAG.strip()
     if final.strip() not in rendered or tag not in rendered:
         raise TemplateError(
@@ -168,8 +211,8 @@ def _cut_at_continuation(rendered: str, final: str) -> str:
         )
     at = rendered.rindex(tag)
     if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
-        return rendered[:at]
-    return rendered[:at].rstrip()
+        return at
+    return len(rendered[:at].rstrip())
 
 
 def render_prepared(
@@ -197,20 +240,23 @@ def render_template(
     variables: Mapping[str, Any] | None = None,
     limits: RenderLimits = RenderLimits(),
     track_generation: bool = False,
+    with_data_spans: bool = False,
     **template_kwargs: Any,
 ) -> Rendered:
     """Render ``messages`` through the template text ``source``.
 
     ``variables`` are the template's standard variables (special tokens such as ``bos_token``); ``template_kwargs``
     override them, as in transformers. ``continue_final_message`` may name the field to continue (``"content"`` when
-    ``True``; ``"reasoning_content"`` continues a reasoning block).
+    ``True``; ``"reasoning_content"`` continues a reasoning block). ``with_data_spans`` renders with provenance and
+    fills ``Rendered.data_spans`` (which text came from the messages, tools and documents), for a display that sets
+    apart what the template wrote; data is not neutralised here (the encoder does that).
     """
     if continue_final_message and add_generation_prompt:
         raise ValueError(
             "continue_final_message and add_generation_prompt exclude each other: the first continues the last "
             "message, the second opens a new assistant turn"
         )
-    template = compile_template(source)
+    template = compile_template(source, provenance=with_data_spans)
     chat = normalize_conversation(messages)
     schemas = plain_data(tool_schemas(tools))
     if documents is not None:
@@ -223,8 +269,11 @@ def render_template(
     final = None
     if continue_final_message:
         field = continue_final_message if isinstance(continue_final_message, str) else "content"
-        final = _mark_continuation(chat, source, field)
+        final = mark_continuation(chat, source, field)
 
+    if with_data_spans:
+        chat = [{k: v if k == "role" else tagged(v, n) for k, v in m.items()} for n, m in enumerate(chat)]
+        schemas, documents = tagged(schemas, SOURCE_TOOLS), tagged(documents, SOURCE_DOCUMENTS)
     context = {
         "messages": chat,
         "tools": schemas,
@@ -234,5 +283,5 @@ def render_template(
     }
     rendered = run_compiled(template, context, limits, track_generation)
     if final is not None:
-        return Rendered(_cut_at_continuation(rendered.text, final), rendered.generation_spans)
+        return rendered.up_to(continuation_end(rendered.text, final))
     return rendered

@@ -30,6 +30,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -39,7 +40,14 @@ from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSy
 from turnkit.template import taint
 from turnkit.template.taint import DataStr
 
-__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "RenderState", "TemplateRaised", "compile_template", "render_state"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_CHARS",
+    "RenderState",
+    "TemplateRaised",
+    "compile_template",
+    "render_state",
+    "template_variables",
+]
 
 #: Default cap on the characters a single render, or any single string built inside it, may reach.
 DEFAULT_MAX_OUTPUT_CHARS = 16_000_000
@@ -475,3 +483,15 @@ def compile_template(source: str, *, provenance: bool = False) -> jinja2.Templat
         raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None
     except SecurityError as exc:
         raise TemplateSecurityError(f"the chat template was refused by the sandbox: {exc}") from None
+
+
+@lru_cache(maxsize=256)
+def template_variables(source: str) -> frozenset[str]:
+    """The top-level variables a template reads without setting them (``messages``, ``enable_thinking`` ...): the
+    template is parsed by the sandbox's environment, never run.
+
+    Raises :class:`~turnkit.TemplateSyntaxError` when the text is not valid Jinja."""
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(_ENVIRONMENT.parse(source)))
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None

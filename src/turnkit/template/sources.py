@@ -148,6 +148,9 @@ def _gguf_value(reader: Any, key: str) -> Any:
     return None if field_ is None else field_.contents()
 
 
+_SAMPLING_PREFIX = "general.sampling."
+
+
 def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
     """What turnkit needs from a GGUF file's metadata: templates, special tokens, end-of-turn ids, names.
 
@@ -162,7 +165,9 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
     if cached.is_file():
-        return json.loads(cached.read_text(encoding="utf-8"))
+        metadata = json.loads(cached.read_text(encoding="utf-8"))
+        if "sampling" in metadata:  # else written by an earlier version: read the file again
+            return metadata
     from gguf import GGUFReader  # imported here: it pulls in numpy, and most renders never need it
 
     try:
@@ -194,6 +199,14 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
         "eos_ids": eos_ids,
         "architecture": _gguf_value(reader, "general.architecture"),
         "name": _gguf_value(reader, "general.name"),
+        #: llama.cpp's recommended sampling (``general.sampling.temp``, ``.top_p`` ...), where the file carries it.
+        "sampling": {
+            key.removeprefix(_SAMPLING_PREFIX): value
+            for key in reader.fields
+            if key.startswith(_SAMPLING_PREFIX)
+            and isinstance(value := _gguf_value(reader, key), int | float)
+            and not isinstance(value, bool)
+        },
     }
     write_atomically(cached, json.dumps(metadata).encode("utf-8"))
     return metadata

@@ -39,7 +39,7 @@ from turnkit.template.tracing import (
     sentinel,
 )
 
-__all__ = ["SpliceMismatchWarning", "SplicingRenderer"]
+__all__ = ["MessageShapes", "SpliceMismatchWarning", "SplicingRenderer"]
 
 _SLOT = ("\x00slot",)  # where a shape has a string to fill (a tuple: never equal to a string or a scalar's key)
 _DICT, _LIST, _TUPLE = ("\x00dict",), ("\x00list",), ("\x00tuple",)
@@ -127,6 +127,8 @@ class Skeleton:
     nonempty: tuple[tuple[int, str], ...] = ()
     #: (format, text) of the dates the render wrote (``strftime_now``): reused while the clock gives the same text
     clock: tuple[tuple[str, str], ...] = ()
+    #: id of another skeleton -> (it, whether its renders are prefixes of this one's): see :meth:`begins_with`
+    prefixes: dict[int, tuple[Skeleton, bool]] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def build(rendered: Rendered, trace: Trace) -> Skeleton | None:
@@ -160,6 +162,36 @@ class Skeleton:
         kinds = tuple(parts[2::3])
         return Skeleton(tuple(literals), slots, kinds, generation, data, trace.copies, trace.literal, nonempty, clock)
 
+    def begins_with(self, part: Skeleton) -> bool:
+        """Whether every render filled from ``part`` is a prefix of this skeleton's render of the same strings: the
+        same literals and holes up to ``part``'s last literal, which begins the literal at that place here. Decided
+        once per pair (the answer is kept here, with ``part``, so that its id stays its own)."""
+        known = self.prefixes.get(id(part))
+        if known is not None and known[0] is part:
+            return known[1]
+        holes = len(part.slots)
+        answer = (
+            holes <= len(self.slots)
+            and part.slots == self.slots[:holes]
+            and part.kinds == self.kinds[:holes]
+            and part.literals[:holes] == self.literals[:holes]
+            and self.literals[holes].startswith(part.literals[holes])
+        )
+        if len(self.prefixes) >= _MAX_SKELETONS_PER_SHAPE:
+            self.prefixes.clear()
+        self.prefixes[id(part)] = (part, answer)
+        return answer
+
+    def fits(self, slots: list[str], limits: RenderLimits) -> bool:
+        """Whether these strings may be filled in (else a render goes direct): its dates are still current, no
+        transformed hole is empty, and no string the render built could pass the size limit."""
+        if self.clock and not self.current():
+            return False
+        for slot, kind in self.nonempty:
+            if not TRANSFORMS[kind](slots[slot]):
+                return False
+        return self.literal + self.copies * max(map(len, slots), default=0) <= limits.max_output_chars
+
     def current(self) -> bool:
         """Whether the dates the render wrote (``strftime_now``) are still what the clock gives."""
         return all(datetime.now().strftime(fmt) == text for fmt, text in self.clock)
@@ -186,7 +218,31 @@ class Skeleton:
             pos += len(literal)
         generation = tuple((starts[i] + o, starts[j] + p) for i, o, j, p in self.generation)
         data = tuple((starts[i] + o, starts[j] + p, source) for i, o, j, p, source in self.data)
-        return Rendered("".join(pieces), generation, data)
+        return Rendered("".join(pieces), generation, data, self)
+
+
+class MessageShapes:
+    """The shape key and the data strings of each message of one prepared conversation, computed once for the render
+    of the conversation and those of its beginnings (the renders that locate and check trained turns).
+
+    A render given these shapes must be of the same message objects, or of the first ones (``messages[:n]``).
+    """
+
+    __slots__ = ("keys", "slots")
+
+    def __init__(self, messages: list[Any]) -> None:
+        self.keys: list[Any] = []
+        self.slots: list[list[str]] = []
+        for message in messages:
+            slots: list[str] = []
+            self.keys.append(_shape(message, slots))
+            self.slots.append(slots)
+
+    def first(self, count: int) -> tuple[Any, list[str]]:
+        """The shape key of the first ``count`` messages (a list), and their data strings in order."""
+        if count == len(self.keys):
+            return (_LIST, *self.keys), [s for part in self.slots for s in part]
+        return (_LIST, *self.keys[:count]), [s for part in self.slots[:count] for s in part]
 
 
 @dataclass
@@ -211,21 +267,83 @@ class SplicingRenderer:
         self._fills = 0
         self._stored_chars = 0
 
-    def render(self, source: str, context: dict[str, Any], *, limits: RenderLimits, track_generation: bool) -> Rendered:
-        """The render of ``context`` (prepared data) through ``source``: spliced where that is proven equal."""
-        spliced = self._spliced(source, context, limits, track_generation) if self.enabled else None
+    def render(
+        self,
+        source: str,
+        context: dict[str, Any],
+        *,
+        limits: RenderLimits,
+        track_generation: bool,
+        shapes: MessageShapes | None = None,
+    ) -> Rendered:
+        """The render of ``context`` (prepared data) through ``source``: spliced where that is proven equal.
+        ``shapes``: those of the context's messages (or of a conversation they begin), when the caller has them."""
+        spliced = self._spliced(source, context, limits, track_generation, shapes) if self.enabled else None
         if spliced is not None:
             return spliced
         return render_prepared(source, context, limits=limits, track_generation=track_generation)
 
-    def _spliced(
-        self, source: str, context: dict[str, Any], limits: RenderLimits, track_generation: bool
-    ) -> Rendered | None:
-        slots: list[str] = []
-        tools = context.get("tools")
+    def proves_prefix(
+        self, source: str, context: dict[str, Any], *, shapes: MessageShapes | None, of: Rendered, limits: RenderLimits
+    ) -> bool:
+        """Whether the render of ``context`` (without ``{% generation %}`` tracking) is shown, without running it, to be
+        a prefix of ``of``: ``of`` was filled from a skeleton, this context's shape has a skeleton that a render
+        would fill (:meth:`Skeleton.fits`), and that skeleton begins ``of``'s hole for hole. False means unknown.
+
+        This is how a conversation cut short is checked against the whole once per pair of shapes, not rendered for
+        every conversation (:mod:`turnkit.encode.history`)."""
+        whole = of.skeleton
+        if whole is None or not self.enabled:
+            return False
+        found = self._lookup(source, context, False, shapes)
+        if found is None:
+            return False
+        shape, slots = found
+        if shape.direct:
+            return False
+        entry = shape.skeletons.get(tuple([slots[i] for i in shape.observed]))
+        if entry is None:
+            return False
+        part: Skeleton = entry[0]
+        return part.fits(slots, limits) and whole.begins_with(part)
+
+    def _lookup(
+        self, source: str, context: dict[str, Any], track_generation: bool, shapes: MessageShapes | None
+    ) -> tuple[_Shape, list[str]] | None:
+        """The known shape of a context (None when there is none yet, or the data is unhashable) and its strings."""
+        key, slots = self._key(source, context, track_generation, shapes)
         try:
-            rest = tuple([(k, v if type(v) is str else _shape(v, None)) for k, v in context.items() if k not in _OWN])
-            key = (source, track_generation, id(tools), rest, _shape(context.get("messages"), slots))
+            shape = self._shapes.get(key)
+        except TypeError:  # an unhashable value in the data
+            return None
+        if shape is None or shape.tools is not context.get("tools"):
+            return None
+        return shape, slots
+
+    @staticmethod
+    def _key(
+        source: str, context: dict[str, Any], track_generation: bool, shapes: MessageShapes | None
+    ) -> tuple[Any, list[str]]:
+        rest = tuple([(k, v if type(v) is str else _shape(v, None)) for k, v in context.items() if k not in _OWN])
+        messages = context.get("messages")
+        if shapes is not None and type(messages) is list:
+            messages_key, slots = shapes.first(len(messages))
+        else:
+            slots = []
+            messages_key = _shape(messages, slots)
+        return (source, track_generation, id(context.get("tools")), rest, messages_key), slots
+
+    def _spliced(
+        self,
+        source: str,
+        context: dict[str, Any],
+        limits: RenderLimits,
+        track_generation: bool,
+        shapes: MessageShapes | None,
+    ) -> Rendered | None:
+        tools = context.get("tools")
+        key, slots = self._key(source, context, track_generation, shapes)
+        try:
             shape = self._shapes.get(key)
         except TypeError:  # an unhashable value in the data
             return None

@@ -26,6 +26,7 @@ __all__ = [
     "join",
     "slice_data",
     "spans_of",
+    "tagged",
     "tainted",
 ]
 
@@ -49,6 +50,19 @@ def tainted(text: str, spans: Sequence[Span]) -> str:
     out = DataStr(text)
     out._spans = tuple(spans)
     return out
+
+
+def tagged(value: Any, source: int) -> Any:
+    """``value`` (plain JSON data) with every non-empty string in it, dict keys included, a :class:`DataStr` of
+    ``source``: data that a render with provenance then tells apart from the template's own text."""
+    kind = type(value)
+    if kind is str:
+        return tainted(value, ((0, len(value), source),)) if value else value
+    if kind is dict:
+        return {tagged(k, source): tagged(v, source) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(tagged(v, source) for v in value)
+    return value
 
 
 def spans_of(value: Any) -> tuple[Span, ...]:

@@ -9,6 +9,7 @@
     var out = "";
     chip.childNodes.forEach(function (node) {
       if (node.nodeType !== 1) { out += node.textContent; return; }
+      if (node.tagName === "I") return;  /* part of a character: its bytes are in data-bytes */
       var shown = node.textContent;
       if (Object.prototype.hasOwnProperty.call(standIns, shown)) out += standIns[shown];
       else if (/^\\u[0-9a-f]{4}$/.test(shown)) out += String.fromCharCode(parseInt(shown.slice(2), 16));
@@ -25,9 +26,11 @@
     var holder = chip.closest("[data-role]");
     var role = chip.getAttribute("data-role") || (holder ? holder.getAttribute("data-role") : "");
     var where = message === "-1" ? "no message" : "message " + message + (role ? " (" + role + ")" : "");
+    var bytes = chip.getAttribute("data-bytes");
     var parts = [
       "id " + id,
-      "text " + JSON.stringify(tokenText(chip)),
+      bytes ? "bytes " + bytes + " (part of " + JSON.stringify(chip.getAttribute("data-chars") || "") + ")"
+        : "text " + JSON.stringify(tokenText(chip)),
       where,
       "label " + label + (trained ? " (trained)" : " (not trained)"),
       "origin " + chip.getAttribute("data-origin"),
@@ -68,14 +71,21 @@
     all[next].focus();
   });
 
-  /* A chip from a piece {id, segments: [[visible, text]...], control} and its attributes (playground). */
+  /* A chip from a piece {id, segments: [[kind, text]...], control, bytes, chars} and its attributes (playground):
+     kind "" is text, "v" a stand-in, "char" a character whose bytes run on into the next tokens, "cont" a token
+     that continues one (the character shows once, where it starts). */
   function makeChip(piece, attrs) {
     var chip = document.createElement("span");
     chip.setAttribute("data-token-id", String(piece.id));
     Object.keys(attrs).forEach(function (name) { chip.setAttribute(name, String(attrs[name])); });
+    if (piece.bytes) { chip.setAttribute("data-bytes", piece.bytes); chip.setAttribute("data-chars", piece.chars); }
     piece.segments.forEach(function (segment) {
-      if (segment[0]) { var b = document.createElement("b"); b.textContent = segment[1]; chip.appendChild(b); }
-      else chip.appendChild(document.createTextNode(segment[1]));
+      var kind = segment[0], node;
+      if (!kind) { chip.appendChild(document.createTextNode(segment[1])); return; }
+      node = document.createElement(kind === "v" ? "b" : "i");
+      if (kind !== "v") node.className = kind;
+      node.textContent = kind === "cont" ? "\u2040" : segment[1];
+      chip.appendChild(node);
     });
     return chip;
   }

@@ -9,6 +9,8 @@ error objects :mod:`.errors`', the playground page :mod:`.ui`'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
@@ -24,15 +26,20 @@ from turnkit.format import ChatFormat
 from turnkit.serve import structured
 from turnkit.serve.app import ui
 from turnkit.serve.app.auth import Authenticate
-from turnkit.serve.app.body import read_body
+from turnkit.serve.app.body import read_request
 from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
-from turnkit.serve.app.sse import event_stream
+from turnkit.serve.app.inflight import InFlight
+from turnkit.serve.app.lifecycle import GRACE_SECONDS
+from turnkit.serve.app.metrics import Metrics
+from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
-from turnkit.serve.engines.base import Backend
+from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
+from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.protocol import APIError, ChatInput, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
 from turnkit.serve.session import (
     Session,
     chat_prompt_ids,
@@ -43,6 +50,8 @@ from turnkit.serve.session import (
 )
 
 __all__ = ["Server"]
+
+log = logging.getLogger("turnkit.serve")
 
 
 class Server:
@@ -58,6 +67,7 @@ class Server:
         allow_template_override: Let requests bring their own ``chat_template`` or ``family``.
         default_max_tokens: The reply budget when a request sets none.
         ui: Serve the playground page at ``/`` (:mod:`.ui`), which tokenizes with the default model.
+        metrics_public: Serve ``/metrics`` without the API key (for a Prometheus that has none).
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class Server:
         allow_template_override: bool = False,
         default_max_tokens: int = 512,
         ui: bool = True,
+        metrics_public: bool = False,
     ) -> None:
         if isinstance(models, ChatFormat):
             if backend is None or model_id is None:
@@ -80,41 +91,99 @@ class Server:
         self.allow_template_override = allow_template_override
         self.default_max_tokens = default_max_tokens
         self.ui = ui
+        self.metrics_public = metrics_public
         self.created = int(time.time())
+        self.metrics: Metrics | None = None
+        self.inflight: InFlight | None = None
+        self.stored = ResponseStore()
 
-    def app(self) -> Starlette:
+    def app(self) -> InFlight:
+        """The ASGI app: the routes, behind :class:`~.inflight.InFlight` (clients that leave, requests in flight)."""
         routes = [
             Route("/health", answering(self.health), methods=["GET"]),
+            Route("/metrics", answering(self.metrics_page), methods=["GET"]),
             Route("/v1/models", answering(self.list_models), methods=["GET"]),
             Route("/v1/chat/completions", answering(self.chat), methods=["POST"]),
             Route("/v1/completions", answering(self.completions), methods=["POST"]),
+            Route("/v1/messages", answering(self.messages), methods=["POST"]),
+            Route("/v1/messages/count_tokens", answering(self.count_tokens), methods=["POST"]),
+            Route("/v1/responses", answering(self.responses), methods=["POST"]),
+            Route("/v1/responses/{response_id}", answering(self.stored_response), methods=["GET", "DELETE"]),
             Route("/tokenize", answering(self.tokenize), methods=["POST"]),
             Route("/detokenize", answering(self.detokenize), methods=["POST"]),
         ]
         if self.ui:
             fmt = self.models.format(None)
             routes += [Route(path, answering(handler), methods=[method]) for path, method, handler in ui.pages(fmt)]
-        middleware = [Middleware(Authenticate, key=self.api_key)] if self.api_key else []
-        return Starlette(routes=routes, exception_handlers=dict(EXCEPTION_HANDLERS), middleware=middleware)
+        public = {"/metrics"} if self.metrics_public else set()
+        middleware = [Middleware(Authenticate, key=self.api_key, public=public)] if self.api_key else []
+        app = Starlette(routes=routes, exception_handlers=dict(EXCEPTION_HANDLERS), middleware=middleware)
+        self.metrics = Metrics(self.models, [route.path for route in routes])
+        self.inflight = InFlight(app, on_done=self.metrics.record)
+        return self.inflight
+
+    async def drain(self, seconds: float) -> None:
+        """Shut down with a deadline (:mod:`.lifecycle` calls this on SIGTERM or SIGINT): refuse new requests (503
+        with ``Retry-After``), let running ones end for up to ``seconds``, then end the rest with an error naming the
+        shutdown. Returns once nothing is in flight (or a few seconds after the deadline)."""
+        self.models.drain(
+            ShuttingDownError(
+                "the server is shutting down; retry on another replica, or once it has restarted",
+                retry_after=max(1.0, seconds),
+            )
+        )
+        inflight = self.inflight
+        if inflight is None:
+            return
+        try:
+            await asyncio.wait_for(inflight.wait_idle(), seconds)
+            return
+        except TimeoutError:
+            pass
+        running = sum(load.running + load.waiting for load in self.models.loads().values())
+        log.warning("drain deadline (%g s): ending the %d requests still running with an error", seconds, running)
+        self.models.abort(
+            ShuttingDownError(
+                f"the server shut down before this reply ended (its drain deadline is {seconds:g} s)",
+                retry_after=1.0,
+            )
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(inflight.wait_idle(), GRACE_SECONDS)
 
     # -- simple endpoints ---------------------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        """``ok``, the default model, what generates and waits (all models together), and each model's state."""
-        models = self.models.status()
+        """``ok`` (or ``draining``, with a 503, while the server shuts down), the default model, what generates and
+        waits (all models together), and each model's state with its key/value cache."""
+        loads = self.models.loads()
+        models = []
+        for name in self.models.specs:
+            entry: dict[str, Any] = {"id": name, "loaded": name in loads}
+            if name in loads:
+                entry.update(_load_body(loads[name]))
+            models.append(entry)
+        draining = self.models.refusal is not None
         body: dict[str, Any] = {
-            "status": "ok",
+            "status": "draining" if draining else "ok",
             "model": self.models.default_name,
-            "generating": sum(m.get("generating", 0) for m in models),
-            "waiting": sum(m.get("waiting", 0) for m in models),
-            "loaded": [m["id"] for m in models if m["loaded"]],
+            "generating": sum(load.running for load in loads.values()),
+            "waiting": sum(load.waiting for load in loads.values()),
+            "aborted": self.metrics.aborted_total() if self.metrics is not None else 0,
+            "loaded": list(loads),
             "max_loaded": self.models.max_loaded,
             "models": models,
         }
-        return JSONResponse(body)
+        return JSONResponse(body, status_code=503 if draining else 200)
+
+    async def metrics_page(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus' text format (:mod:`.metrics`)."""
+        assert self.metrics is not None
+        return await self.metrics.endpoint_metrics(request)
 
     async def list_models(self, request: Request) -> Response:
-        """Every model, loaded or not, with its sampling defaults (``metadata``) and, once loaded, its context."""
+        """Every model, loaded or not, with its sampling defaults and thinking switch (``metadata``) and, once loaded,
+        its context."""
         data = []
         for name, spec in self.models.specs.items():
             card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
@@ -123,22 +192,27 @@ class Server:
                 card["max_model_len"] = loaded.backend.context_length
             card["metadata"] = {
                 "loaded": loaded is not None,
+                "kv_cache_tokens": load_of(loaded.backend).kv_capacity if loaded is not None else None,
                 "default": name == self.models.default_name,
                 "family": spec.family,
                 "template": spec.template,
                 "sampling_defaults": self.models.defaults(name).to_dict(),
+                "thinking_switch": switch.to_dict() if (switch := self.models.thinking_switch(name)) else None,
             }
             data.append(card)
         return JSONResponse({"object": "list", "data": data})
 
     async def tokenize(self, request: Request) -> Response:
-        req = parse_tokenize(await read_body(request))
+        req = await read_request(request, parse_tokenize)
         base = self.models.format(req.model)
         if req.chat_input is not None:
-            fmt = self._format_for(base, req.chat_input)
-            tokens = chat_prompt_ids(fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt)
+            fmt, chat_input = self._format_for(base, req.chat_input), req.chat_input
+            generation_prompt = req.add_generation_prompt
+            tokens = await asyncio.to_thread(
+                lambda: chat_prompt_ids(fmt, chat_input, add_generation_prompt=generation_prompt)
+            )
         else:
-            tokens = base.tokenizer.encode(req.prompt or "").ids
+            tokens = (await asyncio.to_thread(base.tokenizer.encode, req.prompt or "")).ids
         body: dict[str, Any] = {"count": len(tokens), "tokens": tokens}
         loaded = self.models.loaded(self.models.spec(req.model).name)
         if loaded is not None:
@@ -146,7 +220,7 @@ class Server:
         return JSONResponse(body)
 
     async def detokenize(self, request: Request) -> Response:
-        req = parse_detokenize(await read_body(request))
+        req = await read_request(request, parse_detokenize)
         fmt = self.models.format(req.model)
         _check_vocabulary(fmt, req.tokens, "tokens")
         return JSONResponse({"prompt": fmt.tokenizer.decode(req.tokens)})
@@ -154,42 +228,79 @@ class Server:
     # -- generating endpoints -------------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        req = parse_chat(await read_body(request))
-        base = self.models.format(req.model)  # 404 before anything loads
-        fmt = self._format_for(base, req.chat_input)
-        _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
-        check_tools_shown(fmt, req.chat_input)
-        check_tools_readable(fmt, req.chat_input)
-        constraint = None
-        if req.response_format is not None:  # the grammar's tokenizer takes a second to build the first time
-            constraint = await asyncio.to_thread(structured.constraint_for, fmt, req.response_format)
-        model = await self.models.acquire(req.model)
-        sessions = start_chat(
-            fmt,
-            model.backend,
-            req,
-            default_max_tokens=self.default_max_tokens,
-            defaults=model.defaults,
-            constraint=constraint,
-        )
-        chunks = choices(sessions, model.name, chat_chunks)
+        req = await read_request(request, parse_chat)
+        sessions, name = await self._start_chat(req)
+        chunks = choices(sessions, name, chat_chunks)
         if req.response_format is not None:
             chunks = structured.checked(chunks)
         return await _reply(chunks, fold_chat, req)
 
+    async def messages(self, request: Request) -> Response:
+        """Anthropic's Messages API on the same sessions (:mod:`..messages`)."""
+        parsed = await read_request(request, parse_messages)
+        sessions, name = await self._start_chat(parsed.chat)
+        events = message_events(sessions[0], name, show_thinking=parsed.show_thinking)
+        if parsed.chat.stream:
+            return StreamingResponse(typed_event_stream(events, on_error=error_body), media_type="text/event-stream")
+        return JSONResponse(fold_message(await collect(events)))
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API on the same sessions (:mod:`..responses`); stored responses are kept in memory."""
+        req = await read_request(request, lambda body: parse_responses(body, self.stored))
+        sessions, name = await self._start_chat(req.chat)
+        built = ResponseEvents(sessions[0], name, req)
+        if req.store:
+            built.on_done = lambda response: self.stored.put(response, built.conversation())
+        if req.chat.stream:
+            stream = typed_event_stream(built.events(), on_error=built.error_event)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        await collect(built.events())
+        return JSONResponse(built.response)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` a stored response, or ``DELETE`` it."""
+        response_id = request.path_params["response_id"]
+        if request.method == "DELETE":
+            self.stored.found(response_id)
+            self.stored.delete(response_id)
+            return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(self.stored.found(response_id).response)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
+        chat = (await read_request(request, lambda body: parse_messages(body, counting=True))).chat
+        fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
+        await asyncio.to_thread(check_tools_shown, fmt, chat.chat_input)
+        prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat.chat_input)
+        return JSONResponse({"input_tokens": len(prompt)})
+
+    async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
+        """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
+        the grammar of ``response_format`` or of a forced tool call, the model's weights, and the sessions, admitted
+        by the engine (a refusal is an :class:`APIError` with ``Retry-After``, raised before any byte is sent)."""
+        base = self.models.format(req.model)  # 404 before anything loads
+        fmt = self._format_for(base, req.chat_input)
+        _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
+        await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
+        await asyncio.to_thread(check_tools_readable, fmt, req.chat_input)  # probe renders, the first time
+        # the grammar's tokenizer takes a second to build the first time
+        constraint = await asyncio.to_thread(structured.constraint_for, fmt, req)
+        model = await self.models.acquire(req.model)
+        sessions = await start_chat(fmt, model, req, default_max_tokens=self.default_max_tokens, constraint=constraint)
+        return sessions, model.name
+
     async def completions(self, request: Request) -> Response:
-        req = parse_completion(await read_body(request))
+        req = await read_request(request, parse_completion)
         fmt = self.models.format(req.model)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         if isinstance(req.prompt, str):
-            prompt = fmt.tokenizer.encode(req.prompt).ids  # a raw prompt is the caller's own formatting
+            # a raw prompt is the caller's own formatting; tokenized off the event loop (it may be long)
+            prompt = (await asyncio.to_thread(fmt.tokenizer.encode, req.prompt)).ids
         else:
             _check_vocabulary(fmt, req.prompt, "prompt")
             prompt = req.prompt
         model = await self.models.acquire(req.model)
-        sessions = start_completion(
-            fmt, model.backend, req, prompt, default_max_tokens=self.default_max_tokens, defaults=model.defaults
-        )
+        sessions = await start_completion(model, req, prompt, default_max_tokens=self.default_max_tokens)
         echo = fmt.tokenizer.decode(prompt) if req.echo else ""
 
         def chunks(session: Session, name: str) -> AsyncGenerator[Chunk, None]:
@@ -217,6 +328,21 @@ class Server:
             return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
+
+
+def _load_body(load: Load) -> dict[str, Any]:
+    """A model's :class:`~..engines.base.Load` as ``/health`` shows it: what generates and waits, and its key/value
+    cache in tokens (``used``: promised to running requests, ``free``: what admission can still promise, ``cached``:
+    finished requests' prefixes kept for reuse, freed when needed)."""
+    body: dict[str, Any] = {"generating": load.running, "waiting": load.waiting}
+    if load.kv_capacity is not None:
+        body["kv_cache"] = {
+            "tokens": load.kv_capacity,
+            "used": load.kv_reserved,
+            "free": load.kv_free,
+            "cached": load.kv_cached,
+        }
+    return body
 
 
 def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str) -> None:

@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from turnkit.errors import TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.inspect.render import asset, stand_ins_attribute
-from turnkit.inspect.tokens import TokenTexts, find_forged_markers
+from turnkit.inspect.tokens import TokenTexts, find_forged_markers, sequence_segments
 from turnkit.serve.app.body import read_body
 from turnkit.serve.protocol import APIError
 
@@ -106,7 +106,8 @@ def pages(fmt: ChatFormat) -> list[tuple[str, str, Handler]]:
         found_pieces = texts.pieces(ids)
         markers = find_forged_markers(found_pieces, texts.binding)
         forged = {n for marker in markers for n in range(marker.start, marker.end)}
-        pieces = [piece.to_dict() for piece in found_pieces]
+        shown = sequence_segments(found_pieces)
+        pieces = [piece.to_dict(shown[n]) for n, piece in enumerate(found_pieces)]
         messages = body.get("messages")
         found = _attribution(fmt, messages, ids) if isinstance(messages, list) else None
         for n, piece in enumerate(pieces):

@@ -20,17 +20,54 @@ __all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """What every engine is given besides the model: threads (None: the engine's choice) and batching limits."""
+    """What every engine is given besides the model (None: the engine's choice).
+
+    ``threads`` decode one stream; ``prefill_threads`` compute prompts and batches (llama.cpp only); ``max_batch``
+    requests generate together and ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
+    longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
+    YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp).
+    """
 
     threads: int | None = None
+    prefill_threads: int | None = None
     max_batch: int = 16
     max_queue: int = 64
+    queue_timeout: float | None = 60.0
+    context: int | None = None
+    kv_tokens: int | None = None
+
+
+#: What a Hugging Face folder holds its weights in, whichever way transformers saved them.
+_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def _check_model_folder(folder: Path) -> None:
+    """A folder without ``config.json`` or weights (a tokenizer alone is enough to render and encode) is said to be
+    so, in place of transformers' "Unrecognized model ... `model_type`"."""
+    missing = [] if (folder / "config.json").is_file() else ["config.json"]
+    if not any(next(folder.glob(pattern), None) for pattern in _WEIGHTS):
+        missing.append("weights (*.safetensors)")
+    if missing:
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:6]) or "nothing"
+        raise ServeConfigError(
+            f"{folder} holds no model to serve: it has no {' and no '.join(missing)} (it holds {held}); give a folder "
+            "with config.json and the weights, or a .gguf file (render, encode and prepare need the tokenizer only)"
+        )
 
 
 def _torch(path: Path, options: EngineOptions) -> Backend:
     from turnkit.serve.engines.torch import TorchBackend
 
-    return TorchBackend.load(path, threads=options.threads, max_batch=options.max_batch, max_queue=options.max_queue)
+    if path.is_dir():
+        _check_model_folder(path)
+    return TorchBackend.load(
+        path,
+        threads=options.threads,
+        context=options.context,
+        max_batch=options.max_batch,
+        max_queue=options.max_queue,
+        queue_timeout=options.queue_timeout,
+    )
 
 
 def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
@@ -38,7 +75,16 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
         raise ServeConfigError(f"the llama.cpp engine serves .gguf files; {path} is not one (use the torch engine)")
     from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
-    return LlamaCppBackend(path, threads=options.threads or 1, max_batch=options.max_batch, max_queue=options.max_queue)
+    return LlamaCppBackend(
+        path,
+        threads=options.threads or 1,
+        prefill_threads=options.prefill_threads,
+        max_batch=options.max_batch,
+        max_queue=options.max_queue,
+        queue_timeout=options.queue_timeout,
+        context=options.context,
+        kv_tokens=options.kv_tokens,
+    )
 
 
 _LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,11 +23,16 @@ from typing import Any, Protocol
 __all__ = [
     "Backend",
     "BackendBusyError",
+    "CacheFullError",
     "Generation",
     "GenerationRequest",
     "Inbox",
+    "Load",
+    "QueueTimeoutError",
     "ReplayBackend",
+    "ShuttingDownError",
     "TokenEvent",
+    "load_of",
 ]
 
 
@@ -34,7 +40,26 @@ log = logging.getLogger("turnkit.serve")
 
 
 class BackendBusyError(Exception):
-    """Every generation slot and queue place is taken (the server answers 429)."""
+    """The engine cannot take this request now: every slot and queue place is taken (the server answers 429).
+    ``retry_after``: the seconds after which a retry is likely to be admitted (the answer's ``Retry-After``)."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class QueueTimeoutError(BackendBusyError):
+    """The request waited in the queue past its deadline without being admitted (503), before any token."""
+
+
+class ShuttingDownError(BackendBusyError):
+    """The server is shutting down: new requests are refused, and requests still running at the drain deadline end
+    with this error (503, or an error event in a stream)."""
+
+
+class CacheFullError(Exception):
+    """A running request cannot continue: the key/value cache cannot hold it even with every other request preempted.
+    The client gets this reason (an error naming the cache), never a generic failure."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +106,11 @@ class TokenEvent:
 class Generation:
     """The token stream of one request. Iterate it with ``async for``; ``cancel()`` stops it and frees its slot.
 
+    Its life: waiting in the engine's queue, then admitted (:meth:`started` returns), then tokens, then closed (the
+    iteration ends, or raises the engine's error). A request refused while it waited (its deadline, a shutdown) is
+    closed with that error before it was admitted, so :meth:`started` raises it: the server answers with an error
+    status before any byte of a reply.
+
     ``cached_tokens``: how many prompt tokens the engine reused from its cache instead of computing them (set before
     the first token; the server reports it as ``usage.prompt_tokens_details.cached_tokens``).
     """
@@ -88,21 +118,65 @@ class Generation:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
+        self._admitted: asyncio.Future[None] = loop.create_future()
         self.cancelled = threading.Event()
         #: With ``prompt_logprobs``: one event per prompt token (the first without a log-probability), set by the
         #: backend before its first token is put, so it is there when the first token arrives.
         self.prompt: tuple[TokenEvent, ...] | None = None
         self.cached_tokens = 0
+        #: Called once, in the engine's thread, when the engine closes the stream (the :class:`Inbox`'s accounting).
+        self.on_close: Callable[[], None] | None = None
 
     # called from the backend's thread
+    def admit(self) -> None:
+        """The engine took the request into a slot."""
+        self._send(self._settle, None)
+
     def put(self, event: TokenEvent) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        """A token (which also says the request was admitted, for an engine that does not say so first)."""
+        self._send(self._settle, None)
+        self._send(self._queue.put_nowait, event)
 
     def close(self, error: BaseException | None = None) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, error)
+        """The engine is done with the request: the stream ends (with ``error``, if one is given), after the
+        request's place is freed, so a client that reads the end never sees its request still counted."""
+        if self.on_close is not None:
+            self.on_close()
+        self._end(error)
+
+    # called from anywhere
+    def fail(self, error: BaseException) -> None:
+        """End the stream now with ``error`` (a deadline, a shutdown); the engine drops the request at its next step."""
+        self.cancelled.set()
+        self._end(error)
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    def _end(self, error: BaseException | None) -> None:
+        self._send(self._settle, error)
+        self._send(self._queue.put_nowait, error)
+
+    def _send(self, call: Callable[[Any], None], item: Any) -> None:
+        """``call(item)`` on the reader's event loop, from any thread; nothing when that loop is already closed
+        (``turnkit generate`` has printed its reply and closed it, or the server stopped): nobody is left to tell."""
+        try:
+            self._loop.call_soon_threadsafe(call, item)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
+
+    def _settle(self, error: BaseException | None) -> None:
+        if not self._admitted.done():
+            if error is None:
+                self._admitted.set_result(None)
+            else:
+                self._admitted.set_exception(error)
+
+    # the server's side
+    async def started(self) -> None:
+        """Wait until the engine admitted the request; raises the error it was refused with while it waited."""
+        await asyncio.shield(self._admitted)
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:
         while True:
@@ -114,84 +188,217 @@ class Generation:
             yield item
 
 
-class Inbox:
-    """Requests on their way from the server's event loop to an engine's own thread, and how many are waiting.
+@dataclass(frozen=True)
+class Load:
+    """What an engine is doing, read at one moment (``/health`` and ``/metrics`` both show this one reading).
 
-    Both engines (llama.cpp, torch) take requests the same way: :meth:`submit` refuses one past the engine's batch
-    and queue (:class:`BackendBusyError`, the server's 429) and counts it as waiting until the engine started it, so
-    that it never looks idle in between; :meth:`admit`, in the engine's thread, starts requests while it has room.
+    ``kv_capacity`` is the key/value cache in tokens (None: the engine has no shared cache budget); ``kv_reserved``
+    what it has promised to admitted requests (prompt plus ``max_tokens`` each, at most the context); ``kv_cached``
+    what finished requests' prefixes hold for reuse (freed whenever space is needed).
     """
 
-    def __init__(self, max_batch: int, max_queue: int) -> None:
+    running: int
+    waiting: int
+    kv_capacity: int | None = None
+    kv_reserved: int = 0
+    kv_cached: int = 0
+
+    @property
+    def kv_free(self) -> int | None:
+        """What admission can still promise."""
+        return None if self.kv_capacity is None else max(0, self.kv_capacity - self.kv_reserved)
+
+
+Start = Callable[[GenerationRequest, Generation], None]
+
+
+@dataclass
+class _Waiting:
+    request: GenerationRequest
+    generation: Generation
+    cost: int
+    since: float = field(default_factory=time.monotonic)
+
+
+class Inbox:
+    """The admission desk between the server's event loop and an engine's own thread: who waits, who runs, what is
+    promised.
+
+    Both engines (llama.cpp, torch) take requests the same way. :meth:`submit` (event loop) queues a request, or
+    refuses it at once with :class:`BackendBusyError` when every slot and queue place is taken (the server's 429).
+    :meth:`admit` (engine thread) starts waiting requests first come, first served, while the engine has a free slot
+    and the request's ``cost`` (its key/value cache need) fits in what is left of ``capacity``; a request that waits
+    past ``queue_timeout`` seconds is closed with :class:`QueueTimeoutError` (503), and one whose client left is
+    dropped, so a queue place never stays taken by nobody. Admitted requests stay counted, with their reservation,
+    until the engine closes them. :meth:`load` reads all of it under one lock, so the counts always add up.
+
+    :meth:`stop_admitting` (shutdown) refuses new requests with the given error; :meth:`abort` ends every waiting and
+    running request with it.
+    """
+
+    def __init__(
+        self,
+        max_batch: int,
+        max_queue: int,
+        *,
+        capacity: int | None = None,
+        cost: Callable[[GenerationRequest], int] | None = None,
+        queue_timeout: float | None = None,
+    ) -> None:
         self.max_batch = max_batch
         self.max_queue = max_queue
-        self.waiting = 0
+        self.capacity = capacity
+        self.queue_timeout = queue_timeout
         self.closed = False
-        self._queue: queue.Queue[tuple[GenerationRequest, Generation] | None] = queue.Queue()
-        self._lock = threading.Lock()
+        self._cost = cost or (lambda request: 0)
+        self._refusal: BackendBusyError | None = None
+        self._waiting: deque[_Waiting] = deque()
+        self._running: dict[Generation, int] = {}  # admitted, not yet closed: their reservation
+        self._lock = threading.Condition()
+        self._service = 0.0  # seconds an admitted request runs, averaged: how long a retry should wait
 
-    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop, running: int) -> Generation:
-        """Queue ``request`` (``running``: how many the engine generates now)."""
+    # -- the event loop's side --------------------------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
+        """Queue ``request``; :class:`BackendBusyError` (or the shutdown's error) when it cannot be."""
+        cost = self._cost(request)
         with self._lock:
-            if self.waiting + running >= self.max_batch + self.max_queue:
+            if self._refusal is not None:
+                raise self._refusal
+            if self.capacity is not None and cost > self.capacity:
+                raise ValueError(f"a request that needs {cost} cache tokens can never fit in {self.capacity}")
+            waiting = self._live_waiting()
+            if waiting + len(self._running) >= self.max_batch + self.max_queue:
                 raise BackendBusyError(
-                    f"the server is busy: {running} requests are generating and {self.waiting} are waiting"
+                    f"the server is busy: {len(self._running)} requests are generating and {waiting} are waiting",
+                    retry_after=self._retry_after(waiting),
                 )
-            self.waiting += 1
-        generation = Generation(loop)
-        self._queue.put((request, generation))
+            generation = Generation(loop)
+            self._waiting.append(_Waiting(request, generation, cost))
+            self._lock.notify_all()
         return generation
+
+    def load_now(self) -> Load:
+        with self._lock:
+            reserved = sum(self._running.values())
+            return Load(len(self._running), self._live_waiting(), self.capacity, reserved)
+
+    def stop_admitting(self, refusal: BackendBusyError) -> None:
+        """Refuse every new request with ``refusal`` (the server is draining); queued and running ones go on."""
+        with self._lock:
+            self._refusal = refusal
+
+    def abort(self, error: BackendBusyError) -> None:
+        """End every waiting and running request with ``error`` now, and refuse new ones with it."""
+        with self._lock:
+            self._refusal = error
+            waiting, self._waiting = list(self._waiting), deque()
+            running = list(self._running)
+        for entry in waiting:
+            entry.generation.close(error)
+        for generation in running:
+            generation.fail(error)
 
     def close(self) -> None:
         """Stop taking requests and wake the engine's thread."""
-        self.closed = True
-        self._queue.put(None)
+        with self._lock:
+            self.closed = True
+            self._lock.notify_all()
 
-    def admit(
-        self, has_room: Callable[[], bool], start: Callable[[GenerationRequest, Generation], None], *, block: bool
-    ) -> None:
-        """In the engine's thread: ``start`` waiting requests while ``has_room()`` (waiting for the first one when
-        ``block``). A request already cancelled is closed unstarted; one that fails to start is closed with the
-        error, which is that request's failure, not the batch's."""
-        while has_room():
-            try:
-                item = self._queue.get(block=block, timeout=None if block else 0)
-            except queue.Empty:
-                return
+    # -- the engine thread's side -----------------------------------------------------------------------------------
+
+    def admit(self, has_slot: Callable[[], bool], start: Start, *, block: bool) -> None:
+        """Start waiting requests, in order, while ``has_slot()`` and each one's cost fits (waiting for the first one
+        when ``block``). A request that fails to start is closed with the error: that request's failure, not the
+        batch's."""
+        while True:
+            with self._lock:
+                self._expire()
+                while block and not self._waiting and not self.closed:
+                    self._lock.wait()
+                    self._expire()
+                if self.closed or not self._waiting or not has_slot():
+                    return
+                head = self._waiting[0]
+                if self.capacity is not None and sum(self._running.values()) + head.cost > self.capacity:
+                    return  # first come, first served: the head waits for room, and the rest behind it
+                self._waiting.popleft()
+                self._running[head.generation] = head.cost
             block = False
-            if item is None:
-                self.closed = True
-                return
-            request, generation = item
-            try:
-                if generation.cancelled.is_set():
-                    generation.close()
-                else:
-                    start(request, generation)
-            except Exception as exc:  # reported on the request's own stream
-                log.exception("a request could not start")
-                generation.close(RuntimeError(f"generation failed: {exc}"))
-            finally:
-                with self._lock:
-                    self.waiting -= 1
+            self._begin(head, start)
+
+    def _begin(self, entry: _Waiting, start: Start) -> None:
+        generation, admitted = entry.generation, time.monotonic()
+
+        def closed() -> None:
+            with self._lock:
+                if self._running.pop(generation, None) is not None:
+                    self._service = 0.8 * self._service + 0.2 * (time.monotonic() - admitted)
+
+        generation.on_close = closed
+        generation.admit()
+        try:
+            start(entry.request, generation)
+        except Exception as exc:  # reported on the request's own stream
+            log.exception("a request could not start")
+            generation.close(RuntimeError(f"generation failed: {exc}"))
+
+    def _expire(self) -> None:
+        """Drop waiting requests whose client left; close those past the queue's deadline (under the lock)."""
+        now = time.monotonic()
+        kept: deque[_Waiting] = deque()
+        for entry in self._waiting:
+            if entry.generation.cancelled.is_set():
+                entry.generation.close()
+            elif self.queue_timeout is not None and now - entry.since > self.queue_timeout:
+                entry.generation.close(
+                    QueueTimeoutError(
+                        f"the server is full: the request waited {now - entry.since:.0f} s without a free slot and "
+                        "cache room; retry later",
+                        retry_after=self._retry_after(len(self._waiting)),
+                    )
+                )
+            else:
+                kept.append(entry)
+        self._waiting = kept
+
+    def _live_waiting(self) -> int:
+        return sum(not entry.generation.cancelled.is_set() for entry in self._waiting)
+
+    def _retry_after(self, waiting: int) -> float:
+        """Seconds until a retry is likely to find room: the requests ahead, at the rate requests recently ran."""
+        return min(60.0, max(1.0, self._service * (1 + waiting / max(1, self.max_batch))))
 
 
 class Backend(Protocol):
     """A model that generates token ids.
 
-    An engine may also have ``unsupported_fields`` (a set of :class:`GenerationRequest` field names it cannot honour,
-    e.g. ``{"logit_bias", "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the
-    field) and ``load_now`` (``(generating, waiting)``, for ``/health`` and for unloading only when idle).
+    An engine may also have (the registry asks for them with ``getattr``):
+
+    * ``unsupported_fields``: a set of :class:`GenerationRequest` field names it cannot honour, e.g. ``{"logit_bias",
+      "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the field;
+    * ``load_now()``: a :class:`Load` reading (``/health``, ``/metrics``, unloading only when idle; without it the
+      engine reads as idle);
+    * ``stop_admitting(refusal)`` and ``abort(error)``: the drain of a shutdown (refuse new requests; end every
+      queued and running one). An engine built on :class:`Inbox` gets all three from it.
     """
 
     name: str
+    #: The longest sequence (prompt and reply) one request may have.
     context_length: int
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        """Start generating; raises :class:`BackendBusyError` when no slot or queue place is free."""
+        """Queue the request; raises :class:`BackendBusyError` when no slot or queue place is free. The generation's
+        :meth:`~Generation.admit` (or its first token) says when the engine took it."""
         ...
 
     def close(self) -> None: ...
+
+
+def load_of(backend: Backend) -> Load:
+    """The engine's :class:`Load` reading; an engine that cannot tell reads as idle."""
+    load_now = getattr(backend, "load_now", None)
+    return load_now() if load_now is not None else Load(0, 0)
 
 
 @dataclass
@@ -215,13 +422,17 @@ class ReplayBackend:
     )
     delay: float = 0.0
     max_active: int = 64
-    _active: int = field(default=0, init=False)
+    _live: set[Generation] = field(default_factory=set, init=False)
+    _refusal: BackendBusyError | None = field(default=None, init=False)
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        if self._active >= self.max_active:
+        if self._refusal is not None:
+            raise self._refusal
+        if len(self._live) >= self.max_active:
             raise BackendBusyError("all generation slots are busy")
         generation = Generation(loop)
-        self._active += 1
+        generation.admit()
+        self._live.add(generation)
         ids = list(self.script(request.prompt_ids))
         if request.prompt_logprobs is not None:
             top = request.prompt_logprobs
@@ -241,15 +452,22 @@ class ReplayBackend:
                         break
                     await asyncio.sleep(self.delay)
             finally:
-                self._active -= 1
+                self._live.discard(generation)
                 generation.close()
 
         loop.create_task(play())
         return generation
 
-    @property
-    def load_now(self) -> tuple[int, int]:
-        return self._active, 0
+    def load_now(self) -> Load:
+        return Load(len(self._live), 0)
+
+    def stop_admitting(self, refusal: BackendBusyError) -> None:
+        self._refusal = refusal
+
+    def abort(self, error: BackendBusyError) -> None:
+        self._refusal = error
+        for generation in list(self._live):
+            generation.fail(error)
 
     def close(self) -> None:
         pass

@@ -18,31 +18,57 @@ next request whose prompt starts with the same tokens (the same system prompt, t
 prefix instead of computing it, from an idle slot in place or copied from a busy one (in the unified cache a copy
 only tags the same cells with another sequence id). A request whose prefix another request is still prefilling
 waits for it rather than computing it twice. The reused count goes out as ``Generation.cached_tokens``
-(``usage.prompt_tokens_details.cached_tokens``). When the cache is full, idle slots are cleared, oldest first; when
-only running requests remain, the one holding most cells fails with a clear error instead of stalling the rest.
+(``usage.prompt_tokens_details.cached_tokens``).
+
+The cache budget. The cache is one pool of ``kv_tokens`` cells shared by the slots (default: every slot a whole
+context, within a sixteenth of the machine's memory: :func:`default_kv_tokens`), and each request may use up to
+``context`` of them (the model's trained context, or more with YaRN RoPE scaling). The :class:`~.base.Inbox` admits
+a request only when its prompt plus ``max_tokens`` fits in what the pool has not yet promised to running requests;
+otherwise it waits, first come, first served, and past the queue's deadline it is refused before any token. So a
+running reply never finds the cache full: cells held by idle slots (finished requests' prefixes) are cleared when
+needed, oldest first. Should a step still find no room (admission that promises more than the pool holds,
+``admission_tokens``, as vLLM's optimistic scheduler does), the youngest running request is preempted: its cells are
+freed and it is recomputed later from its prompt and the tokens it already generated, its client none the wiser. Only
+a request that cannot fit even alone ends, with :class:`~.base.CacheFullError` naming the cache.
+
+Threads: ``threads`` for one-token batches (one stream decoding), ``prefill_threads`` for every bigger batch (prompt
+chunks, and several streams decoding together): prefill is compute-bound and wants every core.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from turnkit.errors import EngineError
-from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, TokenEvent
+from turnkit.serve.engines.base import (
+    BackendBusyError,
+    CacheFullError,
+    Generation,
+    GenerationRequest,
+    Inbox,
+    Load,
+    TokenEvent,
+)
 from turnkit.serve.engines.sampler import Sampler, log_probability
 
-__all__ = ["LlamaCppBackend"]
+__all__ = ["LlamaCppBackend", "default_kv_tokens"]
 
 log = logging.getLogger("turnkit.serve")
 
 # A request waits for another one's prefill only when that saves at least this many tokens of computing.
 _MIN_SHARED_WAIT = 16
+#: The share of the machine's memory the key/value cache takes by default (when every slot's whole context needs more).
+MEMORY_SHARE = 1 / 16
 
 
 @dataclass
@@ -54,10 +80,20 @@ class _Request:
     sampler: Sampler
     prompt: list[int]
     todo: list[int]
-    produced: int = 0
+    generated: list[int] = field(default_factory=list)
+    admitted: float = field(default_factory=time.monotonic)
     wait_for: _Slot | None = None  # a slot still prefilling this request's prefix
     wait_shared: int = 0
     scored: list[TokenEvent] | None = None  # with prompt_logprobs: the prompt's tokens scored so far
+
+    @property
+    def produced(self) -> int:
+        return len(self.generated)
+
+    @property
+    def known(self) -> list[int]:
+        """Every token of the sequence so far: the prompt, then what was generated (the last one not yet fed)."""
+        return self.prompt + self.generated
 
 
 @dataclass
@@ -70,17 +106,51 @@ class _Slot:
     last_used: float = 0.0
 
 
+@dataclass
+class _Paused:
+    """A preempted request, and how many requests had left when it was preempted: it resumes once one more has."""
+
+    request: _Request
+    left: int
+
+
+def default_kv_tokens(slots: int, context: int, bytes_per_token: int, memory: int | None = None) -> int:
+    """Every slot a whole context, or what :data:`MEMORY_SHARE` of the machine's ``memory`` holds if that is less;
+    at least one context, in whole multiples of 256 (llama.cpp's cache granule)."""
+    if memory is None:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    fits = int(memory * MEMORY_SHARE) // max(1, bytes_per_token)
+    return max(context, min(slots * context, fits)) // 256 * 256 or 256
+
+
 class LlamaCppBackend:
-    """Serves a GGUF file with llama.cpp. ``threads`` sets llama.cpp's threads for decoding and prefill alike."""
+    """Serves a GGUF file with llama.cpp.
+
+    Args:
+        threads: llama.cpp's threads for one-token batches (one stream decoding).
+        prefill_threads: its threads for bigger batches (prompt chunks, several streams); default ``threads``.
+        max_batch: slots (sequences generated together); max_queue: requests waiting before 429 answers.
+        context: the longest sequence one request may have (default: the model's trained context; longer is RoPE
+            scaled with YaRN).
+        kv_tokens: the key/value cache shared by the slots, in tokens (default: :func:`default_kv_tokens`).
+        admission_tokens: the cache tokens admission may promise (default ``kv_tokens``: a running reply never runs
+            out; more admits optimistically and preempts when the cache runs out).
+        queue_timeout: seconds a request may wait for admission before it is refused (None: no limit).
+        prefill_chunk: prompt tokens computed per step, between the running streams' tokens.
+    """
 
     def __init__(
         self,
         path: str | Path,
         *,
         threads: int = 1,
+        prefill_threads: int | None = None,
         max_batch: int = 16,
         max_queue: int = 64,
+        context: int | None = None,
         kv_tokens: int | None = None,
+        admission_tokens: int | None = None,
+        queue_timeout: float | None = 60.0,
         prefill_chunk: int = 128,
     ) -> None:
         try:
@@ -92,46 +162,95 @@ class LlamaCppBackend:
                 "--engine torch"
             ) from exc
         self.ll = llama_cpp
+        _route_llama_logs(llama_cpp)
         path = Path(path)
         self.name = path.stem
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
-        if not log.isEnabledFor(logging.DEBUG):
-            logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         llama_cpp.llama_backend_init()
         model_params = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise EngineError(f"llama.cpp could not load the model {path}")
-        self.context_length = int(llama_cpp.llama_model_n_ctx_train(self._model)) or 4096
+        self.trained_context = int(llama_cpp.llama_model_n_ctx_train(self._model)) or 4096
+        context = context or self.trained_context
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model)))
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = kv_tokens or 2 * self.context_length
+        params.n_ctx = kv_tokens or default_kv_tokens(max_batch, context, self._bytes_per_token())
         params.n_batch = params.n_ubatch = prefill_chunk + max_batch
         params.n_seq_max = max_batch
-        params.n_threads = params.n_threads_batch = threads
+        self.threads, self.prefill_threads = threads, prefill_threads or threads
+        params.n_threads, params.n_threads_batch = self.threads, self.prefill_threads
         params.kv_unified = True  # prefix copies share cells; masked cells cost nothing with flash attention
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         params.no_perf = True
+        self.rope_scaling = context / self.trained_context if context > self.trained_context else None
+        if self.rope_scaling is not None:  # as llama-server's -c N --rope-scaling yarn --yarn-orig-ctx TRAINED
+            params.rope_scaling_type = llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN
+            params.rope_freq_scale = self.trained_context / context
+            params.yarn_orig_ctx = self.trained_context
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)
             raise EngineError(f"llama.cpp could not create a context of {params.n_ctx} tokens for {path}")
         self.kv_tokens = int(llama_cpp.llama_n_ctx(self._ctx))
+        #: The longest sequence one request may have: the context, unless the whole cache is smaller.
+        self.context_length = min(context, self.kv_tokens)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch_size = int(params.n_batch)
         self._batch = llama_cpp.llama_batch_init(self._batch_size, 0, 1)
         self._slots = [_Slot(n) for n in range(max_batch)]
-        self._inbox = Inbox(max_batch, max_queue)
+        self._paused: list[_Paused] = []
+        self._left = 0  # requests that have left the batch, for resuming preempted ones
+        self._inbox = Inbox(
+            max_batch,
+            max_queue,
+            capacity=admission_tokens or self.kv_tokens,
+            cost=lambda request: min(len(request.prompt_ids) + request.max_tokens, self.context_length),
+            queue_timeout=queue_timeout,
+        )
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
+        self.preemptions = 0
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
+
+    def describe(self) -> str:
+        """What was chosen, in one line for the server's start."""
+        cache = self.kv_tokens * self._bytes_per_token() / 2**30
+        line = (
+            f"context {self.context_length} tokens per request, key/value cache {self.kv_tokens} tokens "
+            f"({cache:.1f} GiB) shared by {self.max_batch} slots; threads: {self.threads} decoding, "
+            f"{self.prefill_threads} prefill"
+        )
+        if self.rope_scaling is not None:
+            line += (
+                f"; RoPE scaled with YaRN {self.rope_scaling:g}x past the model's trained {self.trained_context} "
+                "tokens (quality may drop on long inputs)"
+            )
+        return line
+
+    def _bytes_per_token(self) -> int:
+        """Key/value cache bytes per token (f16 keys and values of every layer)."""
+        ll, model = self.ll, self._model
+        head = ll.llama_model_n_embd(model) // max(1, ll.llama_model_n_head(model))
+        return int(ll.llama_model_n_layer(model) * 2 * head * ll.llama_model_n_head_kv(model) * 2)
 
     # -- the server's side --------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        return self._inbox.submit(request, loop, running=self.load_now[0])
+        return self._inbox.submit(request, loop)
+
+    def load_now(self) -> Load:
+        reading = self._inbox.load_now()
+        cached = sum(len(slot.tokens) for slot in self._slots if slot.running is None)
+        return Load(reading.running, reading.waiting, self.kv_tokens, reading.kv_reserved, cached)
+
+    def stop_admitting(self, refusal: BackendBusyError) -> None:
+        self._inbox.stop_admitting(refusal)
+
+    def abort(self, error: BackendBusyError) -> None:
+        self._inbox.abort(error)
 
     def close(self) -> None:
         if self._inbox.closed:
@@ -144,21 +263,17 @@ class LlamaCppBackend:
             self.ll.llama_model_free(self._model)
 
     @property
-    def load_now(self) -> tuple[int, int]:
-        """(generating, waiting)."""
-        return sum(slot.running is not None for slot in self._slots), self._inbox.waiting
-
-    @property
     def cached_cells(self) -> int:
         """Cache positions held by idle slots (reusable prompts, cleared when space is needed)."""
-        return sum(len(slot.tokens) for slot in self._slots if slot.running is None)
+        return self.load_now().kv_cached
 
     # -- the worker thread ----------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._inbox.closed:
             try:
-                self._admit(block=not self._running())
+                self._resume()
+                self._admit(block=not self._running() and not self._paused)
                 if self._running():
                     self._step()
             except Exception as exc:
@@ -168,13 +283,32 @@ class LlamaCppBackend:
                     self._clear(slot)
                     if request is not None:
                         request.generation.close(RuntimeError(f"generation failed: {exc}"))
+        for paused in self._paused:
+            paused.request.generation.close()
+        for slot in self._running():
+            self._leave(slot)
 
     def _running(self) -> list[_Slot]:
         return [slot for slot in self._slots if slot.running is not None]
 
+    def _free_slot(self) -> bool:
+        return any(slot.running is None for slot in self._slots)
+
     def _admit(self, *, block: bool) -> None:
         """Give waiting requests a free slot each, reusing the longest cached prefix of their prompt."""
-        self._inbox.admit(lambda: any(slot.running is None for slot in self._slots), self._start, block=block)
+        self._inbox.admit(self._free_slot, self._start, block=block)
+
+    def _resume(self) -> None:
+        """Put preempted requests back (they come before new ones), once a request has left since their preemption."""
+        while self._paused and self._free_slot():
+            paused = self._paused[0]
+            if paused.request.generation.cancelled.is_set():
+                self._paused.pop(0).request.generation.close()
+                continue
+            if self._running() and self._left <= paused.left:
+                return
+            self._paused.pop(0)
+            self._place(paused.request)
 
     def _start(self, request: GenerationRequest, generation: Generation) -> None:
         if generation.cancelled.is_set():
@@ -191,11 +325,12 @@ class LlamaCppBackend:
         self._place(req)
 
     def _place(self, req: _Request) -> None:
-        prompt = req.prompt
-        # The last prompt token is always computed (its logits give the first token); a prompt to score, all of them.
-        limit = 0 if req.scored is not None else len(prompt) - 1
+        """Give ``req`` a slot, with the longest prefix of its sequence that any slot holds."""
+        known = req.known
+        # The last known token is always computed (its logits give the next token); a prompt to score, all of them.
+        limit = 0 if req.scored is not None and not req.produced else len(known) - 1
         idle = [slot for slot in self._slots if slot.running is None]
-        shared = {slot.seq_id: min(_common(slot.tokens, prompt), limit) for slot in self._slots}
+        shared = {slot.seq_id: min(_common(slot.tokens, known), limit) for slot in self._slots}
         source = max(self._slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
         if shared[source.seq_id] and source.running is None:  # an idle slot holds the longest prefix: reuse in place
             slot = source
@@ -206,12 +341,14 @@ class LlamaCppBackend:
             slot = min(idle, key=lambda s: (shared[s.seq_id], bool(s.tokens), s.last_used))
             self._clear(slot)
             self._copy(source, slot, shared[source.seq_id])
-        req.todo = prompt[len(slot.tokens) :]
-        req.generation.cached_tokens = len(slot.tokens)
+        req.todo = known[len(slot.tokens) :]
+        if not req.produced:
+            req.generation.cached_tokens = len(slot.tokens)
         # Another request may be computing a longer piece of this prompt right now: wait for it, not compute it twice.
+        req.wait_for, req.wait_shared = None, 0
         for other in self._running():
             if other.running is not None and not other.running.produced and other is not slot:
-                future = min(_common(other.running.prompt, prompt), limit)
+                future = min(_common(other.running.prompt, known), limit)
                 if future >= len(slot.tokens) + _MIN_SHARED_WAIT and future > req.wait_shared:
                     req.wait_for, req.wait_shared = other, future
         slot.running = req
@@ -232,12 +369,13 @@ class LlamaCppBackend:
         source = req.wait_for
         if source is None:
             return False
-        if _common(source.tokens, req.prompt) >= req.wait_shared:
+        if _common(source.tokens, req.known) >= req.wait_shared:
             self._clear(slot)
             self._copy(source, slot, req.wait_shared)
-            req.todo = req.prompt[req.wait_shared :]
-            req.generation.cached_tokens = req.wait_shared
-        elif source.running is not None and _common(source.running.prompt, req.prompt) >= req.wait_shared:
+            req.todo = req.known[req.wait_shared :]
+            if not req.produced:
+                req.generation.cached_tokens = req.wait_shared
+        elif source.running is not None and _common(source.running.prompt, req.known) >= req.wait_shared:
             return True  # the prefix is still being computed
         req.wait_for = None
         return False
@@ -250,7 +388,7 @@ class LlamaCppBackend:
             assert req is not None
             if req.generation.cancelled.is_set():
                 self._leave(slot)
-            elif req.produced:
+            elif req.produced and len(req.todo) == 1:
                 decoding.append(slot)
             elif not self._resolve_wait(slot):
                 prefilling.append(slot)
@@ -324,25 +462,42 @@ class LlamaCppBackend:
         return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
     def _make_room(self, plan: list[tuple[_Slot, list[int], bool]]) -> bool:
-        """Free cache cells: the oldest idle slot's, else fail the running request that holds most. True: retry."""
+        """Free cache cells: the oldest idle slot's, else preempt the youngest running request (recomputed later);
+        a request alone that still does not fit ends with :class:`CacheFullError`. True: retry the plan."""
         idle = [slot for slot in self._slots if slot.running is None and slot.tokens]
         if idle:
             self._clear(min(idle, key=lambda slot: slot.last_used))
             return True
-        victim = max(self._running(), key=lambda slot: len(slot.tokens) + len(slot.running.todo))  # type: ignore[union-attr]
+        running = self._running()
+        victim = max(running, key=lambda slot: slot.running.admitted)  # type: ignore[union-attr]
         request, victim.running = victim.running, None
         assert request is not None
         self._clear(victim)
-        request.generation.close(
-            EngineError(f"the key/value cache ({self.kv_tokens} tokens) is full; retry with fewer concurrent requests")
-        )
         plan[:] = [entry for entry in plan if entry[0] is not victim]
+        if len(running) == 1:
+            request.generation.close(
+                CacheFullError(
+                    f"the key/value cache ({self.kv_tokens} tokens) is full: this request needs more than the whole "
+                    "cache holds; start the server with a larger --kv-tokens"
+                )
+            )
+            return False
+        self.preemptions += 1
+        log.info(
+            "the key/value cache (%d tokens) is full: preempting a request after %d tokens, to recompute later",
+            self.kv_tokens,
+            request.produced,
+        )
+        request.todo, request.wait_for = [], None
+        if request.scored is not None and not request.produced:  # scored again from the start when it resumes
+            request.scored = [TokenEvent(request.prompt[0])]
+        self._paused.append(_Paused(request, self._left))
         return bool(plan)
 
     def _emit(self, req: _Request, event: TokenEvent) -> bool:
         """Deliver a token; True when the request is finished (stop id, budget, or cancelled)."""
         req.generation.put(event)
-        req.produced += 1
+        req.generated.append(event.token_id)
         request = req.request
         return (
             event.token_id in request.stop_ids
@@ -355,6 +510,7 @@ class LlamaCppBackend:
         request, slot.running = slot.running, None  # free before the client hears of it
         assert request is not None
         slot.last_used = time.monotonic()
+        self._left += 1
         request.generation.close()
 
 
@@ -371,3 +527,30 @@ def _common(a: list[int], b: list[int]) -> int:
         else:
             high = mid
     return low
+
+
+# llama.cpp's log levels (ggml.h's enum ggml_log_level) as Python's; CONT continues the previous message.
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_llama_log = logging.getLogger("turnkit.serve.llama_cpp")
+_log_state: dict[str, Any] = {}
+
+
+def _route_llama_logs(llama_cpp: Any) -> None:
+    """Send llama.cpp's own log lines to Python logging (``turnkit.serve.llama_cpp``: its warnings and errors show,
+    its loading chatter only at debug level), once per process. One warning is dropped: with one cache shared by the
+    slots, llama.cpp reports the whole cache as each sequence's context (``n_ctx_seq > n_ctx_train``), but a request
+    here never gets more than ``context`` tokens; :meth:`LlamaCppBackend.describe` says what was chosen instead."""
+    if _log_state:
+        return
+    level = [logging.DEBUG]
+
+    @llama_cpp.llama_log_callback
+    def route(ggml_level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        if ggml_level != 5:
+            level[0] = _LEVELS.get(ggml_level, logging.DEBUG)
+        line = text.decode("utf-8", errors="replace").rstrip()
+        if line and "possible training context overflow" not in line:
+            _llama_log.log(level[0], "%s", line)
+
+    _log_state["callback"] = route  # kept alive as long as llama.cpp may call it
+    llama_cpp.llama_log_set(route, ctypes.c_void_p(0))

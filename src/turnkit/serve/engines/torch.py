@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, TokenEvent
+from turnkit.quiet import progress_bars
+from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationRequest, Inbox, Load, TokenEvent
 
 __all__ = ["TorchBackend"]
 
@@ -41,7 +42,16 @@ class _Sequence:
 class TorchBackend:
     """Serves a causal language model loaded with transformers. Build it with :meth:`load`."""
 
-    def __init__(self, model: Any, *, name: str, context_length: int, max_batch: int = 16, max_queue: int = 64):
+    def __init__(
+        self,
+        model: Any,
+        *,
+        name: str,
+        context_length: int,
+        max_batch: int = 16,
+        max_queue: int = 64,
+        queue_timeout: float | None = 60.0,
+    ):
         import torch
 
         self.torch = torch
@@ -51,7 +61,7 @@ class TorchBackend:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.device = next(model.parameters()).device
-        self._inbox = Inbox(max_batch, max_queue)
+        self._inbox = Inbox(max_batch, max_queue, queue_timeout=queue_timeout)
         self._active: list[_Sequence] = []
         self._cache: Any = None
         self._mask: Any = None
@@ -59,14 +69,18 @@ class TorchBackend:
         self._thread.start()
 
     @classmethod
-    def load(cls, path: str | Path, *, threads: int | None = None, **kwargs: Any) -> TorchBackend:
+    def load(
+        cls, path: str | Path, *, threads: int | None = None, context: int | None = None, **kwargs: Any
+    ) -> TorchBackend:
         """Load a Hugging Face folder or a GGUF file, on the GPU when there is one, else the CPU.
 
         A GGUF file is dequantized by transformers, which takes long; the result is saved once as a safetensors
         folder in turnkit's cache (keyed by the file's path, size and modification time) and loaded from there later.
+        ``context`` (default: the model's ``max_position_embeddings``) longer than the model's is RoPE scaled with
+        YaRN, as the llama.cpp engine does.
         """
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         if threads:
             torch.set_num_threads(threads)
@@ -74,25 +88,38 @@ class TorchBackend:
         cuda = torch.cuda.is_available()
         dtype = torch.bfloat16 if cuda else torch.float32
         folder = _converted_gguf(path) if path.is_file() else path
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        config = AutoConfig.from_pretrained(folder)
+        trained = int(getattr(config, "max_position_embeddings", None) or 4096)
+        if context is not None and context > trained:
+            rope = dict(getattr(config, "rope_parameters", None) or {})
+            rope.update(rope_type="yarn", factor=context / trained, original_max_position_embeddings=trained)
+            config.rope_parameters = rope
+            config.max_position_embeddings = context
+            log.info("context %d: RoPE scaled with YaRN %gx past the trained %d", context, context / trained, trained)
+        with progress_bars(shown=False):  # a local load: turnkit says what it loads
+            model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype)
         if cuda:
             model = model.to("cuda")  # type: ignore[arg-type]  # transformers types .to() through a wrapper
-        context = getattr(model.config, "max_position_embeddings", None) or 4096
-        return cls(model, name=path.stem if path.is_file() else path.name, context_length=int(context), **kwargs)
+        name = path.stem if path.is_file() else path.name
+        return cls(model, name=name, context_length=context or trained, **kwargs)
 
     # -- the server's side --------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        return self._inbox.submit(request, loop, running=len(self._active))
+        return self._inbox.submit(request, loop)
+
+    def load_now(self) -> Load:
+        return self._inbox.load_now()
+
+    def stop_admitting(self, refusal: BackendBusyError) -> None:
+        self._inbox.stop_admitting(refusal)
+
+    def abort(self, error: BackendBusyError) -> None:
+        self._inbox.abort(error)
 
     def close(self) -> None:
         self._inbox.close()
         self._thread.join(timeout=10)
-
-    @property
-    def load_now(self) -> tuple[int, int]:
-        """(generating, waiting)."""
-        return len(self._active), self._inbox.waiting
 
     # -- the worker thread ----------------------------------------------------------------------------------------
 
@@ -109,11 +136,16 @@ class TorchBackend:
                     for sequence in self._active:
                         sequence.generation.close(RuntimeError(f"generation failed: {exc}"))
                     self._active, self._cache, self._mask = [], None, None
+        for sequence in self._active:  # closed while generating: the streams end rather than wait forever
+            sequence.generation.close()
 
     def _admit(self, *, block: bool) -> None:
         self._inbox.admit(lambda: len(self._active) < self.max_batch, self._prefill, block=block)
 
     def _prefill(self, request: GenerationRequest, generation: Generation) -> None:
+        if generation.cancelled.is_set():
+            generation.close()
+            return
         torch = self.torch
         ids = torch.tensor([list(request.prompt_ids)], dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, use_cache=True)
@@ -286,7 +318,8 @@ def _converted_gguf(path: Path) -> Path:
         from transformers import AutoModelForCausalLM
 
         log.info("converting %s to a safetensors folder (once)", path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+        with progress_bars(shown=True):  # dequantizing takes long: a bar on a terminal helps
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
         # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
         model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
