@@ -354,17 +354,27 @@ def test_parse_reads_a_reply_back_and_says_which_format_and_why(tmp_path, capsys
     result = json.loads(_parse(capsys, "--model", "default", str(reply))[1])
     assert "tool_calls" not in result["message"] and "<tool_call>" in result["message"]["content"]
     assert result["reply_format"]["name"] == "plain"
-    assert result["reply_format"]["why"].startswith("inferred: the template writes no marker")
+    assert result["reply_format"]["why"] == "plain: reads back every probe reply the template writes"
     assert "--reply-format hermes" in result["hint"]
 
-    # a template that writes the markers: inferred from them
+    # markers only named in a comment teach nothing: the template's renders choose
     template = tmp_path / "t.jinja"
     template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}{# <tool_call> </tool_call> #}")
     result = json.loads(_parse(capsys, "--template", str(template), str(reply))[1])
+    assert result["reply_format"]["name"] == "plain" and "tool_calls" not in result["message"]
+
+    # a template that writes tool calls as hermes does: chosen from its renders of probe calls
+    template.write_text(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}"
+        '<tool_call>\n{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}\n</tool_call>'
+        "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    result = json.loads(_parse(capsys, "--template", str(template), str(reply))[1])
     assert result["reply_format"] == {
         "name": "hermes",
-        "why": "inferred from markers in the template (<tool_call>, </tool_call>)",
+        "why": "hermes: reads back every probe reply the template writes",
     }
+    assert result["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
 def test_parse_gives_each_call_its_status(tmp_path, capsys):

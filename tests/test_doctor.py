@@ -85,7 +85,7 @@ def _skipped(report: doctor.Report) -> dict[str, str]:
 def test_the_clean_folder_has_no_error_and_runs_every_check(model):
     report = doctor.run(model)
     assert report.errors == []
-    assert report.fired() <= {"pad-is-end-marker", "forgeable-tokenizer"}
+    assert report.fired() <= {"pad-is-end-marker", "forgeable-tokenizer", "tools-ignored"}
     for check in (
         "template-missing",
         "no-generation-prompt",
@@ -250,6 +250,42 @@ def test_prefix_unstable(model):
     assert finding.severity == "info" and "split" in finding.fix
 
 
+TOOLS_SHOWN = (
+    "{% if tools %}{{ '<|im_start|>system\nTools: ' + (tools | tojson) + '<|im_end|>\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message.tool_calls %}{% for call in message.tool_calls %}{{ CALL }}{% endfor %}"
+    "{% else %}{{ message['content'] }}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("call", "fires"),
+    [
+        ("'<tool_call>' + ({'name': call.function.name, 'arguments': call.function.arguments} | tojson)"
+         " + '</tool_call>'", False),
+        ("call.function.name + ':\n' + (call.function.arguments | dictsort | map('join', ' = ') | join('\n'))", True),
+    ],
+)  # fmt: skip
+def test_tools_unreadable(model, call, fires):
+    _set_template(model, TOOLS_SHOWN.replace("CALL", call))
+    report = doctor.run(model)
+    assert "tools-unreadable" in report.checks_run and "tools-ignored" not in report.fired()
+    if not fires:
+        assert "tools-unreadable" not in report.fired()
+        return
+    finding = _only(doctor.run(model), "tools-unreadable")
+    assert finding.severity == "warning" and "cannot read back" in finding.message
+
+
+def test_tools_ignored(model):
+    report = doctor.run(model)  # SmolLM2's template shows no tools
+    finding = _only(report, "tools-ignored")
+    assert finding.severity == "info" and "with and without tools" in finding.message
+    _set_template(model, TOOLS_SHOWN.replace("CALL", "call.function.name"))
+    assert "tools-ignored" not in doctor.run(model).fired()
+
+
 PLAIN = (
     "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
@@ -368,8 +404,8 @@ def test_json_shape_and_exit_codes(model, capsys):
 def test_human_output_groups_by_severity(model, capsys):
     main(["doctor", str(model)])
     out = capsys.readouterr().out
-    assert out.index("Warnings (1)") < out.index("Info (1)") < out.index("Not evaluated (3)")
-    assert re.search(r"^\d+ checks run: 0 errors, 1 warning, 1 info, 3 not evaluated$", out, re.M)
+    assert out.index("Warnings (1)") < out.index("Info (2)") < out.index("Not evaluated (3)")
+    assert re.search(r"^\d+ checks run: 0 errors, 1 warning, 2 info, 3 not evaluated$", out, re.M)
 
 
 def test_ci_report(model, capsys, monkeypatch):

@@ -244,7 +244,7 @@ def test_encode_is_unchanged_by_the_fast_path(smollm2_hf_folder: Path, monkeypat
             items.append({"messages": messages, "tools": tools})
             outcome.append(encoding)
         outcome += fmt.encode_batch(items)
-        assert len(items) >= 8
+        assert len(items) >= 7  # the others are refused alike (data SmolLM2's template drops: DroppedDataError)
         results.append(
             [
                 e if isinstance(e, str) else (e.input_ids.tolist(), e.labels.tolist(), e.is_data.tolist())

@@ -108,3 +108,29 @@ def test_render_and_encode_warn_when_the_template_ignores_tools(smollm2_gguf, tm
     assert "does not show tools" not in capsys.readouterr().err
     main(["encode", "--model", "default", "--generation-prompt", str(conversation)])
     assert "does not show tools" in capsys.readouterr().err
+
+
+def test_reasoning_is_shown_marked_and_kept_out_of_the_history(smollm2_hf_folder):
+    """A reasoning model (a Qwen3 template, scripted replies through the real tokenizer): the reasoning streams
+    marked before the answer, and only the answer joins the history."""
+    import asyncio
+    import io
+
+    from corpus import template_text, tokenizer_with_markers
+
+    from turnkit import ChatFormat
+    from turnkit.serve import ReplayBackend
+    from turnkit.serve.models import LoadedModel
+    from turnkit.serve.modelspec import ModelSpec
+    from turnkit.serve.sampling import NEUTRAL
+    from turnkit.serve.terminal import Conversation
+
+    tokenizer = tokenizer_with_markers(smollm2_hf_folder, ["<|im_start|>", "<|im_end|>", "<think>", "</think>"])
+    fmt = ChatFormat.from_template(template_text("Qwen-Qwen3-0.6B.jinja"), tokenizer=tokenizer, eos_token="<|im_end|>")
+    reply = fmt.tokenizer.encode("<think>\nTwo and two.\n</think>\n\nFour.<|im_end|>").ids
+    model = LoadedModel(ModelSpec("qwen3", "x"), fmt, ReplayBackend(lambda prompt: reply, delay=0), NEUTRAL)
+    conversation = Conversation(model)
+    out = io.StringIO()
+    content, finish = asyncio.run(conversation.reply("What is 2+2?", out))
+    assert out.getvalue() == "(thinking) Two and two.\n\nFour." and (content, finish) == ("Four.", "stop")
+    assert conversation.messages[-1] == {"role": "assistant", "content": "Four."}

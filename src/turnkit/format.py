@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from turnkit.parse.formats import ReplyFormat
     from turnkit.parse.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
+    from turnkit.parse.select import Choice
     from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
 
@@ -334,11 +335,19 @@ class ChatFormat:
     # -- parsing ------------------------------------------------------------------------------------------------------
 
     @cached_property
-    def reply_format(self) -> ReplyFormat:
-        """How this format's replies write reasoning and tool calls (inferred; pass ``reply_format=`` to override)."""
+    def reply_choice(self) -> Choice:
+        """The reply format chosen for this template by rendering probe replies, with what the probes showed
+        (:func:`turnkit.parse.select.choose`): which replies the template writes, which the format reads back, and
+        whether the template writes tool calls that nothing reads."""
         from turnkit.parse import select
 
-        return select.for_template(self.chat_template)
+        return select.choose(self.chat_template)
+
+    @property
+    def reply_format(self) -> ReplyFormat:
+        """How this format's replies write reasoning and tool calls, chosen from what the template writes; its
+        ``reason`` says which reading was chosen and why (pass ``reply_format=`` to a parse to override)."""
+        return self.reply_choice.format
 
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:

@@ -39,14 +39,14 @@ def _read_reply(path: str, ids: bool) -> str | list[int]:
 
 
 def _chosen(fmt: ChatFormat, spec: ReplyFormat, named: bool) -> str:
-    """Why this reply format: named on the command line, else the reason its selection gives (what the template's
-    renders showed), else that the family declares it."""
+    """Why this reply format: named on the command line, else declared by the family, else the reason its selection
+    gives (what the template's renders showed)."""
     if named:
         return "named with --reply-format"
-    if spec.reason:
-        return spec.reason
     if fmt.chat_template.reply_format is not None:
         return f"declared by the family {fmt.family.name if fmt.family else fmt.chat_template.reply_format!r}"
+    if spec.reason:
+        return spec.reason
     return "the template's renders show no reasoning or tool-call syntax"
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
-from turnkit.doctor.probe import ASSISTANT_1, USER_1, probe_conversation
+from turnkit.doctor.probe import ASSISTANT_1, PROBE_TOOL, USER_1, probe_conversation
 from turnkit.doctor.target import TemplateSource
 from turnkit.errors import TemplateError, TurnkitError
 from turnkit.format import ChatFormat
@@ -22,6 +22,8 @@ __all__ = [
     "check_template_drift",
     "check_template_invalid",
     "check_template_missing",
+    "check_tools_ignored",
+    "check_tools_unreadable",
 ]
 
 
@@ -195,6 +197,48 @@ def check_prefix_stable(ctx: Context) -> list[Problem]:
             "at serving",
             "train one example per assistant turn: `turnkit prepare --split-turns` or fmt.encode(..., "
             "split_turns=True)",
+            template_file(ctx),
+        )
+    ]
+
+
+_TOOL_PROBE = [{"role": "user", "content": USER_1}]
+
+
+def check_tools_ignored(ctx: Context) -> list[Problem]:
+    """``tools-ignored``: the template renders the same serving prompt with and without tools, so a model served with
+    it never sees them (servers that take the tools anyway answer as if there were none)."""
+    fmt = ctx.fmt
+    try:
+        shown = fmt.render(_TOOL_PROBE, tools=[PROBE_TOOL], add_generation_prompt=True)
+        bare = fmt.render(_TOOL_PROBE, add_generation_prompt=True)
+    except TemplateError as exc:
+        raise NotEvaluated(f"the template refuses the tool probe: {exc}") from None
+    if shown != bare:
+        return []
+    return [
+        Problem(
+            "the template renders the same prompt with and without tools: a model served with it never sees them, "
+            "and a server that accepts them anyway returns replies written as if there were none",
+            "serve tools with a template that shows them (turnkit serve answers requests with tools with a 400 "
+            "here); a chat-only model needs nothing",
+            template_file(ctx),
+        )
+    ]
+
+
+def check_tools_unreadable(ctx: Context) -> list[Problem]:
+    """``tools-unreadable``: the template writes tool calls in a syntax that no reading gives back: served, the
+    model's calls would come back as text."""
+    choice = ctx.fmt.reply_choice
+    if not choice.tools_unreadable:
+        return []
+    return [
+        Problem(
+            "the template writes tool calls in a syntax turnkit cannot read back, so a served model's calls would come "
+            f"back as text (turnkit serve answers requests with tools with a 400): {choice.format.reason}",
+            "write tool calls in a syntax the template's own renders show unambiguously (a marker before each call "
+            "and each argument), or name a reply format when parsing (reply_format=...)",
             template_file(ctx),
         )
     ]

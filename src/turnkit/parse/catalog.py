@@ -23,10 +23,10 @@ _TAGGED = Arguments("tagged")
 _PYTHON = Arguments("python")
 
 HERMES = tool_syntax("<tool_call>{args}</tool_call>", _HERMES_CALL)
-QWEN3_CODER = tool_syntax(
-    "<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>",
-    _TAGGED,
-    param="<parameter={key}>\n{value}\n</parameter>\n",
+_QWEN3_PARAM = "<parameter={key}>\n{value}\n</parameter>\n"
+QWEN3_CODER = (
+    tool_syntax("<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>", _TAGGED, param=_QWEN3_PARAM),
+    tool_syntax("<function={name}>\n{args}</function>", _TAGGED, param=_QWEN3_PARAM),  # without <tool_call>
 )
 GLM = tool_syntax(
     "<tool_call>{name}\n{args}</tool_call>", _TAGGED, param="<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
@@ -36,9 +36,11 @@ LLAMA3 = (
     tool_syntax("<|python_tag|>{args}", _LLAMA_CALL, block=("", ""), separator=";"),
 )
 MISTRAL = (
-    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS] [", "]"), separator=","),
-    tool_syntax("[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{args}", _JSON),
-    tool_syntax("[TOOL_CALLS]{name}[ARGS]{args}", _JSON),
+    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS] [", "]"), separator=","),  # pre-v11: a JSON list
+    tool_syntax("{args}", _HERMES_CALL, block=("[TOOL_CALLS]", ""), separator=","),  # ... or bare objects
+    tool_syntax("[TOOL_CALLS]{name}[CALL_ID]{id}[ARGS]{args}", _JSON),  # Small 3.2
+    tool_syntax("[TOOL_CALLS]{name}[ARGS]{args}", _JSON),  # v11+
+    tool_syntax("[TOOL_CALLS]{name}{args}", _JSON),  # v11+ without [ARGS]
 )
 DEEPSEEK_BLOCK = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
 DEEPSEEK_V3 = tool_syntax(
@@ -85,12 +87,29 @@ SEED_OSS = tool_syntax(
     _TAGGED,
     param="<parameter={key}>{value}</parameter>\n",
 )
-STEP3 = tool_syntax(
-    '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">{args}</steptml:invoke>'
-    "<｜tool_call_end｜>",
+_STEP3_PARAM = '<steptml:parameter name="{key}">{value}</steptml:parameter>'
+_STEP3_BLOCK = ("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>")
+STEP3 = (
+    tool_syntax(
+        '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">{args}</steptml:invoke>'
+        "<｜tool_call_end｜>",
+        _TAGGED,
+        param=_STEP3_PARAM,
+        block=_STEP3_BLOCK,
+        separator="<｜tool_sep｜>",
+    ),
+    tool_syntax(  # "function<｜tool_sep｜>" left out
+        '<｜tool_call_begin｜><steptml:invoke name="{name}">{args}</steptml:invoke><｜tool_call_end｜>',
+        _TAGGED,
+        param=_STEP3_PARAM,
+        block=_STEP3_BLOCK,
+        separator="<｜tool_sep｜>",
+    ),
+)
+MIMO = tool_syntax(  # MiMo's parser keeps a value's text verbatim, newlines included
+    "<tool_call>\n<function={name}>\n{args}</function>\n</tool_call>",
     _TAGGED,
-    param='<steptml:parameter name="{key}">{value}</steptml:parameter>',
-    block=("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"),
+    param="<parameter={key}>{value}</parameter>\n",
 )
 MINICPM5 = tool_syntax(
     '<function name="{name}">{args}</function>', _TAGGED, param='<param name="{key}">{value}</param>'
@@ -105,7 +124,10 @@ LFM2 = (
     tool_syntax("{args}", _HERMES_CALL, block=("<|tool_call_start|> [", "] <|tool_call_end|>"), separator=","),
 )
 OLMO3 = tool_syntax("{name}({args})", _PYTHON, block=("<function_calls>", "</function_calls>"), separator="\n")
-GEMMA4 = tool_syntax("<|tool_call>call:{name}{args}<tool_call|>", Arguments("gemma"))
+GEMMA4 = (
+    tool_syntax("<|tool_call>call:{name}{args}<tool_call|>", Arguments("gemma")),
+    tool_syntax("<|tool_call>:{name}{args}<tool_call|>", Arguments("gemma")),  # the bare opener
+)
 FUNCTIONGEMMA = tool_syntax(
     "<start_function_call>call:{name}{args}<end_function_call>", Arguments("gemma", quote="<escape>")
 )
@@ -172,7 +194,7 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("hermes", HERMES),  # vLLM hermes; Hermes 2/3, Qwen2.5
         _format("qwen3", HERMES, reasoning=_THINK),  # Qwen3, QwQ
         ReplyFormat("reasoning", _THINK),  # DeepSeek-R1 and its distillations
-        _format("qwen3_coder", QWEN3_CODER, reasoning=_THINK),  # vLLM qwen3_coder/qwen3_xml; Qwen3.5, Nemotron 3
+        _format("qwen3_coder", *QWEN3_CODER, reasoning=_THINK),  # vLLM qwen3_coder/qwen3_xml; Qwen3.5, Nemotron 3
         _format("glm45", GLM, reasoning=_THINK),  # vLLM glm45/glm47; GLM-4.5..4.7, Ling 3, Laguna
         _format("llama3", *LLAMA3),  # vLLM llama3_json
         _format("mistral", *MISTRAL, reasoning=Reasoning("[THINK]", "[/THINK]")),  # vLLM mistral
@@ -184,16 +206,15 @@ REPLY_FORMATS: dict[str, ReplyFormat] = {
         _format("minimax_m2", MINIMAX_M2, reasoning=_THINK_PREFILLED),
         _format("minimax_m3", MINIMAX_M3, reasoning=Reasoning("<mm:think>", "</mm:think>")),
         _format("seed_oss", SEED_OSS, reasoning=Reasoning("<seed:think>", "</seed:think>")),
-        _format("step3", STEP3, reasoning=_THINK_PREFILLED),
+        _format("step3", *STEP3, reasoning=_THINK_PREFILLED),
+        _format("mimo", MIMO, reasoning=_THINK),
         _format("minicpm5", MINICPM5, reasoning=_THINK),
         _format("pythonic", PYTHONIC),
         _format("llama4_pythonic", *LLAMA4_PYTHONIC),
         _format("lfm2", *LFM2, reasoning=_THINK),
         _format("olmo3", OLMO3, reasoning=_THINK),
         # Gemma 4 writes stray channel markers: a lone <|channel> is dropped
-        _format(
-            "gemma4", GEMMA4, reasoning=Reasoning("<|channel>thought", "<channel|>"), content_markers=("<|channel>",)
-        ),
+        _format("gemma4", *GEMMA4, reasoning=Reasoning("<|channel>", "<channel|>", label="thought")),
         _format("functiongemma", FUNCTIONGEMMA),
         _format(
             "cohere",

@@ -36,12 +36,15 @@ from turnkit.parse.values import (
     is_plain_string,
     param_schema,
     python_arguments,
+    schema_types,
     typed_value,
 )
 
 __all__ = ["Engine"]
 
 _WS = " \t\r\n"
+#: Steps without consuming input after which the engine takes the next character as content (a safety net).
+_STALL_LIMIT = 200
 #: Keys under which a call written as one JSON object holds its id.
 _ID_KEYS = ("id", "tool_call_id", "call_id")
 #: Characters the arguments' own syntax uses: an end literal starting with one does not cut a reader short.
@@ -196,13 +199,19 @@ def _first_cores(seq: tuple[_Elem, ...], index: int, after: frozenset[str]) -> f
     return frozenset()
 
 
-def _written_id(reader: ObjectReader) -> str | None:
+def _written_id(reader: ObjectReader, name_key: str) -> str | None:
     """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``): the call's id.
-    One written after the name comes too late for the stream, which sent the id with the name."""
+    One written after the name comes too late for the stream, which sent the id with the name, so it never counts
+    (however much of the object the reader already holds)."""
+    before: dict[str, str] = {}
+    for key, value in reader.values.items():
+        if key == name_key:
+            break
+        before[key] = value
     for key in _ID_KEYS:
-        if key in reader.values:
+        if key in before:
             try:
-                written = json.loads(reader.values[key])
+                written = json.loads(before[key])
             except ValueError:
                 continue
             if isinstance(written, str | int) and not isinstance(written, bool):
@@ -248,6 +257,9 @@ class _Channel:
         return "".join(self.parts)
 
 
+_ELEMENTS = frozenset({"tagged", "xml"})  # arguments as elements, not one self-delimited value
+
+
 class _Call:
     """A tool call being read."""
 
@@ -282,6 +294,7 @@ class _Call:
         self.params = 0
         self.closing = False  # a broken call skipping to its end
         self.peek = False  # several syntaxes still possible: the next character decides
+        self.fresh = False  # only a block's opening read so far: its end here means an empty block
         #: Syntaxes that share the trigger but continue differently: (syntax, elements, element, core) each.
         self.alternatives: list[tuple[_Syntax, tuple[_Elem, ...], int, int]] | None = None
 
@@ -323,13 +336,17 @@ class Engine:
         self.content = _Channel()
         self.reasoning = _Channel()
         self.calls: list[ParsedToolCall] = []
+        #: What the reply holds that does not read as its format says, and what was done with it.
+        self.problems: list[str] = []
         self.out: list[Delta] = []
         self.end: EndReason | None = None
         self.stop: str | None = None
         self._call: _Call | None = None
         self._block: _Syntax | None = None  # a block of calls is open
         self._expect: list[str] = []
+        self._memo: dict[tuple[Any, ...], Any] = {}
         self._calls_allowed = True  # False in a headed message routed to content or reasoning
+        self._label, self._label_held = "", ""  # a reasoning label not yet seen (Gemma's "thought")
         compiled = self._compiled
         self._header: list[str] = []
         self._mode: str = "content"
@@ -366,17 +383,31 @@ class Engine:
 
     def _pump(self) -> None:
         lexer = self._lexer
+        stalled, left = 0, len(lexer.buffer)
         while self.end is None:
+            if len(lexer.buffer) < left:
+                stalled, left = 0, len(lexer.buffer)
+            else:
+                stalled += 1
+                if stalled > _STALL_LIMIT:
+                    self._unstick()
+                    stalled, left = 0, len(lexer.buffer)
+                    continue
             if self._mode == "call" and self._call is not None and self._call.peek:
                 if not self._peek():
                     return
                 continue
-            found = needles(self._needles())
+            if not lexer.buffer:
+                return
+            key = self._state_key()
+            found = self._memo.get(key)
+            if found is None:
+                found = self._memo[key] = needles(self._needles())
             event = lexer.next(found)
             if event is None:
                 return
             kind, value = event
-            if kind == NEEDLE and value in self._stops and not self._stop_is_text(value):
+            if kind == NEEDLE and value in self._stops:
                 self.end, self.stop = self._stops[value], self._plain(value)
                 return
             if kind == NEEDLE:
@@ -384,14 +415,61 @@ class Engine:
             else:
                 self._text(value)
 
-    def _stop_is_text(self, needle: str) -> bool:
-        return False
+    def _unstick(self) -> None:
+        """A safety net: the state machine went round without consuming input (a format whose data contradicts
+        itself). The call in progress fails, the next character is content, and the reply says so; a reply never
+        hangs the parser."""
+        call = self._call
+        if call is not None:
+            if call.status is None:
+                call.status, call.error = CallStatus.INVALID_JSON, "the call's syntax could not be followed"
+            call.confirmed = True
+            self._finish_call(call, cut=False)
+            self._call = None
+        self._block = None
+        self._mode = "content"
+        text = self._lexer.buffer[:1]
+        self._lexer.buffer = self._lexer.buffer[1:]
+        self.problems.append("the parser could not follow the format here and read a character as content")
+        self._show(text)
 
     def _plain(self, text: str) -> str:
         """Symbols back to the marker text they stand for."""
         return text.translate(self._unsymbols) if self._unsymbols else text
 
     # -- needles per state -----------------------------------------------------------------------------------------
+
+    def _state_key(self) -> tuple[Any, ...]:
+        """What the needle set depends on, so that it is built once per state rather than once per piece."""
+        mode = self._mode
+        if mode == "content":
+            fresh = not self.content.started and not self.calls and self._call is None
+            return (mode, self._calls_allowed, fresh)
+        if mode == "reasoning":
+            return (mode, self._calls_allowed)
+        if mode == "call":
+            call = self._call
+            assert call is not None
+            candidates = call.candidates
+            syntax = candidates[0]
+            return (
+                mode,
+                id(syntax),
+                len(call.seq) - len(syntax.call),
+                tuple(map(id, candidates)) if len(candidates) > 1 else None,
+                call.pos,
+                call.core,
+                call.param_pos,
+                call.param_core,
+                call.closing,
+                call.fresh,
+                id(self._block),
+            )
+        if mode == "between":
+            return (mode, id(self._block))
+        if mode == "expect":
+            return (mode, self._expect[0])
+        return (mode,)
 
     def _needles(self) -> list[str]:
         found = list(self._stops)
@@ -408,8 +486,10 @@ class Engine:
             if compiled.channels is not None:
                 found += compiled.channels.boundaries
         elif mode == "reasoning":
+            found += compiled.content_markers  # stray markers are dropped here too
             if compiled.reasoning is not None:
                 found.append(compiled.reasoning[1])
+                found.append(compiled.reasoning[0])  # a repeated start (a model that writes the prompt's <think>)
             if self._calls_allowed:
                 found += [s.trigger for s in compiled.syntaxes if not s.spec.bare]
             if compiled.channels is not None:
@@ -422,7 +502,7 @@ class Engine:
             found.append(self._expect[0])
         elif mode == "header":
             channels = compiled.channels
-            found += [channels.header_end, channels.start]
+            found += [channels.header_end, *channels.boundaries]
         elif mode == "after_call":
             found += compiled.channels.boundaries
         return found
@@ -439,6 +519,8 @@ class Engine:
         if call.closing:
             return self._resync_needles(call)
         element = call.element
+        if call.fresh and call.pos >= 1 and self._block is not None and self._block.block_end is not None:
+            return [*self._fresh_needles(call), self._block.block_end.cores[0]]
         if call.param_pos is not None:
             assert isinstance(element, _Args)
             return list(self._param_needles(call, element))
@@ -469,6 +551,24 @@ class Engine:
             return [n for n in self._resync_needles(call) if n[0] not in _SYNTAX_CHARS]
         return []
 
+    def _fresh_needles(self, call: _Call) -> list[str]:
+        call.fresh = False
+        try:
+            return self._call_needles()
+        finally:
+            call.fresh = True
+
+    def _empty_block(self, call: _Call) -> None:
+        """The block ended before any call: there was none."""
+        self._call = None
+        block = self._block
+        assert block is not None and block.block_end is not None
+        if len(block.block_end.cores) > 1:
+            self._expect = list(block.block_end.cores[1:])
+            self._mode = "expect"
+        else:
+            self._end_block()
+
     def _closing_only(self, call: _Call) -> bool:
         """Only the call's end literals are left to read (its name and arguments are complete)."""
         return call.pos > 0 and all(isinstance(e, _Lit) for e in call.seq[call.pos :])
@@ -483,10 +583,15 @@ class Engine:
         if isinstance(element, _Lit):
             return {element.cores[call.param_core]}
         follow = _first_cores(args.param, 0, frozenset()) | _first_cores(call.seq, call.pos + 1, frozenset())
-        return set(_first_cores(args.param, call.param_pos + 1, follow))
+        own = set(_first_cores(args.param, call.param_pos + 1, follow))
+        if isinstance(element, Hole) and element.kind == "value":  # a value left unclosed ends where the next begins
+            return own | follow
+        return own
 
     def _resync_needles(self, call: _Call) -> list[str]:
         found = []
+        if call.closing:  # a broken call also ends where another call starts
+            found += [s.trigger for s in self._compiled.syntaxes if not s.spec.bare]
         if self._compiled.channels is not None:
             found += self._compiled.channels.message_ends
         if call.syntax.end_core:
@@ -528,6 +633,7 @@ class Engine:
             if compiled.reasoning is not None and needle == compiled.reasoning[0]:
                 self._mode = "reasoning"
                 self.reasoning.drop_leading = True
+                self._label = self.format.reasoning.label if self.format.reasoning else ""
                 return
             if compiled.reasoning is not None and needle == compiled.reasoning[1]:
                 self.content.held = ""
@@ -535,6 +641,9 @@ class Engine:
                 return
             self._start_calls(needle)
         elif mode == "reasoning":
+            if needle in compiled.content_markers or (compiled.reasoning and needle == compiled.reasoning[0]):
+                self.reasoning.held = "" if not self.reasoning.started else self.reasoning.held
+                return  # dropped
             if compiled.reasoning is not None and needle == compiled.reasoning[1]:
                 self.reasoning.held = ""
                 self._mode = "content"
@@ -559,6 +668,10 @@ class Engine:
         if mode == "content":
             self._show(text)
         elif mode == "reasoning":
+            if self._label:
+                text = self._strip_label(text)
+                if not text:
+                    return
             if (shown := self.reasoning.add(self._plain(text))) != "":
                 self._emit(Delta(reasoning_content=shown))
         elif mode == "call":
@@ -575,6 +688,17 @@ class Engine:
                 self._lexer.unread(stripped)
         elif mode == "header":
             self._header.append(text)
+
+    def _strip_label(self, text: str) -> str:
+        """The reasoning's label (Gemma's ``thought``) right after its start is dropped; text that is not the label is
+        reasoning. Text that could still become the label is held."""
+        pending = self._label_held + text
+        label = self._label
+        if label.startswith(pending) and len(pending) < len(label) and not self._lexer.final:
+            self._label_held = pending
+            return ""
+        self._label, self._label_held = "", ""
+        return pending[len(label) :] if pending.startswith(label) else pending
 
     def _show(self, text: str) -> None:
         if (shown := self.content.add(self._plain(text))) != "":
@@ -605,6 +729,7 @@ class Engine:
                 self._enter()
                 return
             call.raw.append(self._plain(trigger))
+        call.fresh = first.block_start is not None and bool(first.block_start.cores)
         if len(aligned) < len(starts):  # what follows the shared trigger decides (Mistral's list or name[ARGS])
             call.alternatives = starts
             call.peek = True
@@ -640,6 +765,8 @@ class Engine:
         assert call is not None
         element = call.element
         assert isinstance(element, _Lit)
+        if call.pos >= 1:
+            call.fresh = False
         call.core += 1
         if call.core >= len(element.cores):
             call.pos += 1
@@ -705,6 +832,15 @@ class Engine:
             call.raw.append(self._plain(text[: len(text) - len(stripped)]))
             lexer.buffer = stripped
         char = stripped[0]
+        block = self._block
+        if call.fresh and block is not None and block.block_end is not None:
+            end = block.block_end.cores[0]
+            if stripped.startswith(end):
+                lexer.buffer = stripped[len(end) :]
+                self._empty_block(call)
+                return True
+            if end.startswith(stripped) and not lexer.final:
+                return False
         if call.alternatives is not None:
             self._choose(call, char)
             return True
@@ -782,6 +918,10 @@ class Engine:
         if call.closing:
             self._resynced(call, needle)
             return
+        block = self._block
+        if call.fresh and block is not None and block.block_end is not None and needle == block.block_end.cores[0]:
+            self._empty_block(call)
+            return
         element = call.element
         if call.param_pos is not None or (isinstance(element, _Args) and element.spec.encoding == "tagged"):
             assert isinstance(element, _Args)
@@ -795,8 +935,9 @@ class Engine:
                 return
         if isinstance(element, _Lit):
             self._pick(call, needle)
-            if call.pos < len(call.seq) - 1 or not call.confirmed:
-                call.raw.append(self._plain(needle))
+            opening = self._block is not None and call.pos == 0 and element is self._block.block_start
+            if (call.pos < len(call.seq) - 1 or not call.confirmed) and not (opening and call.confirmed):
+                call.raw.append(self._plain(needle))  # a call's text, without its block's opening and its end
             self._lit_matched()
         elif isinstance(element, Hole):
             self._pick_after_hole(call, needle)
@@ -840,6 +981,8 @@ class Engine:
             self._switch(call, kept)
 
     def _switch(self, call: _Call, kept: list[_Syntax]) -> None:
+        if self._block is call.syntax:
+            self._block = kept[0]
         call.seq = self._candidate_seq(call, kept[0])
         call.candidates = kept
 
@@ -850,17 +993,21 @@ class Engine:
             call.raw.append(self._plain(text))
             return
         element = call.element
+        if call.param_pos is None and isinstance(element, _Args) and element.spec.encoding not in _ELEMENTS:
+            self._read_arguments(text)  # the common case: self-delimited arguments
+            return
         if call.param_pos is not None or (isinstance(element, _Args) and element.spec.encoding == "tagged"):
             assert isinstance(element, _Args)
             self._param_text(call, element, text)
             return
         if isinstance(element, _Lit):
             stripped = text.lstrip(_WS)
+            if len(stripped) < len(text):
+                call.raw.append(self._plain(text[: len(text) - len(stripped)]))
             if not stripped:
-                call.raw.append(self._plain(text))
                 return
             expected = self._plain(element.cores[call.core])
-            self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
+            self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:1])!r}", stripped)
         elif isinstance(element, Hole):
             self._hole_text(call, element, text)
         elif isinstance(element, _Args) and element.spec.encoding == "xml":
@@ -881,6 +1028,7 @@ class Engine:
             text = stripped
             if not text:
                 return
+        call.fresh = False
         for n, char in enumerate(text):
             if char in _WS:
                 call.hole.append(text[:n])
@@ -902,8 +1050,7 @@ class Engine:
         elif hole.kind == "id":
             call.written_id = text or None
         elif hole.kind == "named_id":
-            name = text.rpartition(":")[0] if ":" in text else text
-            name = name.rpartition(".")[2]
+            name = text.rpartition(":")[0].rpartition(".")[2]
             if not name or not set(name) <= _NAME_CHARS:
                 self._mismatch(call, f"{text!r} holds no function name", "")
                 return
@@ -941,7 +1088,13 @@ class Engine:
             return
 
     def _resynced(self, call: _Call, needle: str) -> None:
-        """A broken call reached its end literal, or its block's end."""
+        """A broken call reached its end literal, or its block's end, or the start of another call."""
+        if needle != call.syntax.end_core and any(needle == s.trigger for s in self._compiled.syntaxes):
+            self._end_call()
+            if self._mode == "between":  # a new start: a new block
+                self._end_block()
+            self._lexer.unread(needle)
+            return
         block = self._block
         if block is not None and block.block_end is not None and needle == block.block_end.cores[-1]:
             self._end_call()
@@ -959,13 +1112,17 @@ class Engine:
         reader = call.reader
         spec = element.spec
         used = reader.feed(text)
-        consumed = text[:used]
-        call.raw.append(self._plain(consumed))
-        if spec.encoding == "json" and not reader.is_string:
-            self._send(call, self._plain(consumed.lstrip(_WS) if not call.sent and not call.pending else consumed))
-        elif spec.encoding == "json_call":
-            self._json_call_progress(call, reader, consumed)
-        self._lexer.unread(text[used:])
+        consumed = text[:used] if used < len(text) else text
+        plain = consumed.translate(self._unsymbols) if self._unsymbols else consumed
+        call.raw.append(plain)
+        if call.fresh and consumed.strip(_WS):
+            call.fresh = False
+        if spec.encoding == "json_call":
+            self._json_call_progress(call, reader, spec)
+        elif spec.encoding == "json" and not reader.is_string:
+            self._send(call, plain.lstrip(_WS) if not call.sent and not call.pending else plain)
+        if used < len(text):
+            self._lexer.unread(text[used:])
         if reader.failed:
             self._reader_failed(call, reader.failed, text[used:])
         elif reader.done:
@@ -998,11 +1155,14 @@ class Engine:
         else:
             self._broken(call, "the arguments are not complete where the call ends", CallStatus.INVALID_JSON)
 
-    def _json_call_progress(self, call: _Call, reader: ObjectReader, consumed: str) -> None:
-        # ObjectReader.feed streams the arguments value; it was fed by reader.feed above through this path
+    def _json_call_progress(self, call: _Call, reader: ObjectReader, spec: Arguments) -> None:
+        """The arguments' new text (what the reader streamed), and the name once it is read."""
         fragment = reader.streamed
         reader.streamed = ""
-        spec = call.syntax.spec.arguments
+        if call.name is not None:  # the common case: the arguments' text, streamed
+            if fragment:
+                self._send(call, fragment.translate(self._unsymbols) if self._unsymbols else fragment)
+            return
         if call.name is None:
             name: Any = None
             if spec.name_as_key:
@@ -1015,7 +1175,7 @@ class Engine:
                     name = None
             if isinstance(name, str) and name:
                 name = self._plain(name)
-                call.written_id = _written_id(reader)
+                call.written_id = None if spec.name_as_key else _written_id(reader, spec.name_key)
                 call.confirmed = True
                 call.name = name
                 call.pending.append(self._plain(fragment))
@@ -1113,21 +1273,29 @@ class Engine:
             self._param_lit_matched(call, args)
             return
         assert isinstance(element, Hole)
+        own = _first_cores(args.param, call.param_pos + 1, frozenset())
+        if element.kind == "value" and own and needle not in own:  # the model left the value's end out
+            self._value_done(call, args)
+            call.hole = []
+            call.param_pos = None
+            self._lexer.unread(needle)
+            return
         self._param_hole_done(call, args, element)
         self._lexer.unread(needle)
 
     def _param_text(self, call: _Call, args: _Args, text: str) -> None:
+        stripped = text.lstrip(_WS)
+        if len(stripped) < len(text) and (call.param_pos is None or isinstance(args.param[call.param_pos], _Lit)):
+            call.raw.append(self._plain(text[: len(text) - len(stripped)]))
         if call.param_pos is None:
-            stripped = text.lstrip(_WS)
             if stripped:
-                self._mismatch(call, f"unexpected text between arguments: {self._plain(stripped[:20])!r}", stripped)
+                self._mismatch(call, f"unexpected text between arguments: {self._plain(stripped[:1])!r}", stripped)
             return
         element = args.param[call.param_pos]
         if isinstance(element, _Lit):
-            stripped = text.lstrip(_WS)
             if stripped:
                 expected = self._plain(element.cores[call.param_core])
-                self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:20])!r}", stripped)
+                self._mismatch(call, f"expected {expected!r}, got {self._plain(stripped[:1])!r}", stripped)
             return
         assert isinstance(element, Hole)
         if element.kind == "value":
@@ -1181,7 +1349,9 @@ class Engine:
     def _value_start(self, call: _Call, args: _Args) -> None:
         key = call.key or ""
         schema = self._param_schema(call, key)
-        call.value_streams = call.raw_string if call.raw_string is not None else is_plain_string(schema)
+        # the tool's schema decides where it says something; a type attribute where it does not
+        typed = bool(schema_types(schema))
+        call.value_streams = is_plain_string(schema) if typed or call.raw_string is None else call.raw_string
         call.value_parts = []
         call.value_started = False
         opening = ("{" if call.params == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": "
@@ -1239,11 +1409,11 @@ class Engine:
             self._send(call, '"')
             return
         schema = self._param_schema(call, call.key or "")
-        if call.raw_string is False:
+        if call.raw_string is False and not schema_types(schema):
             try:
                 value = json.loads(text)
             except ValueError:
-                value = typed_value(text, schema)
+                value = text
         else:
             value = typed_value(text, schema)
         self._send(call, call.opening + json.dumps(value, ensure_ascii=False))
@@ -1347,18 +1517,46 @@ class Engine:
 
     def _header_needle(self, needle: str) -> None:
         channels = self._compiled.channels
-        if needle == channels.start:
-            self._header = []
-            return
         header = self._plain("".join(self._header))
         self._header = []
-        self._open_body(header)
+        if needle == channels.header_end:
+            self._open_body(header)
+        elif header.strip():  # a message ended (or another began) before its header did
+            self._malformed_header(header)
+
+    def _malformed_header(self, header: str) -> None:
+        """A header with no end: what follows its channel name is the message's text (as openai-harmony's lenient
+        parser reads it), routed by that channel, else content; never dropped, and the reply says so."""
+        channels = self._compiled.channels
+        marker = self._plain(channels.channel)
+        words = header.split()
+        if words and words[0] == "assistant":
+            header = header.split("assistant", 1)[1]
+        route, text = "content", header.strip()
+        if marker and marker in header:
+            after = header.split(marker, 1)[1].strip()
+            name, _, rest = after.partition(" ")
+            route = channels.routes.get(name, "content")
+            text = rest.strip()
+        self.problems.append(f"a message header has no {self._plain(channels.header_end)!r}: {header.strip()!r}")
+        if not text:
+            return
+        target = self.reasoning if route == "reasoning" else self.content
+        target.held = ""
+        target.drop_leading = not target.started
+        if (shown := target.add(text)) != "":
+            self._emit(Delta(reasoning_content=shown) if route == "reasoning" else Delta(content=shown))
 
     def _open_body(self, header: str) -> None:
         """Route the body by its header: a channel or recipient that a route names, a tool call, or content."""
         channels = self._compiled.channels
         marker = self._plain(channels.channel)
-        words = (header.replace(marker, " " + marker + " ") if marker else header).split()
+        if marker:
+            header = header.replace(marker, " " + marker + " ")
+        if channels.constrain:  # <|constrain|>json: the body's type, read and dropped
+            header = header.replace(self._plain(channels.constrain), " " + self._plain(channels.constrain))
+        words = header.split()
+        words = [w for w in words if not (channels.constrain and w.startswith(self._plain(channels.constrain)))]
         if words and words[0] == "assistant":  # the role after a message's start
             words = words[1:]
         channel = None
@@ -1412,8 +1610,8 @@ class Engine:
                 only_literals = all(isinstance(e, _Lit) for e in call.seq[call.pos :])
                 self._finish_call(call, cut=not only_literals or call.closing)
                 self._call = None
-        if mode == "header" and self._header:
-            self._show("".join(self._header))
+        if mode == "header" and "".join(self._header).strip():
+            self._malformed_header(self._plain("".join(self._header)))
         if not self.calls and (held := self.content.release_held()):
             self._emit(Delta(content=held))
 

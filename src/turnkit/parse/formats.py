@@ -26,6 +26,7 @@ back.
 
 from __future__ import annotations
 
+import json
 import string
 from dataclasses import dataclass, field, replace
 from typing import Literal, cast
@@ -152,6 +153,31 @@ class ToolSyntax:
             return "[" if first.encoding == "python" else "{"
         return ""
 
+    def opening(self, name: str | None = None) -> str | None:
+        """The text that starts a call, for a server that writes it for the model (``tool_choice``): up to the name
+        (``name=None``: the model picks the function), or, for a named function, up to its arguments. None where a
+        call cannot be started so (a bare syntax, whose start is its arguments' first character)."""
+        if self.bare:
+            return None
+        parts = [self.block[0]] if self.block else []
+        for element in self.call:
+            if isinstance(element, Lit):
+                parts.append(element.text)
+            elif isinstance(element, Hole) and element.kind in ("name", "named_id"):
+                if name is None:
+                    return "".join(parts) + ("functions." if element.kind == "named_id" else "")
+                parts.append(name if element.kind == "name" else f"functions.{name}:0")
+            elif isinstance(element, Hole):
+                return "".join(parts)  # an id or a type the model writes
+            else:
+                if element.encoding != "json_call" or element.name_as_key:
+                    return "".join(parts)
+                opened = "".join(parts) + "{" + json.dumps(element.name_key) + ": "
+                if name is None:
+                    return opened + '"'
+                return opened + json.dumps(name) + ", " + json.dumps(element.keys[0]) + ": "
+        return "".join(parts)
+
     @property
     def markers(self) -> tuple[str, ...]:
         """Every literal core of the syntax."""
@@ -170,11 +196,13 @@ class Reasoning:
 
     ``prefilled``: the template's generation prompt writes ``start`` itself, so a reply parsed without its prompt
     starts inside reasoning (with the prompt, the prompt decides: one that ends ``<think></think>`` closed it).
+    ``label``: a word written right after ``start`` that is not reasoning (Gemma 4's ``<|channel>thought``).
     """
 
     start: str
     end: str
     prefilled: bool = False
+    label: str = ""
 
 
 @dataclass(frozen=True)

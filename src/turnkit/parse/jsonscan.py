@@ -10,11 +10,13 @@ it is complete and the arguments piece by piece. Reading character by character,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = ["BracketReader", "ObjectReader", "ValueReader"]
 
 _WS = " \t\r\n"
+_STRING_SPECIAL = re.compile(r'[\\"]')
 
 
 class ObjectReader:
@@ -68,8 +70,19 @@ class ObjectReader:
             return 0
         streamed: list[str] = []
         used = len(text)
-        for n, char in enumerate(text):
+        n = -1
+        while n + 1 < len(text):
+            n += 1
+            char = text[n]
             state = self._state
+            if state == "value" and self._in_string and not self._escape and char not in '\\"':
+                stop = _STRING_SPECIAL.search(text, n)  # a string's plain run, taken at once
+                end = stop.start() if stop is not None else len(text)
+                self._value.append(text[n:end])
+                if self._streaming:
+                    streamed.append(text[n:end])
+                n = end - 1
+                continue
             if state == "value":
                 self._value.append(char)
                 if self._streaming:
@@ -218,7 +231,14 @@ class ValueReader:
     def feed(self, text: str) -> int:
         if self.done or self.failed:
             return 0
-        for n, char in enumerate(text):
+        n = -1
+        while n + 1 < len(text):
+            n += 1
+            char = text[n]
+            if self._in_string and not self._escape and char not in '\\"':
+                stop = _STRING_SPECIAL.search(text, n)  # a string's plain run, skipped at once
+                n = (stop.start() if stop is not None else len(text)) - 1
+                continue
             if self._depth == 0:
                 if char in _WS:
                     continue
@@ -269,13 +289,15 @@ class BracketReader:
         self.quotes = quotes
         self.escapes = escapes
         self.until_close = until_close
-        self.buffer = ""
         self.done = False
         self.failed: str | None = None
-        self._pos = 0
+        self._parts: list[str] = []  # the text read so far
+        self._tail = ""  # text not yet decided (an escape or a quote cut by the piece's end)
         self._depth = 0
         self._quote: str | None = None
         self._longest_quote = max(map(len, quotes))
+        #: per quote, what can end a string's plain run: the quote's first character, and the escape character
+        self._specials = {q: re.compile("[" + re.escape(q[0] + ("\\" if escapes else "")) + "]") for q in quotes}
 
     @property
     def in_string(self) -> bool:
@@ -283,32 +305,44 @@ class BracketReader:
 
     @property
     def text(self) -> str:
-        return self.buffer
+        """What was read."""
+        return "".join(self._parts) + self._tail
+
+    def _keep(self, text: str) -> None:
+        self._parts.append(text)
+        self._tail = ""
 
     def feed(self, text: str) -> int:
         """Characters of ``text`` that belong to the value (all of them while it is open)."""
         if self.done or self.failed:
             return 0
-        start = len(self.buffer)
-        self.buffer += text
-        buffer, pos = self.buffer, self._pos
-        while pos < len(buffer):
-            if self._quote is not None:
+        start = len(self._tail)
+        buffer = self._tail + text
+        pos = 0
+        end = len(buffer)
+        while pos < end:
+            quote = self._quote
+            if quote is not None:
+                found = self._specials[quote].search(buffer, pos)  # a string's plain run, skipped at once
+                if found is None:
+                    pos = end
+                    break
+                pos = found.start()
                 if self.escapes and buffer[pos] == "\\":
-                    if pos + 1 >= len(buffer):
+                    if pos + 1 >= end:
                         break
                     pos += 2
                     continue
-                if buffer.startswith(self._quote, pos):
-                    pos += len(self._quote)
+                if buffer.startswith(quote, pos):
+                    pos += len(quote)
                     self._quote = None
                     continue
-                if len(buffer) - pos < len(self._quote) and self._quote.startswith(buffer[pos:]):
+                if end - pos < len(quote) and quote.startswith(buffer[pos:]):
                     break  # maybe the closing quote: wait for more
                 pos += 1
                 continue
             quote = next((q for q in self.quotes if buffer.startswith(q, pos)), None)
-            partial = quote is None and len(buffer) - pos < self._longest_quote
+            partial = quote is None and end - pos < self._longest_quote
             if partial and any(q.startswith(buffer[pos:]) and len(q) > 1 for q in self.quotes):
                 break
             if quote is not None:
@@ -322,7 +356,7 @@ class BracketReader:
                     continue
                 if char not in "{[":
                     self.failed = f"expected '{{', got {char!r}"
-                    self.buffer = buffer[:pos]
+                    self._keep(buffer[:pos])
                     return max(0, pos - start)
             if char in "([{":
                 self._depth += 1
@@ -330,16 +364,17 @@ class BracketReader:
                 if self._depth == 0:
                     if self.until_close and char == ")":
                         self.done = True
-                        self.buffer = buffer[:pos]
+                        self._keep(buffer[:pos])
                         return pos - start
                     self.failed = f"unbalanced {char!r}"
-                    self.buffer = buffer[:pos]
+                    self._keep(buffer[:pos])
                     return max(0, pos - start)
                 self._depth -= 1
                 if self._depth == 0 and not self.until_close:
                     self.done = True
-                    self.buffer = buffer[: pos + 1]
+                    self._keep(buffer[: pos + 1])
                     return pos + 1 - start
             pos += 1
-        self._pos = pos
+        self._parts.append(buffer[:pos])
+        self._tail = buffer[pos:]
         return len(text)

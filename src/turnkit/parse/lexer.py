@@ -29,17 +29,23 @@ class Needles:
         self.prefixes = frozenset(n[:k] for n in ordered for k in range(1, len(n)))
         self.extends = {n: any(o != n and o.startswith(n) for o in ordered) for n in ordered}
         self.longest = max(map(len, ordered), default=0)
+        #: The characters a needle starts with: text holding none of them holds no needle, nor the start of one.
+        self.first = frozenset(n[0] for n in ordered)
+        self.first_pattern = re.compile("[" + "".join(map(re.escape, sorted(self.first))) + "]") if ordered else None
 
     def partial(self, text: str) -> int:
         """The length of the longest end of ``text`` that is a proper prefix of some needle."""
-        for size in range(min(len(text), self.longest - 1), 0, -1):
-            if text[-size:] in self.prefixes:
-                return size
+        first, prefixes = self.first, self.prefixes
+        for begin in range(max(0, len(text) - self.longest + 1), len(text)):
+            if text[begin] in first and text[begin:] in prefixes:
+                return len(text) - begin
         return 0
 
     def pending_before(self, text: str, start: int) -> bool:
         """True when a needle could begin before ``start`` and still complete with more text."""
-        return any(text[begin:] in self.prefixes for begin in range(max(0, len(text) - self.longest + 1), start))
+        first, prefixes = self.first, self.prefixes
+        begins = range(max(0, len(text) - self.longest + 1), start)
+        return any(text[begin] in first and text[begin:] in prefixes for begin in begins)
 
 
 @lru_cache(maxsize=512)
@@ -76,6 +82,9 @@ class Lexer:
         buffer = self.buffer
         if not buffer:
             return None
+        if found.first_pattern is None or found.first_pattern.search(buffer) is None:
+            self.buffer = ""  # the common case: nothing here starts a needle
+            return TEXT, buffer
         match = found.pattern.search(buffer) if found.pattern is not None else None
         if match is not None:
             start, end = match.span()

@@ -186,7 +186,7 @@ class StreamParser:
             engine.end = EndReason.LENGTH if length else EndReason.NONE
         self.final_deltas = out
         reasoning = engine.reasoning.text() or None  # "<think></think>" is no reasoning
-        reply = Reply(engine.content.text(), reasoning, engine.calls, engine.end, engine.stop)
+        reply = Reply(engine.content.text(), reasoning, engine.calls, engine.end, engine.stop, engine.problems)
         if self.strict and not reply.ended_cleanly:
             _raise_unclean(reply)
         return reply
@@ -211,3 +211,5 @@ def _raise_unclean(reply: Reply) -> None:
         if call.status != CallStatus.OK:
             what = f"{call.name!r} " if call.name else ""
             raise ReplyParseError(f"{what}did not parse ({call.status}): {call.error}", reply=reply, call_index=index)
+    if reply.problems:
+        raise ReplyParseError(f"the reply does not read as its format says: {reply.problems[0]}", reply=reply)

@@ -66,6 +66,8 @@ class Reply:
         reasoning_content: The reasoning (``None`` when the reply has none).
         tool_calls: The tool calls, each with its parse status.
         end: Why the reply ended; ``stop`` holds the stop string or the token text that ended it.
+        problems: Text that does not read as the reply format says, and what was done with it (a Harmony header
+            with no ``<|message|>`` is read as its message's text): such a reply did not end cleanly.
     """
 
     content: str = ""
@@ -73,6 +75,7 @@ class Reply:
     tool_calls: list[ParsedToolCall] = field(default_factory=list)
     end: EndReason = EndReason.NONE
     stop: str | None = None
+    problems: list[str] = field(default_factory=list)
 
     @property
     def finish_reason(self) -> str:
@@ -94,7 +97,7 @@ class Reply:
         and every tool call parsed: the split a trainer or an agent loop needs between replies to trust and replies
         that were cut off by the token budget (``length``), ended without any end (``none``), or hold a failed call.
         ``strict=True`` parsing raises :class:`~turnkit.errors.ReplyParseError` exactly when this is False."""
-        return self.end in _CLEAN_ENDS and self.ok
+        return self.end in _CLEAN_ENDS and self.ok and not self.problems
 
     def message(self) -> dict[str, Any]:
         """The reply as an OpenAI assistant message (content ``None`` when there is only a tool call)."""

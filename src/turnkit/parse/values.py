@@ -26,6 +26,7 @@ __all__ = [
     "is_plain_string",
     "param_schema",
     "python_arguments",
+    "schema_types",
     "typed_value",
 ]
 
@@ -88,6 +89,11 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else "object"
+
+
+def schema_types(schema: Schema | None) -> list[str]:
+    """The JSON types a parameter's schema allows ([] when it says nothing)."""
+    return _types(schema)
 
 
 def is_plain_string(schema: Schema | None) -> bool:
@@ -215,19 +221,48 @@ def python_arguments(text: str) -> dict[str, Any]:
 
 _NUMBER = re.compile(r"[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STRING = re.compile(
-    "[rRbBuU]{0,2}(?:"
-    + "|".join(
-        [
-            r"'''(?:\\.|[^\\])*?'''",
-            r'"""(?:\\.|[^\\])*?"""',
-            r"'(?:\\.|[^'\\\n])*'",
-            r'"(?:\\.|[^"\\\n])*"',
-        ]
-    )
-    + ")",
-    re.DOTALL,
-)
+#: What follows a string when a comma between two arguments is missing: the next argument's name and ``=``.
+_NEXT_ARGUMENT = re.compile(r"[A-Za-z_]\w*\s*=(?!=)")
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "0": "\0",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+}
+
+
+def _unescape(body: str) -> str:
+    """Python's string escapes (an unknown one keeps its backslash, as Python does)."""
+    if "\\" not in body:
+        return body
+    out, pos = [], 0
+    while pos < len(body):
+        char = body[pos]
+        if char != "\\" or pos + 1 >= len(body):
+            out.append(char)
+            pos += 1
+            continue
+        code = body[pos + 1]
+        width = {"x": 2, "u": 4, "U": 8}.get(code)
+        digits = body[pos + 2 : pos + 2 + width] if width else ""
+        if width and len(digits) == width and all(c in "0123456789abcdefABCDEF" for c in digits):
+            out.append(chr(int(body[pos + 2 : pos + 2 + width], 16)))
+            pos += 2 + width
+        elif code == "\n":
+            pos += 2  # a line continuation
+        else:
+            out.append(_ESCAPES.get(code, "\\" + code))
+            pos += 2
+    return "".join(out)
+
+
 _PY_WORDS = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
 
 
@@ -254,6 +289,34 @@ class _PythonLiterals:
             self.pos += len(char)
             return True
         return False
+
+    def string(self) -> str | None:
+        """A quoted string at the position, read leniently: a quote of the string's kind ends it only where an
+        argument could end (``,`` ``)`` ``]`` ``}`` ``:``, the next ``name=``, or the end follow it), so the
+        unescaped quotes that models write inside shell commands stay in the string; newlines may be written raw."""
+        text = self.text
+        match = re.match(r"[rRbBuU]{0,2}('\'\'|\"\"\"|'|\")", text[self.pos :])
+        if match is None:
+            return None
+        raw = "r" in match.group(0).lower()
+        quote = match.group(1)
+        start = self.pos + match.end()
+        pos = start
+        while pos < len(text):
+            if text[pos] == "\\" and not raw:
+                pos += 2
+                continue
+            if text.startswith(quote, pos):
+                after = pos + len(quote)
+                while after < len(text) and text[after] in " \t\r\n":
+                    after += 1
+                closes = after >= len(text) or text[after] in ",)]}:" or _NEXT_ARGUMENT.match(text, after)
+                if len(quote) == 3 or closes:
+                    self.pos = pos + len(quote)
+                    body = text[start:pos]
+                    return body if raw else _unescape(body)
+            pos += 1
+        raise ValueSyntaxError("a string is not closed")
 
     def name(self) -> str | None:
         match = _NAME.match(self.text, self.pos)
@@ -283,26 +346,25 @@ class _PythonLiterals:
         if char == "{":
             self.pos += 1
             out: dict[str, Any] = {}
+            members: list[Any] = []  # a set: {'a', 'b'} (read as a list)
             while True:
                 self.skip(",")
                 if self.take("}"):
-                    return out
+                    return members if members and not out else out
                 key = self.value()
                 self.skip()
+                if not out and (members or self.text.startswith((",", "}"), self.pos)):
+                    members.append(key)
+                    continue
                 if not self.take(":"):
                     raise ValueSyntaxError(f"a dict key has no ':' at {self.rest()!r}")
                 out[str(key)] = self.value()
                 self.skip()
                 if not (self.take(",") or self.text.startswith("}", self.pos)):
                     raise ValueSyntaxError(f"a dict is not closed at {self.rest()!r}")
-        match = _STRING.match(text, pos)
-        if match is not None and match.group(0)[-1:] in "'\"":
-            self.pos = match.end()
-            try:
-                value = ast.literal_eval(match.group(0))
-            except (ValueError, SyntaxError) as exc:
-                raise ValueSyntaxError(f"a string does not read ({exc})") from None
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        string = self.string()
+        if string is not None:
+            return string
         match = _NAME.match(text, pos)
         if match is not None:
             word = match.group(0)

@@ -62,6 +62,7 @@ __all__ = [
     "Timing",
     "TokenLogprob",
     "chat_prompt_ids",
+    "check_tools_readable",
     "check_tools_shown",
     "engine_error",
     "forced_call_ids",
@@ -189,6 +190,23 @@ def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_pr
     return encoding.input_ids.tolist()
 
 
+def check_tools_readable(fmt: ChatFormat, chat_input: ChatInput) -> None:
+    """Tools offered to a template whose tool calls turnkit cannot read back are a 400: the model's calls would
+    come back as text, the failure every agent loop trips over. (The template's reply format says why.)"""
+    if not chat_input.offers_tools:
+        return
+    choice = fmt.reply_choice
+    if choice.tools_unreadable or not choice.format.reads_tools:
+        raise APIError(
+            400,
+            "this model's chat template writes tool calls in a syntax turnkit cannot read back, so its calls would "
+            f"come back as text ({choice.format.reason}); serve it with a template override or a family whose tool "
+            "syntax turnkit reads",
+            param="tools",
+            code="tools_not_readable",
+        )
+
+
 def _continued_field(chat_input: ChatInput) -> str:
     """The field a prefill continues: the final assistant message's text, or its reasoning when it has only that."""
     index = len(chat_input.messages) - 1
@@ -226,8 +244,23 @@ def forced_call_ids(fmt: ChatFormat, chat_input: ChatInput) -> list[int]:
             param="tool_choice",
         )
     if isinstance(forced.start, int):
-        return [forced.start, *fmt.tokenizer.encode_as_text(forced.text).ids]
-    return fmt.tokenizer.encode_as_text(forced.start + forced.text).ids
+        return [forced.start, *_ids_with_markers(fmt, forced.text)]
+    return _ids_with_markers(fmt, forced.start + forced.text)
+
+
+def _ids_with_markers(fmt: ChatFormat, text: str) -> list[int]:
+    """Text to ids where the tokenizer's added tokens written in it are those tokens and the rest is plain text."""
+    binding = fmt.tokenizer
+    ids: list[int] = []
+    pos = 0
+    for match in binding.added_pattern.finditer(text) if binding.added else ():
+        if match.start() > pos:
+            ids += binding.encode_as_text(text[pos : match.start()]).ids
+        ids.append(binding.added[match.group(0)].id)
+        pos = match.end()
+    if pos < len(text):
+        ids += binding.encode_as_text(text[pos:]).ids
+    return ids
 
 
 @dataclass(frozen=True)
@@ -404,9 +437,9 @@ async def start_chat(
     chat_input = req.chat_input
     prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat_input)
     tools = chat_input.tools if chat_input.offers_tools else None
-    reply_format = fmt.reply_format.name
+    reply_format = fmt.reply_format
     if tools is None:  # no tools offered: tool-call syntax is not parsed, reasoning still is
-        reply_format = "reasoning" if fmt.reply_format.reasoning else "plain"
+        reply_format = reply_format.without_tools()
     prefix = forced_call_ids(fmt, chat_input)
     endpoint = "chat-stream" if req.stream else "chat"
 

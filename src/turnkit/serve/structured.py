@@ -93,11 +93,13 @@ class JsonConstraint:
 class ForcedCall:
     """A tool call the request forces: ``text`` is its start, written for the model after ``start`` (the format's
     call marker: its token id when it is one token, else its text), and ``grammar`` (llguidance's Lark) what may
-    follow: a name offered, that tool's arguments, and the end of the call."""
+    follow: a name offered, that tool's arguments, and the end of the call. Syntaxes other than a JSON object between
+    two markers have no grammar here: their start is written (``<tool_call>\n<function=`` for Qwen3-Coder's), and
+    the model writes the rest unconstrained."""
 
     start: int | str
     text: str
-    grammar: str
+    grammar: str | None
 
 
 def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
@@ -108,7 +110,7 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
     if not chat_input.offers_tools or choice == "auto":
         return None
     spec = fmt.reply_format
-    syntax = spec.tools[0] if spec.tools else None
+    syntax = spec.tools[0] if spec.tools and spec.channels is None else None
     if (
         syntax is None
         or syntax.block is not None
@@ -117,12 +119,15 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
         or not isinstance(syntax.call[2], Lit)
         or syntax.arguments.encoding != "json_call"
         or syntax.arguments.name_as_key
-    ):  # a JSON object between a start and an end marker (hermes, qwen3): what the grammar below writes
-        raise APIError(
-            400,
-            f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
-            param="tool_choice",
-        )
+    ):  # not a JSON object between a start and an end marker (hermes, qwen3), what the grammar below writes
+        opening = syntax.opening(choice["function"]["name"] if isinstance(choice, dict) else None) if syntax else None
+        if not opening:  # headed messages, a bare JSON reply: nothing to start the call with
+            raise APIError(
+                400,
+                f"tool_choice {choice!r} is not supported for the {spec.name!r} reply format of this model",
+                param="tool_choice",
+            )
+        return ForcedCall("", opening, None)
     added = fmt.tokenizer.added
     tool_start, tool_end = syntax.call[0].cores[0], syntax.call[2].cores[-1]
     start: int | str = added[tool_start].id if tool_start in added else tool_start
@@ -156,12 +161,14 @@ def constraint_for(fmt: ChatFormat, req: ChatRequest) -> Callable[[], JsonConstr
     ``None`` for a free reply. A schema llguidance cannot compile is a 400 naming the field. Slow the first time for
     a tokenizer: call it in a thread."""
     forced = forced_call(fmt, req.chat_input)
+    if forced is not None and forced.grammar is None:
+        forced = None  # a call's start only: the rest is the model's (or response_format's, where given)
     if forced is None and req.response_format is None:
         return None
     import llguidance
 
     try:
-        if forced is not None:
+        if forced is not None and forced.grammar is not None:
             param = "tools"
             grammar = llguidance.LLMatcher.grammar_from_lark(forced.grammar)
         else:

@@ -3,7 +3,9 @@
 A :class:`Conversation` holds the messages and answers each user turn by streaming the reply to a text stream. It
 goes through exactly what the server does: the sampling flags are read by the server's request checks (so a flag
 means what the request field means, with the same limits), the model's sampling defaults apply to flags left out,
-and the reply is generated and parsed by the same :class:`~.session.Session` (stop ids, stop strings, reasoning).
+and the reply is generated and parsed by the same :class:`~.session.Session` (stop ids, stop strings, reasoning, in
+the reply format chosen from the model's template). Reasoning streams marked ``(thinking)`` before the answer and is
+not kept in the history.
 
 ``chat`` keeps the history, ``/reset`` clears it (the system prompt stays), ``/exit`` or end of input leaves, and
 Ctrl-C while a reply is printing stops that reply (what was printed stays in the history) but not the program.
@@ -62,14 +64,21 @@ class Conversation:
         request = parse_chat({"model": self.model.name, "messages": self.messages, **self.sampling})
         (session,) = await start_chat(self.model.fmt, self.model, request, default_max_tokens=self.default_max_tokens)
         content: list[str] = []
+        thinking = False
         try:
             async with contextlib.aclosing(session.steps()) as steps:  # closing it cancels the generation
                 async for step in steps:
                     for delta in step.deltas:
+                        if delta.reasoning_content:  # shown as it streams, marked, and kept out of the history
+                            out.write(delta.reasoning_content if thinking else "(thinking) " + delta.reasoning_content)
+                            thinking = True
                         if delta.content:
+                            if thinking:
+                                out.write("\n\n")
+                                thinking = False
                             content.append(delta.content)
                             out.write(delta.content)
-                            out.flush()
+                        out.flush()
         finally:
             self.messages.append({"role": "assistant", "content": "".join(content)})
         return "".join(content), session.reply.finish_reason if session.reply else None

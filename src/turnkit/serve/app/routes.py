@@ -44,7 +44,14 @@ from turnkit.serve.messages import error_body, fold_message, message_events, par
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
 from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
-from turnkit.serve.session import Session, chat_prompt_ids, check_tools_shown, start_chat, start_completion
+from turnkit.serve.session import (
+    Session,
+    chat_prompt_ids,
+    check_tools_readable,
+    check_tools_shown,
+    start_chat,
+    start_completion,
+)
 
 __all__ = ["Server"]
 
@@ -279,6 +286,7 @@ class Server:
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
         await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
+        await asyncio.to_thread(check_tools_readable, fmt, req.chat_input)  # probe renders, the first time
         # the grammar's tokenizer takes a second to build the first time
         constraint = await asyncio.to_thread(structured.constraint_for, fmt, req)
         model = await self.models.acquire(req.model)
