@@ -106,7 +106,7 @@ def test_reserved_characters_in_data_are_refused_where_they_are(fmt):
     with pytest.raises(MessageError, match=r"message 1, field 'content' contains a Unicode noncharacter"):
         fmt.encode(chat)
     with pytest.raises(MessageError, match=r"template variable 'note' contains a Unicode noncharacter"):
-        fmt.encode(chat[:1] + [{"role": "assistant", "content": "b"}], note={"x": ["\uffff"]})
+        fmt.encode([chat[0], {"role": "assistant", "content": "b"}], note={"x": ["\uffff"]})
 
 
 def test_attribution(fmt):
