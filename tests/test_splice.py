@@ -209,6 +209,34 @@ def test_trimmed_text_is_spliced_and_whitespace_only_text_is_rendered_directly()
     assert shape.observed == () and shape.hits == 2  # the third: "   " trims to "", rendered directly
 
 
+def _call(arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    return [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+
+
+def test_arguments_written_with_tojson_are_holes_filled_with_their_escaped_text():
+    """Qwen's and Hermes' templates write tool-call arguments with ``tojson``: the JSON text depends on the strings
+    only through their escaping (ensure_ascii off), so one skeleton serves every city, quotes and control characters
+    included; with ``ensure_ascii`` the strings are read (part of the key), as any filter's arguments."""
+    source = (
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
+        "{{ c.function.arguments | tojson }}{{ c.function.arguments.city | tojson(sort_keys=true) }}{% endfor %}"
+        "<|end|>{% endfor %}"
+    )
+    cities = ["Oslo", 'Say "hi"\\', "Zürich\n\t\x01", "東京 🙂", "a\u2028b"]
+    for ascii_source in (source, source.replace("| tojson }}", "| tojson(ensure_ascii=true) }}", 1)):
+        renderer = SplicingRenderer()
+        for city in cities:
+            context = _context(_call({"city": city, "days": 3}), None, False, {})
+            spliced = renderer.render(ascii_source, context, limits=LIMITS, track_generation=False)
+            assert spliced == render_prepared(ascii_source, context, limits=LIMITS)
+        (shape,) = renderer._shapes.values()
+        if ascii_source is source:
+            assert (shape.observed, shape.misses, shape.hits) == ((), 1, len(cities) - 1)
+        else:
+            assert shape.observed  # ensure_ascii writes other characters as escapes: the text is read
+
+
 def test_a_render_that_writes_the_date_is_reused_only_while_the_date_holds(monkeypatch):
     import turnkit.template.splice as splice
 

@@ -225,17 +225,17 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
     markers = _markers(config.model)
     result = ShardResult()
     outcomes: list[Any] = []  # per record, in read order: a reject, or [record id, source, messages, tools]
-    for raw in records:
+    for record in records:
         result.read += 1
-        record = raw.parsed()
         source = record.record_id
-        if record.error is not None:
-            outcomes.append(reject(source, source, record.error, record.field))
+        data, error, where = record.read()
+        if error is not None:
+            outcomes.append(reject(source, source, error, where))
             continue
         rid = source
         try:
-            rid = record_id(record.data, source, config.id_field)
-            messages, tools = to_conversation(record.data, config.input_format, config.fields)
+            rid = record_id(data, source, config.id_field)
+            messages, tools = to_conversation(data, config.input_format, config.fields)
             if markers is not None:
                 found = _scan(messages, tools, markers)
                 if found:

@@ -80,7 +80,7 @@ def _table(rows: list[dict[str, Any]]) -> Any:
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
 
     def lists(key: str, dtype: Any) -> Any:
-        values = np.concatenate([np.asarray(r[key], dtype=dtype) for r in rows]) if rows else np.array([], dtype)
+        values = np.concatenate([r[key] for r in rows]).astype(dtype, copy=False) if rows else np.array([], dtype)
         return pa.ListArray.from_arrays(offsets, pa.array(values))
 
     masks = lists("assistant_masks", np.int8)

@@ -27,7 +27,7 @@ _HUB_PROBE_TIMEOUT_S = 5.0
 class RawRecord:
     """One input record: its id, and either its data or why it could not be read.
 
-    A JSONL record travels as its line (``text``, with its ``line`` number) and is parsed by :meth:`parsed` where it
+    A JSONL record travels as its line (``text``, with its ``line`` number) and is parsed by :meth:`read` where it
     is processed: a worker process, not the process that reads the input (a line costs nothing to send; a parsed
     record costs a pickle and an unpickle).
     """
@@ -39,14 +39,14 @@ class RawRecord:
     text: str | None = None
     line: int = 0
 
-    def parsed(self) -> RawRecord:
-        """The record with its line parsed: its data, or why it is not valid JSON."""
+    def read(self) -> tuple[Any, str | None, str | None]:
+        """The record's data (its line parsed), or why it cannot be read and the field that says so."""
         if self.text is None:
-            return self
+            return self.data, self.error, self.field
         try:
-            return RawRecord(self.record_id, json.loads(self.text))
+            return json.loads(self.text), None, None
         except ValueError as exc:
-            return RawRecord(self.record_id, error=f"line {self.line} is not valid JSON: {exc}", field="line")
+            return None, f"line {self.line} is not valid JSON: {exc}", "line"
 
 
 def _open_text(path: Path) -> io.TextIOBase:

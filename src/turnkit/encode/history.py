@@ -41,7 +41,7 @@ class History:
 
     def __init__(self, template: ChatTemplate, *, splicing: bool = True) -> None:
         self.template = template
-        self._headers: dict[tuple[str, str], str | None] = {}
+        self._headers: dict[tuple[str, bool, str], str | None] = {}
         self.renders = SplicingRenderer(enabled=splicing)
 
     def render(self, job: Job, chat: list[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
@@ -69,10 +69,7 @@ class History:
     def header(self, job: Job, index: int) -> str | None:
         """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
         tools, variables = job.tools, job.variables
-        key = (
-            job.source,
-            repr((tools is not None, sorted(variables.items()))),
-        )
+        key = (job.source, tools is not None, repr(sorted(variables.items())) if variables else "")
         if key in self._headers:
             return self._headers[key]
         header = None

@@ -78,8 +78,13 @@ class EncodeOptions:
         base = options or cls()
         if not keywords:
             return base
-        known = {f.name for f in fields(cls)} - {"template_kwargs"}
-        settings = {k: v for k, v in keywords.items() if k in known}
-        variables = {k: v for k, v in keywords.items() if k not in known and k != "template_kwargs"}
+        settings = {k: v for k, v in keywords.items() if k in _SETTINGS}
+        if len(settings) == len(keywords):  # no template variable: the common call, kept cheap (once a record)
+            return replace(base, **settings)
+        variables = {k: v for k, v in keywords.items() if k not in _SETTINGS and k != "template_kwargs"}
         variables = {**base.template_kwargs, **dict(keywords.get("template_kwargs") or {}), **variables}
         return replace(base, **settings, template_kwargs=variables)
+
+
+#: The fields a keyword sets directly (any other keyword is a template variable).
+_SETTINGS = frozenset(f.name for f in fields(EncodeOptions)) - {"template_kwargs"}

@@ -235,7 +235,21 @@ class MessageShapes:
         self.slots: list[list[str]] = []
         for message in messages:
             slots: list[str] = []
-            self.keys.append(_shape(message, slots))
+            if type(message) is dict:  # _shape of a message, its strings inlined (every render computes these)
+                key: list[Any] = [_DICT]
+                for name, value in message.items():
+                    key.append(name if type(name) is str else _shape(name, None))
+                    kind = type(value)
+                    if kind is str:
+                        key.append(value)
+                    elif kind is DataStr and _whole(value):
+                        slots.append(value)
+                        key.append(_SLOT)
+                    else:
+                        key.append(_shape(value, slots))
+                self.keys.append(tuple(key))
+            else:
+                self.keys.append(_shape(message, slots))
             self.slots.append(slots)
 
     def first(self, count: int) -> tuple[Any, list[str]]:

@@ -20,12 +20,15 @@ string built from one) is recognised wherever it goes. The observations are reco
   and ``str()`` of a container (its ``repr``) in output or ``~``.
 
 What is left is output, concatenation, truthiness (a sentinel and the string it stands for are both non-empty) and
-type tests, which cannot tell a sentinel from the text it stands for. A render that raises is never reused; one that
+type tests, which cannot tell a sentinel from the text it stands for; and two transforms the hole applies to the text
+it is filled with (see ``TRANSFORMS``): ``trim``/``strip()``, and ``tojson`` of a value whose strings are all whole
+sentinels (the JSON text depends on each only through its escaping). A render that raises is never reused; one that
 called ``strftime_now`` records the dates it wrote, and is reused only while the clock gives the same.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -46,12 +49,23 @@ from turnkit.template.taint import DataStr, tainted
 __all__ = ["CLOSE", "OPEN", "SENTINEL", "TRANSFORMS", "UNTRACEABLE", "Trace", "compile_traced", "observing", "sentinel"]
 
 OPEN, CLOSE = "\ufffe", "\uffff"
-SENTINEL = re.compile(f"{OPEN}(\\d+)([slr]?){CLOSE}")  # a slot, and the transform applied to it (see TRANSFORMS)
+SENTINEL = re.compile(f"{OPEN}(\\d+)([slrj]?){CLOSE}")  # a slot, and the transform applied to it (see TRANSFORMS)
 _PLAIN_SENTINEL = re.compile(f"{OPEN}(\\d+){CLOSE}")
+
+
+def _json_string(text: str) -> str:
+    """``text`` as ``tojson`` writes it inside a JSON string (ensure_ascii off: quotes, backslashes and control
+    characters escaped)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 #: Transforms a skeleton's hole may apply to its text: ``strip()``, ``lstrip()``, ``rstrip()`` without arguments (and
-#: the ``trim`` filter). Templates trim message text all the time (Llama 3: ``message['content'] | trim``); the output
-#: then depends on the text only through the trimmed text, which the hole computes.
-TRANSFORMS: dict[str, Callable[[str], str]] = {"s": str.strip, "l": str.lstrip, "r": str.rstrip}
+#: the ``trim`` filter), and ``j``: the text escaped as ``tojson`` writes a string. Templates trim message text all
+#: the time (Llama 3: ``message['content'] | trim``) and write tool-call arguments with ``tojson`` (Qwen, Hermes); the
+#: output then depends on the text only through the trimmed or escaped text, which the hole computes.
+TRANSFORMS: dict[str, Callable[[str], str]] = {"s": str.strip, "l": str.lstrip, "r": str.rstrip, "j": _json_string}
+#: How much longer than its text a hole's text can be (a control character escaped as ``\\u0000`` is 6 characters).
+_LONGEST_ESCAPE = 6
 _TRANSFORM_OF_METHOD = {"strip": "s", "lstrip": "l", "rstrip": "r"}
 #: Recorded when a value is too deeply nested to search: the render cannot be reused.
 UNTRACEABLE = -1
@@ -128,7 +142,8 @@ def _built(text: Any) -> Any:
     """Record the size of a string the render built (see :class:`Trace`)."""
     trace = _trace.get()
     if trace is not None and isinstance(text, str):
-        copies = text.count(OPEN)
+        # a JSON-escaped hole can hold its text 6 times over: counted as that many copies
+        copies = text.count(OPEN) + (_LONGEST_ESCAPE - 1) * text.count("j" + CLOSE)
         sentinels = sum(len(n) + len(t) + 2 for n, t in SENTINEL.findall(text)) if copies else 0
         trace.copies = max(trace.copies, copies)
         trace.literal = max(trace.literal, len(text) - sentinels)
@@ -149,6 +164,42 @@ def _transformed(value: Any, kind: str) -> Any:
     return tainted(f"{OPEN}{match.group(1)}{kind}{CLOSE}", ((0, len(value) + 1, value._spans[0][2]),))
 
 
+def _only_whole_sentinels(value: Any, depth: int = 0) -> bool:
+    """Whether every data string inside ``value`` is a whole, untransformed sentinel, and no key holds one (other
+    strings and the numbers are part of the shape's key)."""
+    if isinstance(value, str):
+        return OPEN not in value or (type(value) is DataStr and _PLAIN_SENTINEL.fullmatch(value) is not None)
+    if depth > 12:
+        return False
+    if type(value) is dict:
+        return all(
+            isinstance(k, str | int | float | bool | None) and not _text_with_sentinel(k) for k in value
+        ) and all(_only_whole_sentinels(v, depth + 1) for v in value.values())
+    if type(value) is list or type(value) is tuple:
+        return all(_only_whole_sentinels(v, depth + 1) for v in value)
+    return value is None or type(value) in (int, float, bool)
+
+
+def _json_with_holes(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``tojson`` of a value whose data strings are whole sentinels, as JSON text with a ``j`` hole for each (filled
+    with the string escaped as JSON writes it); None where the text would depend on the strings otherwise
+    (``ensure_ascii``, a sentinel in a key or an option, a transformed sentinel, an attribution not whole)."""
+    if _trace.get() is None or not args:
+        return None
+    value, options = args[0], [*args[1:], *kwargs.values()]
+    ensure_ascii = args[1] if len(args) > 1 else kwargs.get("ensure_ascii", False)
+    found: set[int] = set()
+    _find(options, found)
+    if ensure_ascii or found or not _only_whole_sentinels(value):
+        return None
+    result = function(*args, **kwargs)
+    spans = result._spans if type(result) is DataStr else ()
+    if len(spans) > 1 or (spans and spans[0][:2] != (0, len(result))):
+        return None
+    text = _PLAIN_SENTINEL.sub(lambda m: f"{OPEN}{m.group(1)}j{CLOSE}", result)
+    return tainted(text, ((0, len(text), spans[0][2]),)) if spans else text
+
+
 def _observing_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     skip_context = 1 if hasattr(function, "jinja_pass_arg") else 0
     verbatim = _STRUCTURAL_FILTERS.get(name)
@@ -159,6 +210,10 @@ def _observing_filter(name: str, function: Callable[..., Any]) -> Callable[..., 
             trimmed = _transformed(args_only[0], "s")
             if trimmed is not None:
                 return trimmed
+        if name == "tojson" and not skip_context:
+            with_holes = _json_with_holes(function, args, kwargs)
+            if with_holes is not None:
+                return _built(with_holes)
         if verbatim is None:
             _note(*args_only, *kwargs.values())
         else:

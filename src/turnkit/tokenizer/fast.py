@@ -36,7 +36,6 @@ import unicodedata
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import tokenizers
@@ -209,11 +208,21 @@ class FastEncoding:
         """The first token holding (the first byte of) character ``position``; None outside the text."""
         if position < 0 or position >= len(self.text):
             return None
-        if self._ends is None:  # byte offset where each token ends
-            self._ends = list(accumulate(map(self._lengths.__getitem__, self.ids)))
         at = position if self.text.isascii() else len(self.text[:position].encode("utf-8"))
-        found = bisect_right(self._ends, at)
-        return found if found < len(self.ids) else None
+        ends = self._ends  # byte offset where each token ends, as far as a lookup has needed them
+        if ends is None:
+            ends = self._ends = []
+        if ends and ends[-1] > at:
+            return bisect_right(ends, at)
+        # Extend only as far as this position: a loss mask looks up a turn's first characters, near the start.
+        total = ends[-1] if ends else 0
+        lengths, ids = self._lengths, self.ids
+        for index in range(len(ends), len(ids)):
+            total += lengths[ids[index]]
+            ends.append(total)
+            if total > at:
+                return index
+        return None
 
 
 class FastTokenizer:
