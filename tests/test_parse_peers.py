@@ -1,6 +1,6 @@
 """The serving peers' parse vectors (``../shared/conformance/peers``, read by ``tests/parse_peers.py``): every case
-passes, or differs by a stated decision (README.md lists them); the case-by-case lists are exact, so a listed case
-that starts to pass fails here and the list cannot go stale.
+passes, or differs by a stated decision (docs/guides/parsing.md lists them, "The stated decisions"); the case-by-case
+lists are exact, so a listed case that starts to pass fails here and the list cannot go stale.
 
 * llama.cpp's 463 parse cases, each with its template: the format is chosen from the template, as a user gets it;
 * vLLM's 11 format fixtures, 401 tool-parser cases and 306 reasoning-parser cases, by parser name;
