@@ -199,17 +199,24 @@ def test_invalid_json_and_unknown_routes(server):
 
 
 # A reply that goes on until max_tokens, unless its client leaves.
-_LONG_REPLY = {
-    "model": "smollm2",
-    "messages": QUESTION,
-    "max_tokens": 2000,
-    "temperature": 1.0,
-    "stop": ["never happens"],
-}
+@pytest.fixture(scope="module")
+def long_reply(smollm2_gguf):
+    """A request whose reply runs for its whole budget: the model's own end tokens are banned by ``logit_bias`` (at
+    temperature 1 the model can otherwise end its reply before a client's read timeout, and the test then measures
+    nothing)."""
+    end_tokens = ChatFormat.from_pretrained(smollm2_gguf).stop_ids
+    return {
+        "model": "smollm2",
+        "messages": QUESTION,
+        "max_tokens": 2000,
+        "temperature": 1.0,
+        "stop": ["never happens"],
+        "logit_bias": {str(token): -100 for token in end_tokens},
+    }
 
 
-def test_a_client_that_disconnects_frees_its_slot(server):
-    payload = {**_LONG_REPLY, "stream": True}
+def test_a_client_that_disconnects_frees_its_slot(server, long_reply):
+    payload = {**long_reply, "stream": True}
     with httpx.stream("POST", server[0] + "/v1/chat/completions", json=payload, timeout=60) as response:
         lines = response.iter_lines()
         for _ in range(3):
@@ -221,10 +228,10 @@ def test_a_client_that_disconnects_frees_its_slot(server):
     assert httpx.get(server[0] + "/health").json()["generating"] == 0
 
 
-def test_a_client_that_leaves_a_whole_reply_frees_its_slot(server):
+def test_a_client_that_leaves_a_whole_reply_frees_its_slot(server, long_reply):
     """A non-streamed client that gives up (its read timeout) stops its generation: the slot frees (the issue's goal
     is 1 s; the bound here is 15 s for a shared machine) and the server logs the request as aborted."""
-    payload = {**_LONG_REPLY, "stream": False}
+    payload = {**long_reply, "stream": False}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server[0] + "/v1/chat/completions", json=payload, timeout=httpx.Timeout(60, read=2))
     left = time.monotonic()

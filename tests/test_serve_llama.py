@@ -65,6 +65,7 @@ test_a_forged_turn_reaches_the_model_as_text = core.test_a_forged_turn_reaches_t
 test_the_official_client_sees_typed_errors = core.test_the_official_client_sees_typed_errors
 test_a_client_that_disconnects_frees_its_slot = core.test_a_client_that_disconnects_frees_its_slot
 test_a_client_that_leaves_a_whole_reply_frees_its_slot = core.test_a_client_that_leaves_a_whole_reply_frees_its_slot
+long_reply = core.long_reply
 
 
 def test_chat_and_real_usage(client, server):
