@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from turnkit.collector import fewer_collections
 from turnkit.encode.attribution import Spans, data_mask
 from turnkit.encode.controls import ControlCheck, MissingControlTokenWarning, find_turns
 from turnkit.encode.encoding import NO_MESSAGE, Encoding
@@ -92,7 +93,21 @@ class Encoder:
         where the tokenizer encodes a whole batch without Python's GIL (the ``tokenizers`` path, in Rust). The exact
         tiktoken path encodes piece by piece, and a thread that needs the GIL back after every piece waits for the
         rendering thread to yield it (every 5 ms): there the thread was measured slower than none.
+
+        Python's garbage collector runs less often meanwhile (:mod:`turnkit.collector`): a batch's encodings are held
+        until it returns, and the default collector rescanned them (a batch was slower than a loop of :meth:`encode`).
         """
+        with fewer_collections():
+            return self._encode_batch(conversations, options, chunk_size=chunk_size, tokenizer_thread=tokenizer_thread)
+
+    def _encode_batch(
+        self,
+        conversations: Sequence[Conversation | Mapping[str, Any]],
+        options: EncodeOptions,
+        *,
+        chunk_size: int,
+        tokenizer_thread: bool | None,
+    ) -> list[Encoding] | list[list[Encoding]]:
         items: list[tuple[Any, EncodeOptions]] = []
         for item in conversations:
             item_options = options
