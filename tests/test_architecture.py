@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "cache": 0,
     "quiet": 0,
+    "collector": 0,
     "messages": 1,
     "embedded": 1,
     "template": 2,
