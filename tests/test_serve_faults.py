@@ -30,6 +30,8 @@ import httpx
 import pytest
 from serve_harness import turnkit_serve_process
 
+from turnkit import ChatFormat
+
 pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow
 
@@ -62,6 +64,20 @@ def chat(content: str, **fields) -> dict:
     return {"model": "smollm2", "messages": [{"role": "user", "content": content}], **fields}
 
 
+@pytest.fixture(scope="module")
+def endless(smollm2_gguf) -> dict:
+    """A request whose reply runs until its client leaves or the server stops it: the model's own end tokens are
+    banned by ``logit_bias`` (at temperature 1 the model may otherwise end its reply before the test's moment)."""
+    end_tokens = ChatFormat.from_pretrained(smollm2_gguf).stop_ids
+    return chat(
+        "Write a very long story about the sea.",
+        max_tokens=4000,
+        temperature=1.0,
+        stop=["@@@@"],
+        logit_bias={str(token): -100 for token in end_tokens},
+    )
+
+
 def read_stream(response: httpx.Response) -> list[dict]:
     """Every event of a server-sent event stream, ``[DONE]`` as ``{"done": True}``."""
     events = []
@@ -72,12 +88,11 @@ def read_stream(response: httpx.Response) -> list[dict]:
     return events
 
 
-def test_clients_that_leave_free_their_slots(smollm2_gguf):
+def test_clients_that_leave_free_their_slots(smollm2_gguf, endless):
     """Four whole-reply clients hold every slot and give up after 10 s (their read timeout); then four streaming
     clients do the same after three chunks. Each time every slot frees, the server logs one aborted line per
     request, /health and /metrics count them alike, and a fresh request is answered."""
     with server("--max-batch", "4", name="leave") as (url, _process, log):
-        endless = chat("Write a very long story about the sea.", max_tokens=4000, temperature=1.0, stop=["@@@@"])
         assert httpx.post(url + "/v1/chat/completions", json=chat("Hi", max_tokens=2), timeout=120).status_code == 200
 
         def leave_whole(_: int) -> str:
@@ -168,14 +183,13 @@ def test_more_long_prompts_than_the_cache_holds(smollm2_gguf):
         assert "failed to find a memory slot" not in log.read_text()
 
 
-def test_sigterm_under_load_drains_and_exits_0(smollm2_gguf):
+def test_sigterm_under_load_drains_and_exits_0(smollm2_gguf, endless):
     """Three long streams and one whole reply are running when SIGTERM arrives (drain deadline 6 s): new requests get
     503 with Retry-After and /health says draining; at the deadline every reply still running ends with an error
     naming the shutdown (streams: an error event, then [DONE]; the whole reply: a 503); the process exits 0 by the
     deadline plus a stated margin."""
     drain = 6.0
     with server("--max-batch", "4", "--drain-seconds", str(drain), name="sigterm") as (url, process, log):
-        endless = chat("Write a very long story about the sea.", max_tokens=4000, temperature=1.0, stop=["@@@@"])
         results: dict[str, object] = {}
 
         def stream(key: str) -> None:
