@@ -122,3 +122,12 @@ def whole_and_streamed(client: Any, messages: list[dict[str, Any]], max_tokens: 
     assert text == whole.choices[0].message.content
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     return whole, chunks
+
+
+def end_tokens_banned(model: Path) -> dict[str, float]:
+    """A ``logit_bias`` that bans every id that ends the model's reply (its end-of-turn markers and EOS): a request
+    with it runs until its client leaves, the server stops it, or ``max_tokens``. At temperature 1 a small model may
+    otherwise end its reply before the moment a test waits for."""
+    from turnkit import ChatFormat
+
+    return {str(token): -100 for token in ChatFormat.from_pretrained(model).stop_ids}

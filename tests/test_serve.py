@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from corpus import tokenizer_with_markers
-from serve_harness import TOOLS, serving, turnkit_serve, whole_and_streamed
+from serve_harness import TOOLS, end_tokens_banned, serving, turnkit_serve, whole_and_streamed
 
 from turnkit import ChatFormat
 from turnkit.serve import ReplayBackend
@@ -198,20 +198,16 @@ def test_invalid_json_and_unknown_routes(server):
     assert httpx.get(server[0] + "/v1/nothing").status_code == 404
 
 
-# A reply that goes on until max_tokens, unless its client leaves.
 @pytest.fixture(scope="module")
 def long_reply(smollm2_gguf):
-    """A request whose reply runs for its whole budget: the model's own end tokens are banned by ``logit_bias`` (at
-    temperature 1 the model can otherwise end its reply before a client's read timeout, and the test then measures
-    nothing)."""
-    end_tokens = ChatFormat.from_pretrained(smollm2_gguf).stop_ids
+    """A request whose reply runs for its whole budget (its end tokens banned), unless its client leaves."""
     return {
         "model": "smollm2",
         "messages": QUESTION,
         "max_tokens": 2000,
         "temperature": 1.0,
         "stop": ["never happens"],
-        "logit_bias": {str(token): -100 for token in end_tokens},
+        "logit_bias": end_tokens_banned(smollm2_gguf),
     }
 
 

@@ -28,9 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_harness import turnkit_serve_process
-
-from turnkit import ChatFormat
+from serve_harness import end_tokens_banned, turnkit_serve_process
 
 pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow
@@ -66,15 +64,13 @@ def chat(content: str, **fields) -> dict:
 
 @pytest.fixture(scope="module")
 def endless(smollm2_gguf) -> dict:
-    """A request whose reply runs until its client leaves or the server stops it: the model's own end tokens are
-    banned by ``logit_bias`` (at temperature 1 the model may otherwise end its reply before the test's moment)."""
-    end_tokens = ChatFormat.from_pretrained(smollm2_gguf).stop_ids
+    """A request whose reply runs until its client leaves or the server stops it (its end tokens banned)."""
     return chat(
         "Write a very long story about the sea.",
         max_tokens=4000,
         temperature=1.0,
         stop=["@@@@"],
-        logit_bias={str(token): -100 for token in end_tokens},
+        logit_bias=end_tokens_banned(smollm2_gguf),
     )
 
 
