@@ -241,6 +241,78 @@ def test_ray_engine_gives_the_same_rows(tmp_path, model):
     assert (tmp_path / "local" / "rejects.jsonl").read_text() == (tmp_path / "ray" / "rejects.jsonl").read_text()
 
 
+def _tricky_jsonl() -> bytes:
+    """JSONL as files come: a BOM, CRLF and lone-CR line ends, blank and whitespace-only lines (ASCII, \\x1c and
+    ideographic spaces), non-ASCII text, a broken line, and no line break at the end."""
+    record = json.dumps(GOOD).encode()
+    accented = json.dumps({"instruction": "Traduis « été »", "output": "summer, 夏"}, ensure_ascii=False).encode()
+    return (
+        b"\xef\xbb\xbf" + record + b"\r\n" + accented + b"\r\n\r\n  \t\n" + record + b"\r" + accented + b"\r\r\n"
+        + "\u3000\n".encode() + b"\x1c\n{broken\n" + record + b"\r" + b"\r" + accented + b"\n\n" + record + b"\r"
+    )  # fmt: skip
+
+
+def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path):
+    """A worker reads its shard's lines itself, from a span of the file the main process found by counting lines in
+    bytes: for every shard size the spans hold exactly the records, ids, line numbers and text of the text reader."""
+    from turnkit.data.sources import read_records
+
+    data = tmp_path / "tricky.jsonl"
+    data.write_bytes(_tricky_jsonl())
+    expected = list(read_records(data))
+    assert len(expected) == 8 and expected[-1].line == 15 and expected[0].text.startswith("{")  # the BOM is no data
+    _spans_hold(data, expected)
+    data.write_bytes(b"\xef\xbb\xbf\r" + _tricky_jsonl()[3:])  # a first line of only the BOM, ended by a lone CR
+    _spans_hold(data, list(read_records(data)))
+
+
+def _spans_hold(data: Path, expected: list) -> None:
+    from turnkit.data.sources import JsonlSpans, records_of
+
+    for size in range(1, 12):
+        spans = JsonlSpans(str(data))
+        taken = list(iter(lambda: spans.take(size), None))  # noqa: B023 - called at once
+        spans.close()
+        assert [span.count for span in taken[:-1]] == [size] * (len(taken) - 1)
+        assert [len(list(span.records())) for span in taken] == [span.count for span in taken]
+        assert records_of(taken) == expected, f"spans of {size} records"
+
+
+def test_two_workers_cut_shards_where_one_does_and_resume_each_other(tmp_path, model):
+    """Shards are cut at the same records whoever reads the input: a run of one worker is resumed by two (and the
+    inputs' kinds mix: spans of JSONL files, records of a JSON array, a shard across files)."""
+    (tmp_path / "a.jsonl").write_bytes(_tricky_jsonl())
+    (tmp_path / "b.json").write_text(json.dumps([GOOD] * 3))
+    (tmp_path / "c.jsonl").write_bytes(_tricky_jsonl())
+    inputs = [str(tmp_path / name) for name in ("a.jsonl", "b.json", "c.jsonl")]
+    config = PrepareConfig(model=model)
+    one = prepare(inputs, tmp_path / "one", config, workers=1, shard_records=3, progress=False)
+    two = prepare(inputs, tmp_path / "two", config, workers=2, shard_records=3, progress=False)
+    assert (
+        one["counts"] == two["counts"] and one["counts"]["read"] == 19 and one["counts"]["rejected"] == 2
+    )  # the broken lines; not the BOM
+    for name in ("one", "two"):
+        shards = sorted((tmp_path / name / "shards").glob("shard-*.parquet"))
+        assert len(shards) == 7  # 19 records in shards of 3
+
+    def per_shard(out: Path) -> list[list[str]]:
+        import pyarrow.parquet as pq
+
+        files = sorted((out / "shards").glob("shard-*.parquet"))
+        return [pq.read_table(f, columns=["record_id"]).column(0).to_pylist() for f in files]
+
+    assert per_shard(tmp_path / "one") == per_shard(tmp_path / "two")
+    assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
+    assert (tmp_path / "one" / "rejects.jsonl").read_text() == (tmp_path / "two" / "rejects.jsonl").read_text()
+    for index in (1, 4, 5):  # a run of one worker that stopped there, resumed by two workers
+        for suffix in (".parquet", ".json"):
+            (tmp_path / "one" / "shards" / f"shard-{index:05d}{suffix}").unlink()
+    (tmp_path / "one" / "manifest.json").unlink()
+    resumed = prepare(inputs, tmp_path / "one", config, workers=2, shard_records=3, progress=False)
+    assert resumed["counts"] == two["counts"]
+    assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
+
+
 def test_a_killed_run_resumes_to_the_same_output(tmp_path, model):
     lines = [
         json.dumps(

@@ -130,7 +130,7 @@ def _digest(values: list[Any]) -> str:
     return hashlib.sha256(json.dumps(values, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def outcome(case: str, tokenizer_folder: Path, work: Path) -> dict[str, Any]:
+def outcome(case: str, tokenizer_folder: Path, work: Path, workers: int = 1) -> dict[str, Any]:
     """What prepare writes for a case: each row's ids and digest, the rejects, the manifest's counts. ``work`` keeps
     the model folders across cases (a format loads once per folder)."""
     lines, kind, options = _inputs(case)
@@ -138,10 +138,9 @@ def outcome(case: str, tokenizer_folder: Path, work: Path) -> dict[str, Any]:
     name = re.sub(r"\W+", "-", case).strip("-")
     data = work / f"{name}.jsonl"
     data.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    out = work / f"out-{name}"
-    manifest = prepare(
-        [str(data)], out, PrepareConfig(model=str(model), **options), shard_records=SHARD, progress=False
-    )
+    out = work / f"out-{name}-{workers}"
+    config = PrepareConfig(model=str(model), **options)
+    manifest = prepare([str(data)], out, config, workers=workers, shard_records=SHARD, progress=False)
     rows = [
         [
             row["record_id"],
@@ -200,6 +199,12 @@ def test_prepare_writes_what_it_wrote_before(case, golden, smollm2_hf_folder, wo
     assert got["rejects"] == want["rejects"]
     assert got == want
     assert got["rows"], "a case without rows pins nothing"
+
+
+@pytest.mark.parametrize("case", ["messy, defaults", "messy tools, generation tags, split_turns"])
+def test_two_workers_write_what_one_wrote(case, golden, smollm2_hf_folder, work):
+    """Worker processes read their shards' lines themselves (spans of the file): the same records, rows, rejects."""
+    assert outcome(case, smollm2_hf_folder, work, workers=2) == golden[case]
 
 
 if __name__ == "__main__":  # python tests/test_prepare_shapes.py --write
