@@ -1,6 +1,7 @@
 """Dataset preparation speed on every shape of data, each against ``datasets.map`` and ``fmt.encode`` in the same run.
 
 Usage: python benchmarks/prepare.py [--shapes NAME,...] [--conversations N] [--repeats R] [--shard-records S]
+                                    [--scale K] [--scale-shards M]
        python benchmarks/prepare.py --memory 200000 [--memory-workers 2]   (peak RSS instead)
 
 For every shape of ``tests/shapes.py`` (single-turn, multi-turn with 1-3 and 6-10 exchanges, long system prompts, tool
@@ -13,6 +14,11 @@ earlier benchmark's mixed data), each repetition generates N fresh conversations
 * a loop of ``fmt.encode`` (masks, no attribution: what prepare's rows need) over the already-converted
   conversations, as a user writes it (Python's default garbage collector settings);
 * ``fmt.encode_batch`` in batches of 128, the same conversations.
+
+Then, for the workers at scale, ``--scale`` (default 4) times the conversations in ``--scale-shards`` shards (default
+32), with 1 and 2 workers in turn: 2 workers / 1 where the start of the worker processes and the last shard's tail
+weigh less than on 8 shards, and how many cores one worker keeps busy (CPU time over wall time: it writes Parquet and
+tokenizes in threads of its own where a core is spare), which bounds what 2 workers can do on 2 cores: 2 / that.
 
 Per run it prints the ratios of variants measured in that run (so that they stay meaningful while other jobs load the
 machine), then medians. The load average is printed before and after each shape. Targets: 1 worker at least 2x
@@ -27,6 +33,7 @@ import gc
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -147,13 +154,53 @@ def _run_shape(shape: Shape, args: argparse.Namespace, work: Path, tokenizer_fol
     ns = {v: med(seconds[v]) / tokens * 1e9 for v in VARIANTS}
     print(f"  {n:,} conversations, {tokens / n:,.0f} tokens each; medians of {args.repeats} runs; {_load()}")
     print("  ns a token: " + ", ".join(f"{v} {ns[v]:,.0f}" for v in VARIANTS))
+    scale = _scaling(shape, args, work, model) if args.scale else {}
     return {
+        **scale,
         "tokens": tokens / n,
         **{f"ns {v}": ns[v] for v in VARIANTS},
         "records/s baseline": n / med(seconds["baseline"]),
         "records/s prepare 1": n / med(seconds["prepare 1"]),
         **{name: med(values) for name, values in ratios.items()},
     }
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the worker processes of a finished run)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _scaling(shape: Shape, args: argparse.Namespace, work: Path, model: str) -> dict[str, float]:
+    """1 and 2 workers on ``scale`` times the conversations in ``scale_shards`` shards: 2 / 1, and the cores one worker
+    keeps busy (its CPU time over its wall time), which bounds 2 / 1 on a 2-core machine at 2 / cores."""
+    n = args.conversations * args.scale
+    size = max(1, n // args.scale_shards)
+    two_over_one, cores = [], []
+    for repeat in range(args.repeats):
+        data = work / f"scale-{repeat}.jsonl"
+        records = shape.records(n, seed=1000 + repeat)
+        data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        took: dict[int, float] = {}
+        for workers in (1, 2) if repeat % 2 == 0 else (2, 1):
+            _format(model).encoder.segment_cache.clear()
+            gc.collect()
+            out = work / f"scale-out-{workers}"
+            cpu, start = _cpu_seconds(), time.perf_counter()
+            manifest = prepare([str(data)], out, PrepareConfig(model=model), workers=workers, shard_records=size,
+                               progress=False)  # fmt: skip
+            took[workers] = time.perf_counter() - start
+            if workers == 1:
+                cores.append((_cpu_seconds() - cpu) / took[1])
+            assert manifest["counts"]["written"] == n, manifest["counts"]
+            shutil.rmtree(out)
+        data.unlink()
+        two_over_one.append(took[1] / took[2])
+        print(f"  at scale, run {repeat + 1}: {n:,} conversations in {args.scale_shards} shards: 1 worker "
+              f"{n / took[1]:,.0f}/s using {cores[-1]:.2f} cores, 2 workers {n / took[2]:,.0f}/s, 2 / 1 "
+              f"{two_over_one[-1]:.2f} (at most {2 / cores[-1]:.2f} on 2 cores)", flush=True)  # fmt: skip
+    med = statistics.median
+    return {"2/1 at scale": med(two_over_one), "cores of 1 worker": med(cores)}
 
 
 def _memory(work: Path, model: Path, count: int, workers: int) -> None:
@@ -192,15 +239,19 @@ def _summary(results: dict[str, dict[str, float]], n: int, repeats: int, shard_r
     print(f"\n{n:,} fresh conversations a run, medians of {repeats} runs, {n // shard_records} shards; {_load()}")
     header = (
         f"{'shape':30} {'tok/rec':>7} {'base/s':>7} {'prep/s':>7} {'1/base':>7} "
-        f"{'ns/tok prep':>11} {'ns/tok enc':>10} {'prep/enc':>8} {'enc/batch':>9} {'2/1':>5}"
+        f"{'ns/tok prep':>11} {'ns/tok enc':>10} {'prep/enc':>8} {'enc/batch':>9} {'2/1':>5} {'at scale':>8} "
+        f"{'1w cores':>8} {'at most':>7}"
     )
     print(header)
     for name, r in results.items():
         print(f"{name:30} {r['tokens']:>7,.0f} {r['records/s baseline']:>7,.0f} {r['records/s prepare 1']:>7,.0f} "
               f"{r['1/base']:>7.2f} {r['ns prepare 1']:>11,.0f} {r['ns encode loop']:>10,.0f} "
-              f"{r['prepare/loop']:>8.2f} {r['loop/batch']:>9.2f} {r['2/1']:>5.2f}")  # fmt: skip
+              f"{r['prepare/loop']:>8.2f} {r['loop/batch']:>9.2f} {r['2/1']:>5.2f} "
+              + (f"{r['2/1 at scale']:>8.2f} {r['cores of 1 worker']:>8.2f} {2 / r['cores of 1 worker']:>7.2f}"
+                 if "2/1 at scale" in r else ""))  # fmt: skip
     print("targets: 1/base >= 2.0; prep/enc <= 1.2 (prepare's time a token over the encode loop's); enc/batch >= 1.0; "
-          f"2/1 >= 1.7 on a quiet machine (os.cpu_count() = {os.cpu_count()})")  # fmt: skip
+          f"2/1 >= 1.7 on a quiet machine (os.cpu_count() = {os.cpu_count()}); 'at scale': 2/1 on the larger input, "
+          "'1w cores': the cores one worker keeps busy, 'at most': 2 / that, the bound of 2/1 on 2 cores")  # fmt: skip
 
 
 def main() -> None:
@@ -212,6 +263,8 @@ def main() -> None:
     # 8 shards: with fewer shards than workers x 4 the last shard runs alone, which measures the tail, not the
     # per-record work
     parser.add_argument("--shard-records", type=int, help="records a shard (default: conversations / 8)")
+    parser.add_argument("--scale", type=int, default=4, help="workers at scale: K x the conversations (0: skip)")
+    parser.add_argument("--scale-shards", type=int, default=32, help="workers at scale: in M shards")
     parser.add_argument("--memory", type=int, metavar="N", help="instead: peak RSS of prepare on N records")
     parser.add_argument("--memory-workers", type=int, default=2)
     args = parser.parse_args()
