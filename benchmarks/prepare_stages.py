@@ -2,15 +2,16 @@
 
 Usage: python benchmarks/prepare_stages.py [--shapes NAME,...] [--conversations N] [--shard-records S]
 
-One worker's work, in this process and one thread (no tokenizer or writer thread, so that every stage is counted
-where it runs): the input read as prepare reads it, each shard's records pickled and unpickled as they travel to a
-worker process (what ``--workers 2`` adds), processed by ``process_records``, its Arrow table built, its Parquet file
-and done-file written. A statistical profiler attributes the CPU time: every quarter millisecond of the process's CPU
-time (``ITIMER_PROF``, so that other jobs on the machine do not count) it looks at the Python stack and charges the
-time since the last look to the stage running, the innermost function of the pipeline on the stack (a render that
-the history check asks for counts as history). Native code (tiktoken, pyarrow) counts in the stage that called it.
-"other" is what no stage holds: the loops and bookkeeping between them. The shares hold under load; ns a token are
-CPU time, higher on a busy machine (shared caches) than on a quiet one.
+One worker's work, in this process and one thread (no tokenizer or writer thread, so that every stage is counted where
+it runs), as ``--workers 2`` does it: the input cut into shards of lines (spans of the file: what the main process
+does), each shard's spans pickled and unpickled as they travel to a worker process and its lines read there, processed
+by ``process_records``, its Arrow table built, its Parquet file and done-file written. A statistical profiler attributes
+the CPU time: every quarter millisecond of the process's CPU time (``ITIMER_PROF``, so that other jobs on the machine do
+not count) it looks at the Python stack and charges the time since the last look to the stage running, the innermost
+function of the pipeline on the stack (a render that the history check asks for counts as history). Native code
+(tiktoken, pyarrow) counts in the stage that called it. "other" is what no stage holds: the loops and bookkeeping
+between them. The shares hold under load; ns a token are CPU time, higher on a busy machine (shared caches) than on a
+quiet one.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ import turnkit.encode.encoder as encoder
 import turnkit.encode.job as job
 import turnkit.encode.marking as marking
 import turnkit.encode.tokenize as tokenize
+from turnkit.collector import FEWER_COLLECTIONS
 from turnkit.data import PrepareConfig
-from turnkit.data.sources import RawRecord
+from turnkit.data.sources import JsonlSpan, RawRecord, records_of
 from turnkit.encode.attribution import Spans, Turns
 from turnkit.encode.controls import ControlCheck, MissingMarkers
 from turnkit.encode.encoding import Encoding
@@ -56,7 +58,8 @@ INTERVAL_S = 0.00025
 
 #: In the order of the pipeline.
 STAGES = [
-    "read input",
+    "find shards' lines",
+    "read lines in a worker",
     "parse JSON",
     "convert records",
     "scan for markers",
@@ -73,17 +76,16 @@ STAGES = [
     "Arrow table",
     "write Parquet",
     "accounting",
-    "transfer to a worker",
     "other",
 ]
 
 
-def _read(inputs: list[str], size: int) -> list[list[RawRecord]]:
-    return list(preparing._shards(inputs, size))
+def _read(inputs: list[str], size: int) -> list[list[RawRecord | JsonlSpan]]:
+    return list(preparing._shards(inputs, size, by_reference=True))
 
 
-def _transfer(records: list[RawRecord]) -> list[RawRecord]:
-    return pickle.loads(pickle.dumps(records))  # what a worker process is sent
+def _transfer(shard: list[RawRecord | JsonlSpan]) -> list[RawRecord]:
+    return records_of(pickle.loads(pickle.dumps(shard)))  # what a worker process is sent, and the lines it reads
 
 
 def _code(owner: Any, attribute: str) -> CodeType | None:
@@ -94,7 +96,8 @@ def _code(owner: Any, attribute: str) -> CodeType | None:
 
 #: (owner, function, stage), the functions of the pipeline each stage is
 FUNCTIONS: list[tuple[Any, str, str]] = [
-    (sys.modules[__name__], "_read", "read input"),
+    (sys.modules[__name__], "_read", "find shards' lines"),
+    (JsonlSpan, "records", "read lines in a worker"),
     (RawRecord, "read", "parse JSON"),
     (pipeline, "to_conversation", "convert records"),
     (pipeline, "record_id", "convert records"),
@@ -117,7 +120,7 @@ FUNCTIONS: list[tuple[Any, str, str]] = [
     (preparing, "_table", "Arrow table"),
     (preparing, "_write_shard", "write Parquet"),
     (preparing, "_summary", "accounting"),
-    (sys.modules[__name__], "_transfer", "transfer to a worker"),
+    (sys.modules[__name__], "_transfer", "read lines in a worker"),
 ]
 #: Stages that hold whatever runs inside them (the history check renders, tokenizes nothing, and so on).
 CONTAINERS = frozenset({"history (masks)"})
@@ -199,7 +202,7 @@ def main() -> None:
         pipeline._format(model).encoder.segment_cache.clear()
         before = gc.get_threshold()
         gc.collect()
-        gc.set_threshold(preparing._FEWER_COLLECTIONS, *before[1:])  # as prepare runs
+        gc.set_threshold(FEWER_COLLECTIONS, *before[1:])  # as prepare runs
         with Sampler() as sampler:
             tokens = _run([str(data)], config, args.shard_records, work)
         gc.set_threshold(*before)

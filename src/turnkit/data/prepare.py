@@ -8,10 +8,11 @@ end ``manifest.json`` (counts, token totals, fingerprints, options, version) and
 the shard files. Written plus rejected always equals read.
 
 The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
-size. Worker processes read the lines of plain JSONL inputs themselves: this process only counts lines to find where
-each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`), so it sends a few numbers a shard, not its text. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
+size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
 private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
-shards and counts are the local engine's.
+shards and counts are the local engine's. Local worker processes read the lines of plain JSONL inputs themselves: this
+process only counts lines to find where each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`), and sends a few
+numbers a shard, not its text.
 """
 
 from __future__ import annotations
