@@ -243,12 +243,13 @@ def test_ray_engine_gives_the_same_rows(tmp_path, model):
 
 def _tricky_jsonl() -> bytes:
     """JSONL as files come: a BOM, CRLF and lone-CR line ends, blank and whitespace-only lines (ASCII, \\x1c and
-    ideographic spaces), non-ASCII text, a broken line, and no line break at the end."""
+    ideographic spaces), non-ASCII text, a broken line, a line in Latin-1, and no line break at the end."""
     record = json.dumps(GOOD).encode()
     accented = json.dumps({"instruction": "Traduis « été »", "output": "summer, 夏"}, ensure_ascii=False).encode()
     return (
         b"\xef\xbb\xbf" + record + b"\r\n" + accented + b"\r\n\r\n  \t\n" + record + b"\r" + accented + b"\r\r\n"
-        + "\u3000\n".encode() + b"\x1c\n{broken\n" + record + b"\r" + b"\r" + accented + b"\n\n" + record + b"\r"
+        + "\u3000\n".encode() + b"\x1c\n{broken\n" + b'{"instruction": "caf\xe9", "output": "Latin-1"}\n'
+        + record + b"\r" + b"\r" + accented + b"\n\n" + record + b"\r"
     )  # fmt: skip
 
 
@@ -260,7 +261,7 @@ def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path):
     data = tmp_path / "tricky.jsonl"
     data.write_bytes(_tricky_jsonl())
     expected = list(read_records(data))
-    assert len(expected) == 8 and expected[-1].line == 15 and expected[0].text.startswith("{")  # the BOM is no data
+    assert len(expected) == 9 and expected[-1].line == 16 and expected[0].text.startswith("{")  # the BOM is no data
     _spans_hold(data, expected)
     data.write_bytes(b"\xef\xbb\xbf\r" + _tricky_jsonl()[3:])  # a first line of only the BOM, ended by a lone CR
     _spans_hold(data, list(read_records(data)))
@@ -288,12 +289,11 @@ def test_two_workers_cut_shards_where_one_does_and_resume_each_other(tmp_path, m
     config = PrepareConfig(model=model)
     one = prepare(inputs, tmp_path / "one", config, workers=1, shard_records=3, progress=False)
     two = prepare(inputs, tmp_path / "two", config, workers=2, shard_records=3, progress=False)
-    assert (
-        one["counts"] == two["counts"] and one["counts"]["read"] == 19 and one["counts"]["rejected"] == 2
-    )  # the broken lines; not the BOM
+    assert one["counts"] == two["counts"]
+    assert one["counts"]["read"] == 21 and one["counts"]["rejected"] == 4  # broken, Latin-1; not the BOM
     for name in ("one", "two"):
         shards = sorted((tmp_path / name / "shards").glob("shard-*.parquet"))
-        assert len(shards) == 7  # 19 records in shards of 3
+        assert len(shards) == 7  # 21 records in shards of 3
 
     def per_shard(out: Path) -> list[list[str]]:
         import pyarrow.parquet as pq
@@ -304,6 +304,8 @@ def test_two_workers_cut_shards_where_one_does_and_resume_each_other(tmp_path, m
     assert per_shard(tmp_path / "one") == per_shard(tmp_path / "two")
     assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
     assert (tmp_path / "one" / "rejects.jsonl").read_text() == (tmp_path / "two" / "rejects.jsonl").read_text()
+    reasons = [json.loads(line)["reason"] for line in (tmp_path / "two" / "rejects.jsonl").read_text().splitlines()]
+    assert "line 11 is not valid UTF-8: byte 0xe9 at character 21" in reasons  # the record, not the whole input
     for index in (1, 4, 5):  # a run of one worker that stopped there, resumed by two workers
         for suffix in (".parquet", ".json"):
             (tmp_path / "one" / "shards" / f"shard-{index:05d}{suffix}").unlink()

@@ -44,6 +44,16 @@ class RawRecord:
         """The record's data (its line parsed), or why it cannot be read and the field that says so."""
         if self.text is None:
             return self.data, self.error, self.field
+        if not self.text.isascii():
+            try:
+                self.text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a byte the file's UTF-8 did not decode (kept as a surrogate escape)
+                byte = self.text[exc.start].encode("utf-8", "surrogateescape")[0]
+                return (
+                    None,
+                    f"line {self.line} is not valid UTF-8: byte 0x{byte:02x} at character {exc.start + 1}",
+                    "line",
+                )
         try:
             return json.loads(self.text), None, None
         except ValueError as exc:
@@ -51,18 +61,21 @@ class RawRecord:
 
 
 #: UTF-8, where a byte order mark that starts a file (Windows editors write one) is not part of its first record.
+#: Bytes that are not UTF-8 are kept as surrogate escapes: the record that holds them is rejected, not the whole input.
 _ENCODING = "utf-8-sig"
+_ERRORS = "surrogateescape"
 
 
 def _open_text(path: Path) -> io.TextIOBase:
     name = path.name.lower()
     if name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=_ENCODING)
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=_ENCODING, errors=_ERRORS)
     if name.endswith(".zst") or name.endswith(".zstd"):
         import zstandard
 
-        return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(path.open("rb")), encoding=_ENCODING)
-    return path.open("r", encoding=_ENCODING)
+        stream = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))
+        return io.TextIOWrapper(stream, encoding=_ENCODING, errors=_ERRORS)
+    return path.open("r", encoding=_ENCODING, errors=_ERRORS)
 
 
 def _jsonl(path: Path, label: str) -> Iterator[RawRecord]:
@@ -106,7 +119,7 @@ class JsonlSpan:
             handle.seek(self.start)
             data = handle.read(self.end - self.start)
         # decoded as _open_text reads the file: UTF-8 (a BOM only at its start), universal newlines (a lone \r too)
-        text = io.TextIOWrapper(io.BytesIO(data), encoding=_ENCODING if self.start == 0 else "utf-8")
+        text = io.TextIOWrapper(io.BytesIO(data), encoding=_ENCODING if self.start == 0 else "utf-8", errors=_ERRORS)
         yield from _jsonl_lines(text, self.label, self.first_line)
 
 
