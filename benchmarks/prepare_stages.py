@@ -97,7 +97,6 @@ def _code(owner: Any, attribute: str) -> CodeType | None:
 #: (owner, function, stage), the functions of the pipeline each stage is
 FUNCTIONS: list[tuple[Any, str, str]] = [
     (sys.modules[__name__], "_read", "find shards' lines"),
-    (JsonlSpan, "records", "read lines in a worker"),
     (RawRecord, "read", "parse JSON"),
     (pipeline, "to_conversation", "convert records"),
     (pipeline, "record_id", "convert records"),

@@ -18,7 +18,16 @@ from typing import Any
 
 from turnkit.errors import InputError
 
-__all__ = ["InputError", "JsonlSpan", "JsonlSpans", "RawRecord", "check_inputs", "read_records", "records_of"]
+__all__ = [
+    "InputError",
+    "JsonlSpan",
+    "JsonlSpans",
+    "RawRecord",
+    "check_inputs",
+    "is_plain_jsonl",
+    "read_records",
+    "records_of",
+]
 
 #: How long the hub may take to answer before a ``hub:`` input is reported unreachable (instead of ~30 s of retries).
 _HUB_PROBE_TIMEOUT_S = 5.0
@@ -90,10 +99,13 @@ def _jsonl_lines(lines: Iterable[str], label: str, first_line: int) -> Iterator[
             yield RawRecord(f"{label}:{number}", text=line, line=number)
 
 
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
 def is_plain_jsonl(source: str) -> bool:
     """Whether ``source`` is an uncompressed JSONL file, whose records :class:`JsonlSpans` can cut into spans."""
     name = source.lower()
-    return (name.endswith(".jsonl") or name.endswith(".ndjson")) and Path(source).is_file()
+    return name.endswith(_JSONL_SUFFIXES) and Path(source).is_file()
 
 
 @dataclass(frozen=True)
@@ -311,7 +323,7 @@ def read_records(source: str | Path) -> Iterator[RawRecord]:
     name = path.name.lower()
     for suffix in (".gz", ".zst", ".zstd"):
         name = name.removesuffix(suffix)
-    if name.endswith(".jsonl") or name.endswith(".ndjson"):
+    if name.endswith(_JSONL_SUFFIXES):
         yield from _jsonl(path, label)
     elif name.endswith(".json"):
         yield from _json_array(path, label)
