@@ -1,7 +1,7 @@
 """Dataset preparation speed on every shape of data, each against ``datasets.map`` and ``fmt.encode`` in the same run.
 
 Usage: python benchmarks/prepare.py [--shapes NAME,...] [--conversations N] [--repeats R] [--shard-records S]
-                                    [--scale K] [--scale-shards M]
+                                    [--scale K] [--scale-shards M] [--input jsonl|parquet]
        python benchmarks/prepare.py --memory 200000 [--memory-workers 2]   (peak RSS instead)
 
 For every shape of ``tests/shapes.py`` (single-turn, multi-turn with 1-3 and 6-10 exchanges, long system prompts, tool
@@ -19,6 +19,9 @@ Then, for the workers at scale, ``--scale`` (default 4) times the conversations 
 32), with 1 and 2 workers in turn: 2 workers / 1 where the start of the worker processes and the last shard's tail
 weigh less than on 8 shards, and how many cores one worker keeps busy (CPU time over wall time: it writes Parquet and
 tokenizes in threads of its own where a core is spare), which bounds what 2 workers can do on 2 cores: 2 / that.
+
+``--input parquet`` gives prepare the conversations as a Parquet file instead of JSONL (the input kind the hub's
+datasets come in).
 
 Per run it prints the ratios of variants measured in that run (so that they stay meaningful while other jobs load the
 machine), then medians. The load average is printed before and after each shape. Targets: 1 worker at least 2x
@@ -97,6 +100,22 @@ def _encode_batch(fmt, conversations: list[tuple[list, list | None]]) -> float:
     return time.perf_counter() - start
 
 
+def _write_input(stem: Path, records: list[dict], kind: str) -> tuple[Path, list[dict]]:
+    """The records as prepare's input file (JSONL, or Parquet: one row a record, the columns as ``pyarrow`` infers
+    them), and the records as that file holds them (Parquet gives every row all the fields any row has, null where it
+    had none: what ``datasets.load_dataset("parquet")`` gives the baseline too)."""
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = stem.with_suffix(".parquet")
+        pq.write_table(pa.Table.from_pylist(records), path)
+        return path, pq.read_table(path).to_pylist()
+    path = stem.with_suffix(".jsonl")
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path, records
+
+
 def _run_shape(shape: Shape, args: argparse.Namespace, work: Path, tokenizer_folder: Path) -> dict[str, float]:
     from transformers import AutoTokenizer
 
@@ -114,8 +133,7 @@ def _run_shape(shape: Shape, args: argparse.Namespace, work: Path, tokenizer_fol
     tokens = 0
     for repeat in range(args.repeats):
         records = shape.records(n, seed=repeat)  # fresh conversations: no cache carries over from a repetition
-        data = work / f"data-{repeat}.jsonl"
-        data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        data, records = _write_input(work / f"data-{repeat}", records, args.input)
         conversations = [to_messages(r) for r in records]
         took: dict[str, float] = {}
         order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]  # the order rotates
@@ -178,9 +196,7 @@ def _scaling(shape: Shape, args: argparse.Namespace, work: Path, model: str) -> 
     size = max(1, n // args.scale_shards)
     two_over_one, cores = [], []
     for repeat in range(args.repeats):
-        data = work / f"scale-{repeat}.jsonl"
-        records = shape.records(n, seed=1000 + repeat)
-        data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        data, _ = _write_input(work / f"scale-{repeat}", shape.records(n, seed=1000 + repeat), args.input)
         took: dict[int, float] = {}
         for workers in (1, 2) if repeat % 2 == 0 else (2, 1):
             _format(model).encoder.segment_cache.clear()
@@ -265,6 +281,7 @@ def main() -> None:
     parser.add_argument("--shard-records", type=int, help="records a shard (default: conversations / 8)")
     parser.add_argument("--scale", type=int, default=4, help="workers at scale: K x the conversations (0: skip)")
     parser.add_argument("--scale-shards", type=int, default=32, help="workers at scale: in M shards")
+    parser.add_argument("--input", choices=("jsonl", "parquet"), default="jsonl", help="prepare's input file kind")
     parser.add_argument("--memory", type=int, metavar="N", help="instead: peak RSS of prepare on N records")
     parser.add_argument("--memory-workers", type=int, default=2)
     args = parser.parse_args()
@@ -285,7 +302,7 @@ def main() -> None:
         unknown = set(wanted) - {s.name for s in SHAPES}
         if unknown:
             parser.error(f"unknown shapes {sorted(unknown)}")
-        print(f"start: {_load()}")
+        print(f"start: {_load()}; prepare reads {args.input}")
         results = {s.name: _run_shape(s, args, work, tokenizer_folder) for s in SHAPES if s.name in wanted}
         _summary(results, args.conversations, args.repeats, args.shard_records)
     finally:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conversations import WEATHER_TOOL
@@ -313,6 +314,68 @@ def test_two_workers_cut_shards_where_one_does_and_resume_each_other(tmp_path, m
     resumed = prepare(inputs, tmp_path / "one", config, workers=2, shard_records=3, progress=False)
     assert resumed["counts"] == two["counts"]
     assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
+
+
+def _parquet_rows(path: Path, rows: list[dict], row_group_size: int) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+    return path
+
+
+def _mixed_rows(count: int) -> list[dict]:
+    """Conversations as Parquet holds them, with what does not go: a row without messages (null), a null content."""
+    rows: list[dict[str, Any]] = []
+    for n in range(count):
+        messages = [{"role": "user", "content": f"Question {n}, « été » 夏?"}, {"role": "assistant", "content": f"{n}"}]
+        rows.append({"messages": messages, "source": f"s{n % 3}"})
+    rows[3] = {"messages": None, "source": "s0"}
+    rows[7]["messages"][1]["content"] = None
+    return rows
+
+
+def test_slices_of_a_parquet_file_hold_the_records_the_reader_reads(tmp_path):
+    """A worker makes the records of its shard's Parquet rows itself, from the rows as Arrow data: for every shard size
+    and row-group layout (slices across row groups, many slices in one) they are the reader's records and ids."""
+    from turnkit.data.sources import ParquetSlices, read_records, records_of
+
+    rows = _mixed_rows(11)
+    for row_group_size in (1, 4, 1000):
+        data = _parquet_rows(tmp_path / f"rows-{row_group_size}.parquet", rows, row_group_size)
+        expected = list(read_records(data))
+        assert [record.record_id for record in expected] == [f"{data.name}:{n}" for n in range(11)]
+        assert [record.data for record in expected] == rows
+        for size in range(1, 13):
+            slices = ParquetSlices(str(data))
+            taken = list(iter(lambda: slices.take(size), None))  # noqa: B023 - called at once
+            slices.close()
+            assert [piece.count for piece in taken[:-1]] == [size] * (len(taken) - 1)
+            assert records_of(taken) == expected, f"slices of {size} rows, row groups of {row_group_size}"
+    many = _parquet_rows(tmp_path / "many.parquet", rows * 20, 1000)  # a slice is its rows' bytes, not its batch's
+    whole, ten = ParquetSlices(str(many)).take(220), ParquetSlices(str(many)).take(10)
+    assert whole is not None and ten is not None and len(ten.data) < len(whole.data) / 5
+    empty = _parquet_rows(tmp_path / "empty.parquet", [], 10)
+    assert ParquetSlices(str(empty)).take(3) is None
+
+
+def test_two_workers_read_parquet_rows_as_one_worker_does(tmp_path, model):
+    """Parquet inputs are sent to workers as rows of Arrow data: the shards, rejects and counts of two workers are one
+    worker's, with a shard across a Parquet file and a JSONL file."""
+    inputs = [
+        str(_parquet_rows(tmp_path / "a.parquet", _mixed_rows(10), row_group_size=4)),
+        str(_jsonl(tmp_path / "b.jsonl", [json.dumps(GOOD)] * 2)),
+        str(_parquet_rows(tmp_path / "c.parquet", _mixed_rows(9), row_group_size=1000)),
+    ]
+    config = PrepareConfig(model=model)
+    one = prepare(inputs, tmp_path / "one", config, workers=1, shard_records=3, progress=False)
+    two = prepare(inputs, tmp_path / "two", config, workers=2, shard_records=3, progress=False)
+    assert one["counts"] == two["counts"]
+    assert one["counts"]["read"] == 21 and one["counts"]["rejected"] == 4  # no messages, a null content: twice each
+    assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
+    assert (tmp_path / "one" / "rejects.jsonl").read_text() == (tmp_path / "two" / "rejects.jsonl").read_text()
+    rejected = [json.loads(line)["record_id"] for line in (tmp_path / "two" / "rejects.jsonl").read_text().splitlines()]
+    assert rejected == ["a.parquet:3", "a.parquet:7", "c.parquet:3", "c.parquet:7"]
 
 
 def test_a_killed_run_resumes_to_the_same_output(tmp_path, model):

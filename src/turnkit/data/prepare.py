@@ -10,9 +10,10 @@ the shard files. Written plus rejected always equals read.
 The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
 size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
 private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
-shards and counts are the local engine's. Local worker processes read the lines of plain JSONL inputs themselves: this
-process only counts lines to find where each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`), and sends a few
-numbers a shard, not its text.
+shards and counts are the local engine's. Local worker processes make the records of plain JSONL and Parquet inputs
+themselves: this process only counts lines to find where each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`),
+and sends a few numbers a shard, not its text; or decodes a shard's Parquet rows and sends them as Arrow data
+(:class:`~turnkit.data.sources.RowSlice`), not as Python objects.
 """
 
 from __future__ import annotations
@@ -38,13 +39,12 @@ from turnkit.collector import FEWER_COLLECTIONS, fewer_collections
 from turnkit.data.accounting import ID_FIELD_DEFAULT
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
 from turnkit.data.sources import (
-    JsonlSpan,
-    JsonlSpans,
     RawRecord,
+    RecordsByReference,
     check_inputs,
-    is_plain_jsonl,
     read_records,
     records_of,
+    shard_cutter,
 )
 from turnkit.errors import InputError, PrepareError
 
@@ -55,30 +55,32 @@ def _fingerprint(config: PrepareConfig) -> str:
     return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-#: A shard as it is handed to whoever processes it: its records, or where a worker reads them (:class:`JsonlSpan`).
-ShardInput = list[RawRecord | JsonlSpan]
+#: A shard as it is handed to whoever processes it: its records, or what a worker makes them from (a span of a JSONL
+#: file, rows of a Parquet file as Arrow data).
+ShardInput = list[RawRecord | RecordsByReference]
 
 
 def _shards(inputs: Sequence[str], size: int, *, by_reference: bool = False) -> Iterator[ShardInput]:
     """The inputs' records in shards of ``size``, in read order (a shard may span inputs).
 
-    ``by_reference``: plain JSONL inputs are cut into spans that the worker process reads itself, instead of being
-    read here and sent; a shard's records are the same either way (:func:`records_of` gives them).
+    ``by_reference``: plain JSONL and Parquet inputs are cut into pieces that the worker process makes the records
+    of (:func:`shard_cutter`), instead of being read into records here and sent; a shard's records are the same
+    either way (:func:`records_of` gives them).
     """
     chunk: ShardInput = []
     room = size
     for source in inputs:
-        if by_reference and is_plain_jsonl(source):
-            spans = JsonlSpans(source)
+        cutter = shard_cutter(source) if by_reference else None
+        if cutter is not None:
             try:
-                while span := spans.take(room):
-                    chunk.append(span)
-                    room -= span.count
+                while piece := cutter.take(room):
+                    chunk.append(piece)
+                    room -= piece.count
                     if room == 0:
                         yield chunk
                         chunk, room = [], size
             finally:
-                spans.close()
+                cutter.close()
             continue
         records = read_records(source)
         while part := list(islice(records, room)):

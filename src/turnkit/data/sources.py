@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from turnkit.errors import InputError
 
@@ -22,11 +22,16 @@ __all__ = [
     "InputError",
     "JsonlSpan",
     "JsonlSpans",
+    "ParquetSlices",
     "RawRecord",
+    "RecordsByReference",
+    "RowSlice",
+    "ShardCutter",
     "check_inputs",
     "is_plain_jsonl",
     "read_records",
     "records_of",
+    "shard_cutter",
 ]
 
 #: How long the hub may take to answer before a ``hub:`` input is reported unreachable (instead of ~30 s of retries).
@@ -135,17 +140,6 @@ class JsonlSpan:
         yield from _jsonl_lines(text, self.label, self.first_line)
 
 
-def records_of(items: Iterable[RawRecord | JsonlSpan]) -> list[RawRecord]:
-    """The records of a shard given as records, spans or both."""
-    records: list[RawRecord] = []
-    for item in items:
-        if isinstance(item, JsonlSpan):
-            records.extend(item.records())
-        else:
-            records.append(item)
-    return records
-
-
 def _blank(line: bytes) -> bool:
     """Whether a line (without its line break) holds only whitespace, as ``str.strip`` sees it after decoding."""
     rest = line.strip()  # ASCII whitespace; str.strip also strips \x1c-\x1f and non-ASCII spaces
@@ -231,10 +225,121 @@ def _parquet(path: Path, label: str) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for item in batch.to_pylist():
-            yield RawRecord(f"{label}:{row}", item)
-            row += 1
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH):
+        yield from _rows(batch.to_pylist(), label, row)
+        row += batch.num_rows
+
+
+#: Rows decoded at a time from a Parquet input.
+_PARQUET_BATCH = 1024
+
+
+def _rows(items: list[Any], label: str, first_row: int) -> Iterator[RawRecord]:
+    """Rows of a Parquet input as records, the first numbered ``first_row``."""
+    for row, item in enumerate(items, start=first_row):
+        yield RawRecord(f"{label}:{row}", item)
+
+
+@dataclass(frozen=True)
+class RowSlice:
+    """Rows of a Parquet input as Arrow data (its IPC stream format): ``count`` rows, the first numbered
+    ``first_row``.
+
+    The process that reads the input decodes the rows (Arrow's C++ reader, no Python objects) and sends them as one
+    buffer; the worker makes the records. Before, the reading process made every row a Python dict and pickled it:
+    work that held up two workers on two cores (they were 1.47x one worker on Parquet input, 1.65x on JSONL).
+    :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
+    """
+
+    label: str
+    first_row: int
+    count: int
+    data: bytes
+
+    def records(self) -> Iterator[RawRecord]:
+        import pyarrow as pa
+
+        table = pa.ipc.open_stream(self.data).read_all()
+        return _rows(table.to_pylist(), self.label, self.first_row)
+
+
+class ParquetSlices:
+    """Cuts a Parquet file into :class:`RowSlice` s of a given number of rows; any row-group layout (a slice may span
+    row groups, a row group may hold many slices)."""
+
+    def __init__(self, path: str) -> None:
+        import pyarrow.parquet as pq
+
+        self.label = Path(path).name
+        self.file = pq.ParquetFile(path)
+        self.batches = self.file.iter_batches(batch_size=_PARQUET_BATCH)
+        self.left: Any = None  # the rest of a batch the last slice ended in
+        self.row = 0
+
+    def take(self, wanted: int) -> RowSlice | None:
+        """The next ``wanted`` rows (fewer at the end of the file); None when none is left."""
+        import pyarrow as pa
+
+        parts, count = [], 0
+        while count < wanted:
+            batch = self.left if self.left is not None else next(self.batches, None)
+            self.left = None
+            if batch is None:
+                break
+            if batch.num_rows > wanted - count:
+                batch, self.left = batch.slice(0, wanted - count), batch.slice(wanted - count)
+            parts.append(batch)
+            count += batch.num_rows
+        if count == 0:
+            return None
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, parts[0].schema) as stream:  # a slice's own bytes (pickle sends all)
+            for part in parts:
+                stream.write_batch(part)
+        first, self.row = self.row, self.row + count
+        return RowSlice(self.label, first, count, sink.getvalue().to_pybytes())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class RecordsByReference(Protocol):
+    """Records a worker makes itself from what it is sent (:class:`JsonlSpan`, :class:`RowSlice`)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def records(self) -> Iterator[RawRecord]: ...
+
+
+class ShardCutter(Protocol):
+    """Cuts one input into pieces of a given number of records, sent to workers by reference."""
+
+    def take(self, wanted: int) -> RecordsByReference | None: ...
+
+    def close(self) -> None: ...
+
+
+def shard_cutter(source: str) -> ShardCutter | None:
+    """How to send ``source``'s records to workers by reference (plain JSONL: spans of the file; Parquet: rows as
+    Arrow data), or None where it is read and its records sent (compressed JSONL, JSON arrays, datasets folders,
+    the hub)."""
+    if is_plain_jsonl(source):
+        return JsonlSpans(source)
+    if source.lower().endswith(".parquet") and Path(source).is_file():
+        return ParquetSlices(source)
+    return None
+
+
+def records_of(items: Iterable[RawRecord | RecordsByReference]) -> list[RawRecord]:
+    """The records of a shard given as records, references to them (spans, row slices) or both."""
+    records: list[RawRecord] = []
+    for item in items:
+        if isinstance(item, RawRecord):
+            records.append(item)
+        else:
+            records.extend(item.records())
+    return records
 
 
 def _datasets_folder(path: Path, label: str) -> Iterator[RawRecord]:
