@@ -256,16 +256,21 @@ def _tricky_jsonl() -> bytes:
 
 def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path):
     """A worker reads its shard's lines itself, from a span of the file the main process found by counting lines in
-    bytes: for every shard size the spans hold exactly the records, ids, line numbers and text of the text reader."""
+    bytes (or, for a compressed file, from the span's bytes): for every shard size the spans hold exactly the records,
+    ids, line numbers and text of the text reader."""
+    import zstandard
+
     from turnkit.data.sources import read_records
 
-    data = tmp_path / "tricky.jsonl"
-    data.write_bytes(_tricky_jsonl())
-    expected = list(read_records(data))
-    assert len(expected) == 9 and expected[-1].line == 16 and expected[0].text.startswith("{")  # the BOM is no data
-    _spans_hold(data, expected)
-    data.write_bytes(b"\xef\xbb\xbf\r" + _tricky_jsonl()[3:])  # a first line of only the BOM, ended by a lone CR
-    _spans_hold(data, list(read_records(data)))
+    compressions = {"": bytes, ".gz": gzip.compress, ".zst": zstandard.ZstdCompressor().compress}
+    for suffix, compress in compressions.items():  # a compressed file is read forward only, its bytes sent
+        data = tmp_path / f"tricky.jsonl{suffix}"
+        data.write_bytes(compress(_tricky_jsonl()))
+        expected = list(read_records(data))
+        assert len(expected) == 9 and expected[-1].line == 16 and expected[0].text.startswith("{")  # the BOM is no data
+        _spans_hold(data, expected)
+        data.write_bytes(compress(b"\xef\xbb\xbf\r" + _tricky_jsonl()[3:]))  # a first line of only the BOM, a lone CR
+        _spans_hold(data, list(read_records(data)))
 
 
 def _spans_hold(data: Path, expected: list) -> None:
@@ -277,16 +282,17 @@ def _spans_hold(data: Path, expected: list) -> None:
         spans.close()
         assert [span.count for span in taken[:-1]] == [size] * (len(taken) - 1)
         assert [len(list(span.records())) for span in taken] == [span.count for span in taken]
-        assert records_of(taken) == expected, f"spans of {size} records"
+        assert records_of(taken) == expected, f"spans of {size} records of {data.name}"
+        assert all((span.data is None) == (data.suffix == ".jsonl") for span in taken)  # a plain file's: no bytes
 
 
 def test_two_workers_cut_shards_where_one_does_and_resume_each_other(tmp_path, model):
     """Shards are cut at the same records whoever reads the input: a run of one worker is resumed by two (and the
-    inputs' kinds mix: spans of JSONL files, records of a JSON array, a shard across files)."""
+    inputs' kinds mix: spans of a JSONL file and of a gzipped one, records of a JSON array, a shard across files)."""
     (tmp_path / "a.jsonl").write_bytes(_tricky_jsonl())
     (tmp_path / "b.json").write_text(json.dumps([GOOD] * 3))
-    (tmp_path / "c.jsonl").write_bytes(_tricky_jsonl())
-    inputs = [str(tmp_path / name) for name in ("a.jsonl", "b.json", "c.jsonl")]
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(_tricky_jsonl()))
+    inputs = [str(tmp_path / name) for name in ("a.jsonl", "b.json", "c.jsonl.gz")]
     config = PrepareConfig(model=model)
     one = prepare(inputs, tmp_path / "one", config, workers=1, shard_records=3, progress=False)
     two = prepare(inputs, tmp_path / "two", config, workers=2, shard_records=3, progress=False)

@@ -10,10 +10,10 @@ the shard files. Written plus rejected always equals read.
 The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
 size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
 private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
-shards and counts are the local engine's. Local worker processes make the records of plain JSONL and Parquet inputs
+shards and counts are the local engine's. Local worker processes make the records of JSONL and Parquet inputs
 themselves: this process only counts lines to find where each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`),
-and sends a few numbers a shard, not its text; or decodes a shard's Parquet rows and sends them as Arrow data
-(:class:`~turnkit.data.sources.RowSlice`), not as Python objects.
+and sends a few numbers a shard, not its text (the text's bytes in one buffer for a compressed file); or decodes a
+shard's Parquet rows and sends them as Arrow data (:class:`~turnkit.data.sources.RowSlice`), not as Python objects.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ ShardInput = list[RawRecord | RecordsByReference]
 def _shards(inputs: Sequence[str], size: int, *, by_reference: bool = False) -> Iterator[ShardInput]:
     """The inputs' records in shards of ``size``, in read order (a shard may span inputs).
 
-    ``by_reference``: plain JSONL and Parquet inputs are cut into pieces that the worker process makes the records
+    ``by_reference``: JSONL and Parquet inputs are cut into pieces that the worker process makes the records
     of (:func:`shard_cutter`), instead of being read into records here and sent; a shard's records are the same
     either way (:func:`records_of` gives them).
     """

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from turnkit.errors import InputError
 
@@ -28,7 +28,7 @@ __all__ = [
     "RowSlice",
     "ShardCutter",
     "check_inputs",
-    "is_plain_jsonl",
+    "is_jsonl",
     "read_records",
     "records_of",
     "shard_cutter",
@@ -80,16 +80,21 @@ _ENCODING = "utf-8-sig"
 _ERRORS = "surrogateescape"
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def _open_binary(path: Path) -> BinaryIO:
+    """A JSONL input's bytes, decompressed."""
     name = path.name.lower()
     if name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding=_ENCODING, errors=_ERRORS)
+        return gzip.open(path, "rb")  # type: ignore[return-value]
     if name.endswith(".zst") or name.endswith(".zstd"):
         import zstandard
 
-        stream = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))
-        return io.TextIOWrapper(stream, encoding=_ENCODING, errors=_ERRORS)
-    return path.open("r", encoding=_ENCODING, errors=_ERRORS)
+        stream = zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
+        return io.BufferedReader(stream)  # type: ignore[arg-type,return-value]
+    return path.open("rb")
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    return io.TextIOWrapper(_open_binary(path), encoding=_ENCODING, errors=_ERRORS)
 
 
 def _jsonl(path: Path, label: str) -> Iterator[RawRecord]:
@@ -105,23 +110,33 @@ def _jsonl_lines(lines: Iterable[str], label: str, first_line: int) -> Iterator[
 
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 
 
-def is_plain_jsonl(source: str) -> bool:
-    """Whether ``source`` is an uncompressed JSONL file, whose records :class:`JsonlSpans` can cut into spans."""
-    name = source.lower()
-    return name.endswith(_JSONL_SUFFIXES) and Path(source).is_file()
+def _without_compression(name: str) -> str:
+    name = name.lower()
+    for suffix in _COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name
+
+
+def is_jsonl(source: str) -> bool:
+    """Whether ``source`` is a JSONL file (plain or compressed), whose records :class:`JsonlSpans` can cut into
+    spans."""
+    return _without_compression(source).endswith(_JSONL_SUFFIXES) and Path(source).is_file()
 
 
 @dataclass(frozen=True)
 class JsonlSpan:
-    """Records of a plain JSONL file by where they lie: bytes ``start`` to ``end``, ``count`` records, the first line
-    numbered ``first_line``.
+    """Records of a JSONL file by where they lie: bytes ``start`` to ``end`` of its text (decompressed), ``count``
+    records, the first line numbered ``first_line``; for a compressed file, those bytes (``data``).
 
-    A shard goes to a worker process as its spans, a few numbers, and the worker reads the lines itself: the process
-    that reads the input then neither pickles the text nor pushes it through a pipe (which took it 20-40 ms a shard,
-    holding up the first shards while the workers waited). :meth:`records` gives exactly the records
-    :func:`read_records` gives for those lines: same ids, line numbers and text.
+    A shard goes to a worker process as its spans and the worker makes the records itself. A plain file's span is a
+    few numbers and the worker reads the lines from the file: the process that reads the input then neither pickles
+    the text nor pushes it through a pipe (which took it 20-40 ms a shard, holding up the first shards while the
+    workers waited). A compressed file's span carries its lines' bytes, one buffer instead of a record object a line.
+    :meth:`records` gives exactly the records :func:`read_records` gives for those lines: same ids, line numbers and
+    text.
     """
 
     path: str
@@ -130,11 +145,14 @@ class JsonlSpan:
     end: int
     first_line: int
     count: int
+    data: bytes | None = None
 
     def records(self) -> Iterator[RawRecord]:
-        with open(self.path, "rb") as handle:
-            handle.seek(self.start)
-            data = handle.read(self.end - self.start)
+        data = self.data
+        if data is None:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.start)
+                data = handle.read(self.end - self.start)
         # decoded as _open_text reads the file: UTF-8 (a BOM only at its start), universal newlines (a lone \r too)
         text = io.TextIOWrapper(io.BytesIO(data), encoding=_ENCODING if self.start == 0 else "utf-8", errors=_ERRORS)
         yield from _jsonl_lines(text, self.label, self.first_line)
@@ -151,25 +169,35 @@ def _blank(line: bytes) -> bool:
 
 
 class JsonlSpans:
-    r"""Cuts a plain JSONL file into spans (:class:`JsonlSpan`) of a given number of records, reading only its bytes.
+    r"""Cuts a JSONL file (plain or compressed) into spans (:class:`JsonlSpan`) of a given number of records, reading
+    only its bytes.
 
     Lines and blank lines are counted as the text reader counts them (universal newlines: ``\n``, ``\r\n`` and a lone
     ``\r`` each end a line; a line of whitespace is no record), so that spans cut a file where the records
-    :func:`read_records` yields would be cut.
+    :func:`read_records` yields would be cut. The file is read once, forward (a compressed stream cannot go back).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.label = Path(path).name
-        self.handle = open(path, "rb")  # noqa: SIM115 - read across calls to take(); closed by close()
+        self.compressed = _without_compression(path) != path.lower()
+        self.handle = _open_binary(Path(path))  # read across calls to take(); closed by close()
         self.offset = 0
         self.line = 1
+        self.rest = b""  # what is left of a line holding lone \r's when a span ended inside it
+
+    def _raw_line(self) -> bytes:
+        if self.rest:
+            raw, self.rest = self.rest, b""
+            return raw
+        return self.handle.readline()
 
     def take(self, wanted: int) -> JsonlSpan | None:
         """The span of the next ``wanted`` records (fewer at the end of the file); None when none is left."""
         start, first_line, count = self.offset, self.line, 0
+        kept: list[bytes] = []  # a compressed file's bytes of the span
         while count < wanted:
-            raw = self.handle.readline()
+            raw = self._raw_line()
             if not raw:
                 break
             if raw.endswith(b"\r\n"):
@@ -180,28 +208,30 @@ class JsonlSpans:
                 body, ended = raw, False
             skip = len(codecs.BOM_UTF8) if self.offset == 0 and body.startswith(codecs.BOM_UTF8) else 0
             body = body[skip:]
+            used = len(raw)
             if b"\r" not in body:
-                self.offset += len(raw)
                 self.line += 1
                 count += not _blank(body)
-                continue
-            # lone \r: several lines in one; the span may end after any of them
-            pieces = body.split(b"\r")
-            if not ended and body.endswith(b"\r"):
-                pieces.pop()  # "a\r" at the end of the file is one line
-            at = self.offset + skip
-            for number, piece in enumerate(pieces):
-                last = number == len(pieces) - 1
-                at = self.offset + len(raw) if last else at + len(piece) + 1
-                self.line += 1
-                count += not _blank(piece)
-                if count == wanted and not last:
-                    break
-            self.offset = at
-            self.handle.seek(at)
+            else:  # lone \r: several lines in one; the span may end after any of them
+                pieces = body.split(b"\r")
+                if not ended and body.endswith(b"\r"):
+                    pieces.pop()  # "a\r" at the end of the file is one line
+                used = skip
+                for number, piece in enumerate(pieces):
+                    last = number == len(pieces) - 1
+                    used = len(raw) if last else used + len(piece) + 1
+                    self.line += 1
+                    count += not _blank(piece)
+                    if count == wanted and not last:
+                        self.rest = raw[used:]
+                        break
+            self.offset += used
+            if self.compressed:
+                kept.append(raw[:used])
         if count == 0:
             return None
-        return JsonlSpan(self.path, self.label, start, self.offset, first_line, count)
+        data = b"".join(kept) if self.compressed else None
+        return JsonlSpan(self.path, self.label, start, self.offset, first_line, count, data)
 
     def close(self) -> None:
         self.handle.close()
@@ -321,10 +351,10 @@ class ShardCutter(Protocol):
 
 
 def shard_cutter(source: str) -> ShardCutter | None:
-    """How to send ``source``'s records to workers by reference (plain JSONL: spans of the file; Parquet: rows as
-    Arrow data), or None where it is read and its records sent (compressed JSONL, JSON arrays, datasets folders,
-    the hub)."""
-    if is_plain_jsonl(source):
+    """How to send ``source``'s records to workers by reference (JSONL: spans of the file, with their bytes where it
+    is compressed; Parquet: rows as Arrow data), or None where it is read and its records sent (JSON arrays,
+    datasets folders, the hub)."""
+    if is_jsonl(source):
         return JsonlSpans(source)
     if source.lower().endswith(".parquet") and Path(source).is_file():
         return ParquetSlices(source)
@@ -425,9 +455,7 @@ def read_records(source: str | Path) -> Iterator[RawRecord]:
         raise InputError(f"{path} is a folder but not a datasets folder saved with save_to_disk")
     if not path.is_file():
         raise InputError(f"{path} does not exist")
-    name = path.name.lower()
-    for suffix in (".gz", ".zst", ".zstd"):
-        name = name.removesuffix(suffix)
+    name = _without_compression(path.name)
     if name.endswith(_JSONL_SUFFIXES):
         yield from _jsonl(path, label)
     elif name.endswith(".json"):
