@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import turnkit
@@ -116,16 +118,19 @@ def test_ray_cluster_gives_the_local_engines_shards_and_counts(tmp_path, cluster
     lines[9] = json.dumps({"id": "r9", "conversations": [{"from": "alien", "value": "x"}]})
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(lines) + "\n")
+    rows = tmp_path / "rows.parquet"  # the actors make records of the bytes they are sent: JSONL lines, Arrow rows
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in lines[10:21]]), rows, row_group_size=3)
 
     model = str(smollm2_hf_folder)
-    local = prepare([str(data)], tmp_path / "local", PrepareConfig(model=model), shard_records=4, progress=False)
-    command = [sys.executable, "-m", "turnkit.cli", "prepare", str(data), "--model", model, "--out"]
+    inputs = [str(data), str(rows)]
+    local = prepare(inputs, tmp_path / "local", PrepareConfig(model=model), shard_records=4, progress=False)
+    command = [sys.executable, "-m", "turnkit.cli", "prepare", *inputs, "--model", model, "--out"]
     options = ["--engine", "ray", "--workers", "2", "--ray-address", address, "--shard-records", "4"]
     done = subprocess.run([*command, str(tmp_path / "ray"), *options], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     ray = json.loads((tmp_path / "ray" / "manifest.json").read_text())
 
-    assert ray["counts"] == local["counts"] and ray["counts"]["rejected"] == 2
+    assert ray["counts"] == local["counts"] and ray["counts"]["rejected"] == 2 and ray["counts"]["read"] == 51
     assert ray["tokens"] == local["tokens"] and ray["trained_tokens"] == local["trained_tokens"]
     assert ray["files"] == local["files"]  # shard by shard, the same files
     assert list(load_rows(tmp_path / "ray")) == list(load_rows(tmp_path / "local"))

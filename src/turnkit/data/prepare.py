@@ -60,17 +60,20 @@ def _fingerprint(config: PrepareConfig) -> str:
 ShardInput = list[RawRecord | RecordsByReference]
 
 
-def _shards(inputs: Sequence[str], size: int, *, by_reference: bool = False) -> Iterator[ShardInput]:
+def _shards(
+    inputs: Sequence[str], size: int, *, by_reference: bool = False, carry_data: bool = False
+) -> Iterator[ShardInput]:
     """The inputs' records in shards of ``size``, in read order (a shard may span inputs).
 
     ``by_reference``: JSONL and Parquet inputs are cut into pieces that the worker process makes the records
     of (:func:`shard_cutter`), instead of being read into records here and sent; a shard's records are the same
-    either way (:func:`records_of` gives them).
+    either way (:func:`records_of` gives them). ``carry_data``: the pieces hold their data, for workers that may not
+    see the input files (Ray actors on other machines).
     """
     chunk: ShardInput = []
     room = size
     for source in inputs:
-        cutter = shard_cutter(source) if by_reference else None
+        cutter = shard_cutter(source, carry_data=carry_data) if by_reference else None
         if cutter is not None:
             try:
                 while piece := cutter.take(room):
@@ -259,9 +262,10 @@ def _undone_shards(
     progress: _Progress,
     *,
     by_reference: bool = False,
+    carry_data: bool = False,
 ) -> Iterator[tuple[int, ShardInput]]:
     """The shards still to do, with their index; a shard a previous run finished only counts in the progress."""
-    for index, shard in enumerate(_shards(inputs, size, by_reference=by_reference)):
+    for index, shard in enumerate(_shards(inputs, size, by_reference=by_reference, carry_data=carry_data)):
         summary = _done(folder, index, fingerprint)
         if summary is None:
             yield index, shard
@@ -355,7 +359,10 @@ def _ray(
         progress.update(summary)
 
     try:
-        for index, records in _undone_shards(inputs, size, folder, fingerprint, progress):
+        # the actors make the records of JSONL and Parquet inputs from their bytes: the driver, which feeds every
+        # actor of a cluster, only cuts the input (a buffer a shard, not a record object a line)
+        shards = _undone_shards(inputs, size, folder, fingerprint, progress, by_reference=True, carry_data=True)
+        for index, records in shards:
             pool.submit(lambda actor, job: actor.run.remote(*job), (index, records))
             in_flight += 1
             while in_flight >= 2 * workers:  # bounded, as the local engine

@@ -129,7 +129,8 @@ def is_jsonl(source: str) -> bool:
 @dataclass(frozen=True)
 class JsonlSpan:
     """Records of a JSONL file by where they lie: bytes ``start`` to ``end`` of its text (decompressed), ``count``
-    records, the first line numbered ``first_line``; for a compressed file, those bytes (``data``).
+    records, the first line numbered ``first_line``; for a compressed file, or workers that may not see the file (Ray
+    actors), those bytes (``data``).
 
     A shard goes to a worker process as its spans and the worker makes the records itself. A plain file's span is a
     few numbers and the worker reads the lines from the file: the process that reads the input then neither pickles
@@ -175,12 +176,13 @@ class JsonlSpans:
     Lines and blank lines are counted as the text reader counts them (universal newlines: ``\n``, ``\r\n`` and a lone
     ``\r`` each end a line; a line of whitespace is no record), so that spans cut a file where the records
     :func:`read_records` yields would be cut. The file is read once, forward (a compressed stream cannot go back).
+    ``carry_data``: spans carry their bytes even from a plain file (for workers that may not see the file: Ray's).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, carry_data: bool = False) -> None:
         self.path = path
         self.label = Path(path).name
-        self.compressed = _without_compression(path) != path.lower()
+        self.carry_data = carry_data or _without_compression(path) != path.lower()  # a compressed file's always
         self.handle = _open_binary(Path(path))  # read across calls to take(); closed by close()
         self.offset = 0
         self.line = 1
@@ -195,7 +197,7 @@ class JsonlSpans:
     def take(self, wanted: int) -> JsonlSpan | None:
         """The span of the next ``wanted`` records (fewer at the end of the file); None when none is left."""
         start, first_line, count = self.offset, self.line, 0
-        kept: list[bytes] = []  # a compressed file's bytes of the span
+        kept: list[bytes] = []  # the span's bytes, where it carries them
         while count < wanted:
             raw = self._raw_line()
             if not raw:
@@ -226,11 +228,11 @@ class JsonlSpans:
                         self.rest = raw[used:]
                         break
             self.offset += used
-            if self.compressed:
+            if self.carry_data:
                 kept.append(raw[:used])
         if count == 0:
             return None
-        data = b"".join(kept) if self.compressed else None
+        data = b"".join(kept) if self.carry_data else None
         return JsonlSpan(self.path, self.label, start, self.offset, first_line, count, data)
 
     def close(self) -> None:
@@ -251,6 +253,10 @@ def _json_array(path: Path, label: str) -> Iterator[RawRecord]:
         yield RawRecord(f"{label}:{index}", item)
 
 
+#: Rows decoded at a time from a Parquet input.
+_PARQUET_BATCH = 1024
+
+
 def _parquet(path: Path, label: str) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
@@ -258,10 +264,6 @@ def _parquet(path: Path, label: str) -> Iterator[RawRecord]:
     for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH):
         yield from _rows(batch.to_pylist(), label, row)
         row += batch.num_rows
-
-
-#: Rows decoded at a time from a Parquet input.
-_PARQUET_BATCH = 1024
 
 
 def _rows(items: list[Any], label: str, first_row: int) -> Iterator[RawRecord]:
@@ -276,8 +278,9 @@ class RowSlice:
     ``first_row``.
 
     The process that reads the input decodes the rows (Arrow's C++ reader, no Python objects) and sends them as one
-    buffer; the worker makes the records. Before, the reading process made every row a Python dict and pickled it:
-    work that held up two workers on two cores (they were 1.47x one worker on Parquet input, 1.65x on JSONL).
+    buffer; the worker makes the records. Before, the reading process made every row a Python dict and pickled it,
+    twice its CPU now: work that held up two workers on two cores (1.39-1.51x one worker on Parquet input, 1.58-1.65x
+    on JSONL).
     :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
     """
 
@@ -350,12 +353,12 @@ class ShardCutter(Protocol):
     def close(self) -> None: ...
 
 
-def shard_cutter(source: str) -> ShardCutter | None:
+def shard_cutter(source: str, *, carry_data: bool = False) -> ShardCutter | None:
     """How to send ``source``'s records to workers by reference (JSONL: spans of the file, with their bytes where it
-    is compressed; Parquet: rows as Arrow data), or None where it is read and its records sent (JSON arrays,
-    datasets folders, the hub)."""
+    is compressed or ``carry_data``; Parquet: rows as Arrow data), or None where it is read and its records sent
+    (JSON arrays, datasets folders, the hub)."""
     if is_jsonl(source):
-        return JsonlSpans(source)
+        return JsonlSpans(source, carry_data=carry_data)
     if source.lower().endswith(".parquet") and Path(source).is_file():
         return ParquetSlices(source)
     return None
