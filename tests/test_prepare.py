@@ -337,14 +337,15 @@ def _mixed_rows(count: int) -> list[dict]:
         messages = [{"role": "user", "content": f"Question {n}, « été » 夏?"}, {"role": "assistant", "content": f"{n}"}]
         rows.append({"messages": messages, "source": f"s{n % 3}"})
     rows[3] = {"messages": None, "source": "s0"}
-    rows[7]["messages"][1]["content"] = None
+    if count > 7:
+        rows[7]["messages"][1]["content"] = None
     return rows
 
 
 def test_slices_of_a_parquet_file_hold_the_records_the_reader_reads(tmp_path):
     """A worker makes the records of its shard's Parquet rows itself, from the rows as Arrow data: for every shard size
     and row-group layout (slices across row groups, many slices in one) they are the reader's records and ids."""
-    from turnkit.data.sources import ParquetSlices, read_records, records_of
+    from turnkit.data.sources import ArrowSlices, read_records, records_of
 
     rows = _mixed_rows(11)
     for row_group_size in (1, 4, 1000):
@@ -353,35 +354,66 @@ def test_slices_of_a_parquet_file_hold_the_records_the_reader_reads(tmp_path):
         assert [record.record_id for record in expected] == [f"{data.name}:{n}" for n in range(11)]
         assert [record.data for record in expected] == rows
         for size in range(1, 13):
-            slices = ParquetSlices(str(data))
+            slices = ArrowSlices.of_parquet(str(data))
             taken = list(iter(lambda: slices.take(size), None))  # noqa: B023 - called at once
             slices.close()
             assert [piece.count for piece in taken[:-1]] == [size] * (len(taken) - 1)
             assert records_of(taken) == expected, f"slices of {size} rows, row groups of {row_group_size}"
     many = _parquet_rows(tmp_path / "many.parquet", rows * 20, 1000)  # a slice is its rows' bytes, not its batch's
-    whole, ten = ParquetSlices(str(many)).take(220), ParquetSlices(str(many)).take(10)
+    whole, ten = ArrowSlices.of_parquet(str(many)).take(220), ArrowSlices.of_parquet(str(many)).take(10)
     assert whole is not None and ten is not None and len(ten.data) < len(whole.data) / 5
     empty = _parquet_rows(tmp_path / "empty.parquet", [], 10)
-    assert ParquetSlices(str(empty)).take(3) is None
+    assert ArrowSlices.of_parquet(str(empty)).take(3) is None
+
+
+def test_slices_of_a_datasets_folder_hold_the_records_the_reader_reads(tmp_path):
+    """A ``datasets`` folder goes to workers as Arrow rows too, split by split (a slice never spans two splits: their
+    ids differ), in the dataset's own order; a dataset with a feature to decode (an image) is read and sent as records,
+    since its Arrow rows hold what ``datasets`` would decode."""
+    datasets = pytest.importorskip("datasets")
+    from turnkit.data.sources import read_records, records_of, shard_cutter
+
+    rows = _mixed_rows(11)
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:4]).select([3, 0, 2])}
+    )
+    splits.save_to_disk(tmp_path / "splits")
+    datasets.Dataset.from_list(rows).shuffle(seed=1).save_to_disk(tmp_path / "one")
+    for folder in ("splits", "one"):
+        expected = list(read_records(tmp_path / folder))
+        assert len(expected) == (14 if folder == "splits" else 11)
+        for size in range(1, 13):
+            cutter = shard_cutter(str(tmp_path / folder))
+            assert cutter is not None
+            taken = list(iter(lambda: cutter.take(size), None))  # noqa: B023 - called at once
+            assert records_of(taken) == expected, f"slices of {size} rows of {folder}"
+    assert [r.record_id for r in read_records(tmp_path / "splits")][-3:] == [f"splits:test:{n}" for n in range(3)]
+    pictures = datasets.Dataset.from_dict({"image": [None]}, features=datasets.Features({"image": datasets.Image()}))
+    pictures.save_to_disk(tmp_path / "pictures")
+    assert shard_cutter(str(tmp_path / "pictures")) is None
 
 
 def test_two_workers_read_parquet_rows_as_one_worker_does(tmp_path, model):
-    """Parquet inputs are sent to workers as rows of Arrow data: the shards, rejects and counts of two workers are one
-    worker's, with a shard across a Parquet file and a JSONL file."""
+    """Parquet inputs and ``datasets`` folders are sent to workers as rows of Arrow data: the shards, rejects and
+    counts of two workers are one worker's, with shards across a Parquet file, a JSONL file and a folder's splits."""
+    datasets = pytest.importorskip("datasets")
+    splits = {"train": datasets.Dataset.from_list(_mixed_rows(8)), "test": datasets.Dataset.from_list(_mixed_rows(5))}
+    datasets.DatasetDict(splits).save_to_disk(tmp_path / "d")
     inputs = [
         str(_parquet_rows(tmp_path / "a.parquet", _mixed_rows(10), row_group_size=4)),
         str(_jsonl(tmp_path / "b.jsonl", [json.dumps(GOOD)] * 2)),
         str(_parquet_rows(tmp_path / "c.parquet", _mixed_rows(9), row_group_size=1000)),
+        str(tmp_path / "d"),
     ]
     config = PrepareConfig(model=model)
     one = prepare(inputs, tmp_path / "one", config, workers=1, shard_records=3, progress=False)
     two = prepare(inputs, tmp_path / "two", config, workers=2, shard_records=3, progress=False)
     assert one["counts"] == two["counts"]
-    assert one["counts"]["read"] == 21 and one["counts"]["rejected"] == 4  # no messages, a null content: twice each
+    assert one["counts"]["read"] == 34 and one["counts"]["rejected"] == 7  # no messages, a null content
     assert list(load_rows(tmp_path / "one")) == list(load_rows(tmp_path / "two"))
     assert (tmp_path / "one" / "rejects.jsonl").read_text() == (tmp_path / "two" / "rejects.jsonl").read_text()
     rejected = [json.loads(line)["record_id"] for line in (tmp_path / "two" / "rejects.jsonl").read_text().splitlines()]
-    assert rejected == ["a.parquet:3", "a.parquet:7", "c.parquet:3", "c.parquet:7"]
+    assert rejected == [*(f"{name}:{n}" for name in ("a.parquet", "c.parquet", "d:train") for n in (3, 7)), "d:test:3"]
 
 
 def test_a_killed_run_resumes_to_the_same_output(tmp_path, model):

@@ -19,10 +19,10 @@ from typing import Any, BinaryIO, Protocol
 from turnkit.errors import InputError
 
 __all__ = [
+    "ArrowSlices",
     "InputError",
     "JsonlSpan",
     "JsonlSpans",
-    "ParquetSlices",
     "RawRecord",
     "RecordsByReference",
     "RowSlice",
@@ -274,14 +274,13 @@ def _rows(items: list[Any], label: str, first_row: int) -> Iterator[RawRecord]:
 
 @dataclass(frozen=True)
 class RowSlice:
-    """Rows of a Parquet input as Arrow data (its IPC stream format): ``count`` rows, the first numbered
-    ``first_row``.
+    """Rows of a columnar input (Parquet, a ``datasets`` dataset) as Arrow data (its IPC stream format): ``count``
+    rows, the first numbered ``first_row``, their ids ``<label>:<row>``.
 
     The process that reads the input decodes the rows (Arrow's C++ reader, no Python objects) and sends them as one
     buffer; the worker makes the records. Before, the reading process made every row a Python dict and pickled it,
     twice its CPU now: work that held up two workers on two cores (1.39-1.51x one worker on Parquet input, 1.58-1.65x
-    on JSONL).
-    :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
+    on JSONL). :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
     """
 
     label: str
@@ -296,44 +295,78 @@ class RowSlice:
         return _rows(table.to_pylist(), self.label, self.first_row)
 
 
-class ParquetSlices:
-    """Cuts a Parquet file into :class:`RowSlice` s of a given number of rows; any row-group layout (a slice may span
-    row groups, a row group may hold many slices)."""
+class ArrowSlices:
+    """Cuts columnar data into :class:`RowSlice` s of a given number of rows: ``parts`` are (label, record batches),
+    each part's rows numbered from 0 (a Parquet file; the splits of a ``datasets`` folder). Any batch layout: a slice
+    may span batches (Parquet row groups), a batch may hold many slices; a slice never spans parts."""
 
-    def __init__(self, path: str) -> None:
-        import pyarrow.parquet as pq
-
-        self.label = Path(path).name
-        self.file = pq.ParquetFile(path)
-        self.batches = self.file.iter_batches(batch_size=_PARQUET_BATCH)
+    def __init__(self, parts: Iterable[tuple[str, Iterable[Any]]], close: Any = None) -> None:
+        self.parts = iter(parts)
+        self.label = ""
+        self.batches: Iterator[Any] = iter(())
         self.left: Any = None  # the rest of a batch the last slice ended in
         self.row = 0
+        self._close = close
+
+    @classmethod
+    def of_parquet(cls, path: str) -> ArrowSlices:
+        import pyarrow.parquet as pq
+
+        file = pq.ParquetFile(path)
+        return cls([(Path(path).name, file.iter_batches(batch_size=_PARQUET_BATCH))], close=file.close)
+
+    @classmethod
+    def of_datasets(cls, parts: Iterable[tuple[str, Any]]) -> ArrowSlices | None:
+        """Slices of ``datasets`` datasets, given as (label, dataset); None where a feature needs decoding (images,
+        audio, JSON kept as text...): its rows as Arrow hold what ``datasets`` would decode, so they are read and sent
+        as records."""
+        from datasets.features.features import require_decoding
+
+        parts = list(parts)
+        if any(require_decoding(feature) for _, dataset in parts for feature in dataset.features.values()):
+            return None
+        return cls((label, _arrow_batches(dataset)) for label, dataset in parts)
 
     def take(self, wanted: int) -> RowSlice | None:
-        """The next ``wanted`` rows (fewer at the end of the file); None when none is left."""
+        """The next ``wanted`` rows (fewer at the end of a part); None when none is left."""
         import pyarrow as pa
 
-        parts, count = [], 0
+        batches: list[Any] = []
+        count = 0
         while count < wanted:
             batch = self.left if self.left is not None else next(self.batches, None)
             self.left = None
             if batch is None:
-                break
+                if count:
+                    break  # a slice ends with its part: the next part's rows have other ids
+                part = next(self.parts, None)
+                if part is None:
+                    break
+                self.label, self.batches, self.row = part[0], iter(part[1]), 0
+                continue
             if batch.num_rows > wanted - count:
                 batch, self.left = batch.slice(0, wanted - count), batch.slice(wanted - count)
-            parts.append(batch)
-            count += batch.num_rows
+            if batch.num_rows:
+                batches.append(batch)
+                count += batch.num_rows
         if count == 0:
             return None
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, parts[0].schema) as stream:  # a slice's own bytes (pickle sends all)
-            for part in parts:
-                stream.write_batch(part)
+        with pa.ipc.new_stream(sink, batches[0].schema) as stream:  # a slice's own bytes (pickle sends all)
+            for batch in batches:
+                stream.write_batch(batch)
         first, self.row = self.row, self.row + count
         return RowSlice(self.label, first, count, sink.getvalue().to_pybytes())
 
     def close(self) -> None:
-        self.file.close()
+        if self._close is not None:
+            self._close()
+
+
+def _arrow_batches(dataset: Any) -> Iterator[Any]:
+    """A ``datasets`` dataset's rows as Arrow record batches, in its order (an index mapping applied)."""
+    for table in dataset.with_format("arrow").iter(batch_size=_PARQUET_BATCH):
+        yield from table.to_batches()
 
 
 class RecordsByReference(Protocol):
@@ -355,12 +388,18 @@ class ShardCutter(Protocol):
 
 def shard_cutter(source: str, *, carry_data: bool = False) -> ShardCutter | None:
     """How to send ``source``'s records to workers by reference (JSONL: spans of the file, with their bytes where it
-    is compressed or ``carry_data``; Parquet: rows as Arrow data), or None where it is read and its records sent
-    (JSON arrays, datasets folders, the hub)."""
+    is compressed or ``carry_data``; Parquet, ``datasets`` folders and hub datasets: rows as Arrow data), or None
+    where it is read and its records sent (JSON arrays; datasets with features to decode, such as images)."""
     if is_jsonl(source):
         return JsonlSpans(source, carry_data=carry_data)
-    if source.lower().endswith(".parquet") and Path(source).is_file():
-        return ParquetSlices(source)
+    if source.startswith("hub:"):
+        name = source[4:]
+        return ArrowSlices.of_datasets([(name, _load_hub(name))])
+    path = Path(source)
+    if path.is_dir() and _is_datasets_folder(path):
+        return ArrowSlices.of_datasets(_datasets_parts(path))
+    if source.lower().endswith(".parquet") and path.is_file():
+        return ArrowSlices.of_parquet(source)
     return None
 
 
@@ -375,29 +414,40 @@ def records_of(items: Iterable[RawRecord | RecordsByReference]) -> list[RawRecor
     return records
 
 
-def _datasets_folder(path: Path, label: str) -> Iterator[RawRecord]:
+def _is_datasets_folder(path: Path) -> bool:
+    return (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def _datasets_parts(path: Path) -> list[tuple[str, Any]]:
+    """A ``datasets`` folder's datasets with the label of their records' ids: ``<folder>:<split>`` for each split of
+    a ``DatasetDict``, ``<folder>`` for a single dataset."""
     import datasets
 
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
-        for split, dataset in loaded.items():
-            for index, item in enumerate(dataset):
-                yield RawRecord(f"{label}:{split}:{index}", item)
-    else:
-        for index, item in enumerate(loaded):
+        return [(f"{path.name}:{split}", dataset) for split, dataset in loaded.items()]
+    return [(path.name, loaded)]
+
+
+def _datasets_folder(path: Path) -> Iterator[RawRecord]:
+    for label, dataset in _datasets_parts(path):
+        for index, item in enumerate(dataset):
             yield RawRecord(f"{label}:{index}", item)
 
 
-def _hub(name: str, label: str) -> Iterator[RawRecord]:
+def _load_hub(name: str) -> Any:
     import datasets
 
     repo, _, split = name.partition(":")
     try:
-        dataset = datasets.load_dataset(repo, split=split or "train")
+        return datasets.load_dataset(repo, split=split or "train")
     except Exception as exc:  # noqa: BLE001 - no network, unknown repo...: one clear message
         raise InputError(f"cannot load the dataset {repo!r} from the hub: {exc}") from None
-    for index, item in enumerate(dataset):
-        yield RawRecord(f"{label}:{index}", item)
+
+
+def _hub(name: str) -> Iterator[RawRecord]:
+    for index, item in enumerate(_load_hub(name)):
+        yield RawRecord(f"{name}:{index}", item)
 
 
 def _hub_unreachable() -> str | None:
@@ -447,13 +497,13 @@ def read_records(source: str | Path) -> Iterator[RawRecord]:
     """The records of one input: a file, a ``datasets`` folder (``save_to_disk``), or ``hub:<name>[:split]``."""
     text = str(source)
     if text.startswith("hub:"):
-        yield from _hub(text[4:], text[4:])
+        yield from _hub(text[4:])
         return
     path = Path(source)
     label = path.name
     if path.is_dir():
-        if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-            yield from _datasets_folder(path, label)
+        if _is_datasets_folder(path):
+            yield from _datasets_folder(path)
             return
         raise InputError(f"{path} is a folder but not a datasets folder saved with save_to_disk")
     if not path.is_file():
