@@ -279,8 +279,8 @@ class RowSlice:
 
     The process that reads the input decodes the rows (Arrow's C++ reader, no Python objects) and sends them as one
     buffer; the worker makes the records. Before, the reading process made every row a Python dict and pickled it,
-    twice its CPU now: work that held up two workers on two cores (1.39-1.51x one worker on Parquet input, 1.58-1.65x
-    on JSONL). :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
+    twice its CPU now: work that held up two workers on two cores (1.28-1.48x one worker on Parquet input, now
+    1.44-1.63x as on JSONL). :meth:`records` gives exactly the records :func:`read_records` gives for those rows.
     """
 
     label: str
