@@ -11,7 +11,7 @@ import codecs
 import gzip
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -300,7 +300,7 @@ class ArrowSlices:
     each part's rows numbered from 0 (a Parquet file; the splits of a ``datasets`` folder). Any batch layout: a slice
     may span batches (Parquet row groups), a batch may hold many slices; a slice never spans parts."""
 
-    def __init__(self, parts: Iterable[tuple[str, Iterable[Any]]], close: Any = None) -> None:
+    def __init__(self, parts: Iterable[tuple[str, Iterable[Any]]], close: Callable[[], None] | None = None) -> None:
         self.parts = iter(parts)
         self.label = ""
         self.batches: Iterator[Any] = iter(())
