@@ -10,10 +10,11 @@ the shard files. Written plus rejected always equals read.
 The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
 size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
 private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
-shards and counts are the local engine's. Local worker processes make the records of JSONL and Parquet inputs
-themselves: this process only counts lines to find where each shard's lie (:class:`~turnkit.data.sources.JsonlSpan`),
-and sends a few numbers a shard, not its text (the text's bytes in one buffer for a compressed file); or decodes a
-shard's Parquet rows and sends them as Arrow data (:class:`~turnkit.data.sources.RowSlice`), not as Python objects.
+shards and counts are the local engine's. Local worker processes make the records of JSONL, Parquet and ``datasets``
+inputs themselves: this process only counts lines to find where each shard's lie
+(:class:`~turnkit.data.sources.JsonlSpan`), and sends a few numbers a shard, not its text (the text's bytes in one
+buffer for a compressed file); or decodes a shard's rows and sends them as Arrow data
+(:class:`~turnkit.data.sources.RowSlice`), not as Python objects.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _fingerprint(config: PrepareConfig) -> str:
 
 
 #: A shard as it is handed to whoever processes it: its records, or what a worker makes them from (a span of a JSONL
-#: file, rows of a Parquet file as Arrow data).
+#: file, rows of a Parquet file or a dataset as Arrow data).
 ShardInput = list[RawRecord | RecordsByReference]
 
 
@@ -65,8 +66,8 @@ def _shards(
 ) -> Iterator[ShardInput]:
     """The inputs' records in shards of ``size``, in read order (a shard may span inputs).
 
-    ``by_reference``: JSONL and Parquet inputs are cut into pieces that the worker process makes the records
-    of (:func:`shard_cutter`), instead of being read into records here and sent; a shard's records are the same
+    ``by_reference``: JSONL, Parquet and ``datasets`` inputs are cut into pieces that the worker process makes the
+    records of (:func:`shard_cutter`), instead of being read into records here and sent; a shard's records are the same
     either way (:func:`records_of` gives them). ``carry_data``: the pieces hold their data, for workers that may not
     see the input files (Ray actors on other machines).
     """
@@ -359,8 +360,8 @@ def _ray(
         progress.update(summary)
 
     try:
-        # the actors make the records of JSONL and Parquet inputs from their bytes: the driver, which feeds every
-        # actor of a cluster, only cuts the input (a buffer a shard, not a record object a line)
+        # the actors make the records of JSONL, Parquet and datasets inputs from their bytes: the driver, which feeds
+        # every actor of a cluster, only cuts the input (a buffer a shard, not a record object a line)
         shards = _undone_shards(inputs, size, folder, fingerprint, progress, by_reference=True, carry_data=True)
         for index, records in shards:
             pool.submit(lambda actor, job: actor.run.remote(*job), (index, records))
