@@ -192,6 +192,16 @@ def test_rows_match_encode_and_load_with_datasets(tmp_path, model):
 
     loaded = datasets.load_dataset("parquet", data_files=[str(tmp_path / "out" / f) for f in manifest["files"]])
     assert loaded["train"][0]["input_ids"] == row["input_ids"]
+    # the token lists are written without dictionary pages or statistics (a third of a write, nothing readers use)
+    import pyarrow.parquet as pq
+
+    columns = pq.ParquetFile(tmp_path / "out" / manifest["files"][0]).metadata.row_group(0)
+    encoded = {columns.column(i).path_in_schema: columns.column(i) for i in range(columns.num_columns)}
+    assert {column.compression for column in encoded.values()} == {"ZSTD"}
+    for name in ("input_ids", "labels", "assistant_masks", "completion_mask"):
+        tokens = encoded[f"{name}.list.element"]
+        assert "RLE_DICTIONARY" not in tokens.encodings and not tokens.is_stats_set, name
+    assert "RLE_DICTIONARY" in encoded["record_id"].encodings and encoded["length"].is_stats_set
 
 
 def test_markers_max_length_and_split_turns(tmp_path, model):

@@ -98,6 +98,17 @@ def _shards(
 
 
 _SCHEMA: Any = None
+_SCALAR_COLUMNS = ["record_id", "source", "turn", "length"]
+# How a shard is encoded. The four token-list columns are nearly all of a shard and of the time writing it takes;
+# on them Parquet's dictionary pages (a page's distinct ids) and min/max statistics (which no reader prunes token
+# lists by) cost about a third of a write, and zstd gets the size back: on 512-record shards of the benchmark's data
+# shapes writing took 6-31% less CPU and the files came out 7% larger to 32% smaller than with pyarrow's defaults
+# (dictionaries and statistics everywhere, snappy). What is written is the same: only the encoding differs.
+_PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": _SCALAR_COLUMNS,
+    "write_statistics": _SCALAR_COLUMNS,
+}
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
@@ -150,7 +161,7 @@ def _write_shard(folder: Path, index: int, table: Any, summary: dict[str, Any]) 
 
     shard = folder / f"shard-{index:05d}"
     with atomic_path(shard.with_suffix(".parquet")) as scratch:
-        pq.write_table(table, scratch)
+        pq.write_table(table, scratch, **_PARQUET_OPTIONS)
     write_atomically(shard.with_suffix(".json"), json.dumps(summary).encode())
 
 
