@@ -101,9 +101,9 @@ _SCHEMA: Any = None
 _SCALAR_COLUMNS = ["record_id", "source", "turn", "length"]
 # How a shard is encoded. The four token-list columns are nearly all of a shard and of the time writing it takes;
 # on them Parquet's dictionary pages (a page's distinct ids) and min/max statistics (which no reader prunes token
-# lists by) cost about a third of a write, and zstd gets the size back: on 512-record shards of the benchmark's data
-# shapes writing took 6-31% less CPU and the files came out 7% larger to 32% smaller than with pyarrow's defaults
-# (dictionaries and statistics everywhere, snappy). What is written is the same: only the encoding differs.
+# lists by) cost up to a third of a write, and zstd gets the size back: on 512-record shards of the benchmark's data
+# shapes writing takes 6-35% less CPU and the files are 8% larger to 32% smaller than with pyarrow's defaults
+# (dictionaries and statistics everywhere, snappy; benchmarks/prepare_write.py). The rows are the same.
 _PARQUET_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": _SCALAR_COLUMNS,
