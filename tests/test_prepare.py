@@ -264,23 +264,54 @@ def _tricky_jsonl() -> bytes:
     )  # fmt: skip
 
 
-def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path):
+@pytest.mark.parametrize("block", [1, 5, 64, None])
+def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path, monkeypatch, block):
     """A worker reads its shard's lines itself, from a span of the file the main process found by counting lines in
     bytes (or, for a compressed file, from the span's bytes): for every shard size the spans hold exactly the records,
-    ids, line numbers and text of the text reader."""
+    ids, line numbers and text of the text reader, whatever blocks the file is read in (a block ends at a line's end;
+    a file without CR is cut where numpy finds its line feeds, one with CR line by line)."""
     import zstandard
 
-    from turnkit.data.sources import read_records
+    from turnkit.data import sources
 
+    if block is not None:
+        monkeypatch.setattr(sources, "_SPAN_BLOCK", block)
+    tricky = _tricky_jsonl()
     compressions = {"": bytes, ".gz": gzip.compress, ".zst": zstandard.ZstdCompressor().compress}
     for suffix, compress in compressions.items():  # a compressed file is read forward only, its bytes sent
         data = tmp_path / f"tricky.jsonl{suffix}"
-        data.write_bytes(compress(_tricky_jsonl()))
-        expected = list(read_records(data))
+        data.write_bytes(compress(tricky))
+        expected = list(sources.read_records(data))
         assert len(expected) == 9 and expected[-1].line == 16 and expected[0].text.startswith("{")  # the BOM is no data
         _spans_hold(data, expected)
-        data.write_bytes(compress(b"\xef\xbb\xbf\r" + _tricky_jsonl()[3:]))  # a first line of only the BOM, a lone CR
-        _spans_hold(data, list(read_records(data)))
+        data.write_bytes(compress(b"\xef\xbb\xbf\r" + tricky[3:]))  # a first line of only the BOM, a lone CR
+        _spans_hold(data, list(sources.read_records(data)))
+        data.write_bytes(compress(tricky[3:].replace(b"\r\n", b"\n").replace(b"\r", b"\n")))  # no BOM, no CR
+        expected = list(sources.read_records(data))
+        assert len(expected) == 9 and expected[-1].line == 16
+        _spans_hold(data, expected)
+
+
+def test_spans_match_the_reader_on_random_files(tmp_path, monkeypatch):
+    """Random files of records, blank and whitespace lines and every line end, read in random blocks: the spans hold
+    the text reader's records for every shard size."""
+    import random
+
+    from turnkit.data import sources
+
+    pieces = [b'{"a": 1}', b"", b" ", b"\t ", "\u3000".encode(), b"\x1c", b'{"b": "\xe9"}', '{"c": "夏"}'.encode()]
+    ends = [b"\n", b"\r\n", b"\r"]
+    generator = random.Random(7)
+    for round_ in range(60):
+        lines = [generator.choice(pieces) + generator.choice(ends) for _ in range(generator.randint(1, 14))]
+        if generator.random() < 0.5:  # most files have no CR
+            lines = [line.replace(b"\r\n", b"\n").replace(b"\r", b"\n") for line in lines]
+        text = b"".join(lines)
+        text = text[:-1] if generator.random() < 0.3 else text  # no line end at the end
+        data = tmp_path / f"random-{round_}.jsonl"
+        data.write_bytes((b"\xef\xbb\xbf" if generator.random() < 0.2 else b"") + text)
+        monkeypatch.setattr(sources, "_SPAN_BLOCK", generator.choice([1, 3, 8, 1 << 20]))
+        _spans_hold(data, list(sources.read_records(data)))
 
 
 def _spans_hold(data: Path, expected: list) -> None:

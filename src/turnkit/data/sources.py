@@ -169,67 +169,121 @@ def _blank(line: bytes) -> bool:
     return not line.decode("utf-8", "replace").strip()
 
 
+#: Bytes of a JSONL file read at a time to cut it into spans (a block is extended to the end of its last line).
+_SPAN_BLOCK = 1 << 20
+
+
+def _lines_of(block: bytes, *, starts_file: bool) -> tuple[Any, Any]:
+    r"""Where each line of ``block`` ends (the offset after its line break) and how many records the lines up to and
+    including it hold, as two numpy arrays. ``starts_file``: the block is the file's start, where a BOM is no text.
+
+    A block without ``\r`` (nearly every file) is cut where its ``\n`` are and a line is looked at only where its first
+    byte is not printable ASCII (a record starts with ``{``); others go line by line (:func:`_lines_with_cr`).
+    """
+    import numpy as np
+
+    if b"\r" in block or (starts_file and block.startswith(codecs.BOM_UTF8)):
+        ends_list, records = _lines_with_cr(block, starts_file=starts_file)
+        return np.array(ends_list, np.int64), np.cumsum(np.array(records, np.int64))
+    view = np.frombuffer(block, np.uint8)
+    ends = np.flatnonzero(view == 0x0A) + 1
+    if not len(ends) or ends[-1] != len(block):
+        ends = np.append(ends, len(block))  # the file's last line, without a line break
+    starts = np.concatenate(([0], ends[:-1]))
+    lengths = ends - starts
+    lengths[view[ends - 1] == 0x0A] -= 1
+    record = np.ones(len(ends), np.int64)
+    first = view[starts]  # a line of length 0 still has its \n there
+    for line in np.flatnonzero((lengths == 0) | (first <= 0x20) | (first >= 0x7F)):
+        record[line] = not _blank(block[starts[line] : starts[line] + lengths[line]])
+    return ends, np.cumsum(record)
+
+
+def _lines_with_cr(block: bytes, *, starts_file: bool) -> tuple[list[int], list[bool]]:
+    r""":func:`_lines_of` for a block holding ``\r``: ``\r\n`` and a lone ``\r`` each end a line too."""
+    ends: list[int] = []
+    records: list[bool] = []
+    position = 0
+    while position < len(block):
+        newline = block.find(b"\n", position)
+        end = len(block) if newline < 0 else newline + 1
+        raw = block[position:end]
+        if raw.endswith(b"\r\n"):
+            body, ended = raw[:-2], True
+        elif raw.endswith(b"\n"):
+            body, ended = raw[:-1], True
+        else:
+            body, ended = raw, False
+        skip = len(codecs.BOM_UTF8) if starts_file and position == 0 and body.startswith(codecs.BOM_UTF8) else 0
+        body = body[skip:]
+        pieces = body.split(b"\r")
+        if not ended and len(pieces) > 1 and body.endswith(b"\r"):
+            pieces.pop()  # "a\r" at the end of the file is one line
+        used = position + skip
+        for number, piece in enumerate(pieces):
+            used = end if number == len(pieces) - 1 else used + len(piece) + 1
+            ends.append(used)
+            records.append(not _blank(piece))
+        position = end
+    return ends, records
+
+
 class JsonlSpans:
     r"""Cuts a JSONL file (plain or compressed) into spans (:class:`JsonlSpan`) of a given number of records, reading
     only its bytes.
 
     Lines and blank lines are counted as the text reader counts them (universal newlines: ``\n``, ``\r\n`` and a lone
     ``\r`` each end a line; a line of whitespace is no record), so that spans cut a file where the records
-    :func:`read_records` yields would be cut. The file is read once, forward (a compressed stream cannot go back).
-    ``carry_data``: spans carry their bytes even from a plain file (for workers that may not see the file: Ray's).
+    :func:`read_records` yields would be cut. The file is read once, forward (a compressed stream cannot go back), in
+    blocks whose lines are found at once (:func:`_lines_of`); a span may end inside a block, and the next one goes on
+    from there. ``carry_data``: spans carry their bytes even from a plain file (for workers that may not see the file:
+    Ray's).
     """
 
     def __init__(self, path: str, *, carry_data: bool = False) -> None:
+        import numpy as np
+
         self.path = path
         self.label = Path(path).name
         self.carry_data = carry_data or _without_compression(path) != path.lower()  # a compressed file's always
         self.handle = _open_binary(Path(path))  # read across calls to take(); closed by close()
         self.offset = 0
         self.line = 1
-        self.rest = b""  # what is left of a line holding lone \r's when a span ended inside it
+        self.block = b""  # the block being cut: its lines' ends, the records up to each, the next line to take
+        self.ends: Any = np.zeros(0, np.int64)
+        self.records_through: Any = self.ends
+        self.next = 0
 
-    def _raw_line(self) -> bytes:
-        if self.rest:
-            raw, self.rest = self.rest, b""
-            return raw
-        return self.handle.readline()
+    def _read_block(self) -> bool:
+        """Reads the next block; False at the end of the file."""
+        block = self.handle.read(_SPAN_BLOCK)
+        if not block:
+            return False
+        if not block.endswith(b"\n"):
+            block += self.handle.readline()  # to the end of its last line: a \r\n is never cut in two
+        self.ends, self.records_through = _lines_of(block, starts_file=self.offset == 0)
+        self.block, self.next = block, 0
+        return True
 
     def take(self, wanted: int) -> JsonlSpan | None:
         """The span of the next ``wanted`` records (fewer at the end of the file); None when none is left."""
+        import numpy as np
+
         start, first_line, count = self.offset, self.line, 0
         kept: list[bytes] = []  # the span's bytes, where it carries them
         while count < wanted:
-            raw = self._raw_line()
-            if not raw:
+            if self.next == len(self.ends) and not self._read_block():
                 break
-            if raw.endswith(b"\r\n"):
-                body, ended = raw[:-2], True
-            elif raw.endswith(b"\n"):
-                body, ended = raw[:-1], True
-            else:
-                body, ended = raw, False
-            skip = len(codecs.BOM_UTF8) if self.offset == 0 and body.startswith(codecs.BOM_UTF8) else 0
-            body = body[skip:]
-            used = len(raw)
-            if b"\r" not in body:
-                self.line += 1
-                count += not _blank(body)
-            else:  # lone \r: several lines in one; the span may end after any of them
-                pieces = body.split(b"\r")
-                if not ended and body.endswith(b"\r"):
-                    pieces.pop()  # "a\r" at the end of the file is one line
-                used = skip
-                for number, piece in enumerate(pieces):
-                    last = number == len(pieces) - 1
-                    used = len(raw) if last else used + len(piece) + 1
-                    self.line += 1
-                    count += not _blank(piece)
-                    if count == wanted and not last:
-                        self.rest = raw[used:]
-                        break
-            self.offset += used
+            before = int(self.records_through[self.next - 1]) if self.next else 0
+            # the line that completes the span, or the block's last one
+            last = min(int(np.searchsorted(self.records_through, before + wanted - count)), len(self.ends) - 1)
+            begin, end = int(self.ends[self.next - 1]) if self.next else 0, int(self.ends[last])
+            count += int(self.records_through[last]) - before
+            self.line += last + 1 - self.next
+            self.offset += end - begin
             if self.carry_data:
-                kept.append(raw[:used])
+                kept.append(self.block[begin:end])
+            self.next = last + 1
         if count == 0:
             return None
         data = b"".join(kept) if self.carry_data else None
