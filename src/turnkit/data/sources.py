@@ -178,12 +178,12 @@ def _lines_of(block: bytes, *, starts_file: bool) -> tuple[Any, Any]:
     including it hold, as two numpy arrays. ``starts_file``: the block is the file's start, where a BOM is no text.
 
     A block without ``\r`` (nearly every file) is cut where its ``\n`` are and a line is looked at only where its first
-    byte is not printable ASCII (a record starts with ``{``); others go line by line (:func:`_lines_with_cr`).
+    byte is not printable ASCII (a record starts with ``{``); others go line by line (:func:`_lines_one_by_one`).
     """
     import numpy as np
 
     if b"\r" in block or (starts_file and block.startswith(codecs.BOM_UTF8)):
-        ends_list, records = _lines_with_cr(block, starts_file=starts_file)
+        ends_list, records = _lines_one_by_one(block, starts_file=starts_file)
         return np.array(ends_list, np.int64), np.cumsum(np.array(records, np.int64))
     view = np.frombuffer(block, np.uint8)
     ends = np.flatnonzero(view == 0x0A) + 1
@@ -199,8 +199,9 @@ def _lines_of(block: bytes, *, starts_file: bool) -> tuple[Any, Any]:
     return ends, np.cumsum(record)
 
 
-def _lines_with_cr(block: bytes, *, starts_file: bool) -> tuple[list[int], list[bool]]:
-    r""":func:`_lines_of` for a block holding ``\r``: ``\r\n`` and a lone ``\r`` each end a line too."""
+def _lines_one_by_one(block: bytes, *, starts_file: bool) -> tuple[list[int], list[bool]]:
+    r""":func:`_lines_of` line by line, for a block holding ``\r`` (``\r\n`` and a lone ``\r`` each end a line too)
+    or the file's first block when it starts with a BOM."""
     ends: list[int] = []
     records: list[bool] = []
     position = 0
@@ -320,8 +321,8 @@ def _parquet(path: Path, label: str) -> Iterator[RawRecord]:
         row += batch.num_rows
 
 
-def _rows(items: list[Any], label: str, first_row: int) -> Iterator[RawRecord]:
-    """Rows of a Parquet input as records, the first numbered ``first_row``."""
+def _rows(items: Iterable[Any], label: str, first_row: int) -> Iterator[RawRecord]:
+    """Rows of a columnar input (Parquet, a ``datasets`` dataset) as records, the first numbered ``first_row``."""
     for row, item in enumerate(items, start=first_row):
         yield RawRecord(f"{label}:{row}", item)
 
@@ -485,8 +486,7 @@ def _datasets_parts(path: Path) -> list[tuple[str, Any]]:
 
 def _datasets_folder(path: Path) -> Iterator[RawRecord]:
     for label, dataset in _datasets_parts(path):
-        for index, item in enumerate(dataset):
-            yield RawRecord(f"{label}:{index}", item)
+        yield from _rows(dataset, label, 0)
 
 
 def _load_hub(name: str) -> Any:
@@ -500,8 +500,7 @@ def _load_hub(name: str) -> Any:
 
 
 def _hub(name: str) -> Iterator[RawRecord]:
-    for index, item in enumerate(_load_hub(name)):
-        yield RawRecord(f"{name}:{index}", item)
+    yield from _rows(_load_hub(name), name, 0)
 
 
 def _hub_unreachable() -> str | None:
