@@ -120,7 +120,13 @@ def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance(ingr
     with serve_on_ray(factory, options) as service:
         assert service.started_ray and service.url == f"http://127.0.0.1:{options.port}"
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            answers = list(pool.map(lambda _: httpx.get(service.url + "/slow", timeout=60), range(6)))
+            # the first two in turn, so that Serve's router has seen one running before the next queues (six at once
+            # raced it: now and then the queued one was refused too); the last four while both are held
+            sent = []
+            for delay in (0.5, 0.5, 0, 0, 0, 0):
+                sent.append(pool.submit(httpx.get, service.url + "/slow", timeout=60))
+                time.sleep(delay)
+            answers = [future.result() for future in sent]
         start = time.monotonic()
     assert not ray.is_initialized()
     assert time.monotonic() - start < 20
