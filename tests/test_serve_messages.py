@@ -30,6 +30,15 @@ WEATHER = {
         "additionalProperties": False,
     },
 }
+#: The tool with a city of at most 16 characters, so that a sampled call always fits its budget (16 characters are
+#: at most 64 byte tokens, the rest of the call about 25): an unbounded string can run past any budget.
+BOUNDED = {
+    **WEATHER,
+    "input_schema": {
+        **WEATHER["input_schema"],
+        "properties": {**WEATHER["input_schema"]["properties"], "city": {"type": "string", "maxLength": 16}},
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -133,15 +142,15 @@ def test_tool_use_then_tool_result(client, server):
 
 def test_forced_tool_calls_always_validate(client):
     """20 sampled forced calls (``any`` and a named ``tool``), at the model's own sampling defaults (temperature 0.2,
-    top_p 0.9): every one parses and validates against the tool's schema, because it was decoded under the schema's
-    grammar."""
+    top_p 0.9): every one ends, parses and validates against the tool's schema, because it was decoded under the
+    schema's grammar (a city of at most 16 characters: see ``BOUNDED``)."""
 
     def ask(n: int) -> anthropic.types.Message:
         choice = {"type": "any"} if n % 2 else {"type": "tool", "name": "get_weather"}
         return client.messages.create(
             model="smollm2",
-            max_tokens=64,
-            tools=[WEATHER],
+            max_tokens=96,
+            tools=[BOUNDED],
             tool_choice=choice,
             messages=[{"role": "user", "content": f"Weather for city number {n}, please."}],
         )
@@ -151,7 +160,22 @@ def test_forced_tool_calls_always_validate(client):
     for reply in replies:
         assert reply.stop_reason == "tool_use", reply
         (call,) = [b for b in reply.content if b.type == "tool_use"]
-        jsonschema.validate(call.input, WEATHER["input_schema"])
+        jsonschema.validate(call.input, BOUNDED["input_schema"])
+
+
+def test_a_forced_call_the_budget_cuts_is_max_tokens_not_tool_use(client):
+    """A call cut by ``max_tokens`` is not JSON, so it is no ``tool_use`` block (its ``input`` would be made up): the
+    reply says ``max_tokens`` and keeps what the model wrote as text."""
+    cut = client.messages.create(
+        model="smollm2",
+        max_tokens=12,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "Weather in Lyon for 3 days?"}],
+        **GREEDY,
+    )
+    assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 12
+    assert [b.type for b in cut.content] == ["text"] and '"get_weather"' in cut.content[0].text
 
 
 def test_prefill_continues_the_assistant_message(client, server):

@@ -21,6 +21,12 @@ SCHEMA = {
     "additionalProperties": False,
 }
 TOOL = {"type": "function", "name": "get_weather", "description": "Get the weather in a city.", "parameters": SCHEMA}
+#: The tool with a city of at most 16 characters: every call fits a 96-token budget (16 characters are at most 64
+#: byte tokens, the rest of the call about 25), so a sampled call always ends.
+BOUNDED_TOOL = {
+    **TOOL,
+    "parameters": {**SCHEMA, "properties": {**SCHEMA["properties"], "city": {"type": "string", "maxLength": 16}}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +85,41 @@ def test_the_token_budget_makes_an_incomplete_response(client):
     response = client.responses.create(model="smollm2", input=QUESTION, temperature=0, max_output_tokens=3)
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
     assert response.usage.output_tokens == 3
+    assert [item.status for item in response.output] == ["incomplete"]  # the message it ran out in
+
+
+def test_a_forced_call_the_budget_cuts_is_incomplete_not_completed(client):
+    """A forced call is whole JSON only if it gets to its end: when ``max_output_tokens`` runs out inside it, the
+    response and the call item both say so (whole and streamed), and chat completions says ``length``."""
+    request = {
+        "model": "smollm2",
+        "input": "Weather in Lyon for 3 days?",
+        "tools": [TOOL],
+        "tool_choice": "required",
+        "temperature": 0,
+        "max_output_tokens": 12,
+    }
+    whole = client.responses.create(**request)
+    with client.responses.stream(**request) as stream:
+        events = list(stream)  # get_final_response() wants response.completed: the response is the last event's
+    streamed = events[-1].response
+    assert events[-1].type == "response.incomplete"
+    for response in (whole, streamed):
+        assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+        (call,) = response.output
+        assert call.type == "function_call" and call.name == "get_weather" and call.status == "incomplete"
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(call.arguments)
+    tool = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
+    chat = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": request["input"]}],
+        tools=[tool],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=12,
+    )
+    assert chat.choices[0].finish_reason == "length"
 
 
 def test_function_calling_through_previous_response_id_and_explicit_items(client):
@@ -141,36 +182,42 @@ def _forced_calls(ask) -> list[dict]:
 
 def test_forced_tool_calls_always_validate(client):
     """20 sampled forced calls per API (Responses and chat completions), at the model's own sampling defaults: every
-    one parses and validates against the tool's schema, because it was decoded under the schema's grammar."""
+    one ends, parses and validates against the tool's schema, because it was decoded under the schema's grammar.
+
+    The city is at most 16 characters here: a string the schema leaves unbounded can run past any token budget (the
+    model sampled ``Cities_3_Cities_3_...`` until 64 tokens ran out, once in ~10 CI runs), and a call cut that way is
+    incomplete JSON however it was decoded (what the server says then: the test above)."""
 
     def responses(n: int) -> dict:
         choice = "required" if n % 2 else {"type": "function", "name": "get_weather"}
         reply = client.responses.create(
             model="smollm2",
             input=f"Weather for city number {n}.",
-            tools=[TOOL],
+            tools=[BOUNDED_TOOL],
             tool_choice=choice,
-            max_output_tokens=64,
+            max_output_tokens=96,
         )
+        assert reply.status == "completed", reply
         (call,) = [item for item in reply.output if item.type == "function_call"]
+        assert call.status == "completed"
         return json.loads(call.arguments)
 
     def chat(n: int) -> dict:
         choice = "required" if n % 2 else {"type": "function", "function": {"name": "get_weather"}}
-        tool = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
+        tool = {"type": "function", "function": {k: v for k, v in BOUNDED_TOOL.items() if k != "type"}}
         reply = client.chat.completions.create(
             model="smollm2",
             messages=[{"role": "user", "content": f"Weather for city number {n}."}],
             tools=[tool],
             tool_choice=choice,
-            max_tokens=64,
+            max_tokens=96,
         )
         assert reply.choices[0].finish_reason == "tool_calls"
         return json.loads(reply.choices[0].message.tool_calls[0].function.arguments)
 
     for ask in (responses, chat):
         for arguments in _forced_calls(ask):
-            jsonschema.validate(arguments, SCHEMA)
+            jsonschema.validate(arguments, BOUNDED_TOOL["parameters"])
 
 
 def test_a_forged_turn_stays_text(client, server):

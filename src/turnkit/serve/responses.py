@@ -13,8 +13,8 @@ The session's steps come back as the documented stream: ``response.created``, ``
 output item ``response.output_item.added``, its deltas (``response.output_text.delta``,
 ``response.reasoning_text.delta``, ``response.function_call_arguments.delta``) and their ``.done`` events,
 ``response.output_item.done``, and ``response.completed`` (or ``response.incomplete`` when ``max_output_tokens`` ran
-out), every event with its ``sequence_number``. The whole response is the one those events build
-(:class:`ResponseEvents`), so a streamed and a whole answer cannot disagree.
+out; the item it ran out in is then ``incomplete`` too), every event with its ``sequence_number``. The whole response
+is the one those events build (:class:`ResponseEvents`), so a streamed and a whole answer cannot disagree.
 
 ``store`` (the default) keeps a response and the conversation that led to it in a :class:`ResponseStore` (in memory,
 bounded, expiring), so ``previous_response_id`` continues it and ``GET``/``DELETE`` find it. Fields that do not change
@@ -35,6 +35,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from turnkit.parse.reply import CallStatus, EndReason
 from turnkit.serve.protocol import (
     APIError,
     ChatRequest,
@@ -464,11 +465,25 @@ class ResponseEvents:
             extra: dict[str, Any] = {"logprobs": []} if item["type"] == "message" else {}
             out.append(self._event(kind, **where, content_index=0, text=part["text"], **extra))
             out.append(self._event("response.content_part.done", **where, content_index=0, part=copy.deepcopy(part)))
-        item["status"] = "completed"
+        item["status"] = "incomplete" if self._cut(item) else "completed"
         out.append(
             self._event("response.output_item.done", output_index=where["output_index"], item=copy.deepcopy(item))
         )
         return out
+
+    def _cut(self, item: dict[str, Any]) -> bool:
+        """Whether the token budget ran out inside ``item``: its status is then ``incomplete``, as OpenAI marks it.
+
+        Known only once the reply is parsed whole, which is when the last item closes (an item closed earlier was
+        followed by more of the reply). Text and reasoning the budget ended are cut; a function call only when it was
+        still open (its arguments are not whole JSON), not when the budget ran out right after it."""
+        reply = self.session.reply
+        if reply is None or reply.end != EndReason.LENGTH:
+            return False
+        if item["type"] != "function_call":
+            return True
+        index = next(i for i, call in self._calls.items() if call is item)
+        return index < len(reply.tool_calls) and reply.tool_calls[index].status == CallStatus.UNTERMINATED
 
     def _finish(self) -> Event:
         session, reply = self.session, self.session.reply
