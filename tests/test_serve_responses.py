@@ -88,6 +88,11 @@ def test_the_token_budget_makes_an_incomplete_response(client):
     assert [item.status for item in response.output] == ["incomplete"]  # the message it ran out in
 
 
+def _chat_tool(tool: dict) -> dict:
+    """A Responses function tool as chat completions writes it."""
+    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+
+
 def test_a_forced_call_the_budget_cuts_is_incomplete_not_completed(client):
     """A forced call is whole JSON only if it gets to its end: when ``max_output_tokens`` runs out inside it, the
     response and the call item both say so (whole and streamed), and chat completions says ``length``."""
@@ -110,11 +115,10 @@ def test_a_forced_call_the_budget_cuts_is_incomplete_not_completed(client):
         assert call.type == "function_call" and call.name == "get_weather" and call.status == "incomplete"
         with pytest.raises(json.JSONDecodeError):
             json.loads(call.arguments)
-    tool = {"type": "function", "function": {k: v for k, v in TOOL.items() if k != "type"}}
     chat = client.chat.completions.create(
         model="smollm2",
         messages=[{"role": "user", "content": request["input"]}],
-        tools=[tool],
+        tools=[_chat_tool(TOOL)],
         tool_choice="required",
         temperature=0,
         max_tokens=12,
@@ -204,11 +208,10 @@ def test_forced_tool_calls_always_validate(client):
 
     def chat(n: int) -> dict:
         choice = "required" if n % 2 else {"type": "function", "function": {"name": "get_weather"}}
-        tool = {"type": "function", "function": {k: v for k, v in BOUNDED_TOOL.items() if k != "type"}}
         reply = client.chat.completions.create(
             model="smollm2",
             messages=[{"role": "user", "content": f"Weather for city number {n}."}],
-            tools=[tool],
+            tools=[_chat_tool(BOUNDED_TOOL)],
             tool_choice=choice,
             max_tokens=96,
         )
