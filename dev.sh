@@ -27,7 +27,44 @@ setup() {
     # native one (-march=native) crashed on this machine kind's CPU.
     echo "dev.sh: the first install compiles llama.cpp (llama-cpp-python), several minutes" >&2
     CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+    llama_check
     echo "$want" > "$STAMP"
+}
+
+# pip's wheel cache does not key on CMAKE_ARGS: a native llama-cpp-python wheel cached once (an install without the
+# portable flag, on this CPU or another) is reused by every later install and dies with SIGILL on the first token.
+# The engine's start check (one token in a child process) proves the installed library; if it fails, pip's cached
+# wheel is dropped and the portable build compiled afresh, and dev.sh says so.
+LLAMA_CHECK='
+import sys
+from turnkit.embedded import default_model_path
+from turnkit.errors import EngineError
+from turnkit.serve.engines.llama_cpp import check_library
+try:
+    path = default_model_path()
+except Exception as exc:
+    print(f"dev.sh: llama.cpp not checked, the embedded model is not at hand: {exc}", file=sys.stderr)
+    sys.exit(0)
+try:
+    check_library(path)
+except EngineError as exc:
+    print(f"dev.sh: {exc}", file=sys.stderr)
+    sys.exit(3)
+'
+
+llama_check() {
+    local status=0 version
+    "$VENV/bin/python" -c "$LLAMA_CHECK" || status=$?
+    [ "$status" = 0 ] && return
+    [ "$status" = 3 ] || exit "$status"
+    version=$("$VENV/bin/python" -c 'from importlib.metadata import version; print(version("llama-cpp-python"))')
+    echo "dev.sh: the installed llama.cpp cannot run on this CPU (a native build, likely pip's cached wheel):" \
+        "dropping pip's cached llama_cpp_python wheel and compiling the portable build, several minutes" >&2
+    "$VENV/bin/pip" cache remove llama_cpp_python >/dev/null
+    CMAKE_ARGS="-DGGML_NATIVE=OFF" "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
+        --force-reinstall --no-deps "llama-cpp-python==$version"
+    "$VENV/bin/python" -c "$LLAMA_CHECK"
+    echo "dev.sh: the portable llama.cpp build runs" >&2
 }
 
 browser() {

@@ -73,8 +73,13 @@ def _torch(path: Path, options: EngineOptions) -> Backend:
 def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
     if path.suffix != ".gguf" or not path.is_file():
         raise ServeConfigError(f"the llama.cpp engine serves .gguf files; {path} is not one (use the torch engine)")
-    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
+    from importlib.util import find_spec
 
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend, check_library
+
+    if find_spec("llama_cpp") is not None:  # else the backend says how to install it
+        # One token in a child first: a library built for instructions this CPU refuses dies there, not in here.
+        check_library(path, threads=options.threads or 1, prefill_threads=options.prefill_threads)
     return LlamaCppBackend(
         path,
         threads=options.threads or 1,
