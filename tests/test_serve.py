@@ -288,6 +288,36 @@ def test_api_key(replay_server):
     assert openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit").models.list().data[0].id == "replay"
 
 
+def test_both_sdks_retrieve_a_model_and_list_them(replay_server):
+    """``models.retrieve`` and ``models.list`` of the official OpenAI and Anthropic clients; an unknown model is a 404
+    each client reads as its own NotFoundError."""
+    import anthropic
+
+    client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
+    model = client.models.retrieve("replay")
+    assert (model.id, model.object, model.owned_by) == ("replay", "model", "turnkit")
+    assert model.model_dump()["metadata"]["default"] is True
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.models.retrieve("nope")
+    claude = anthropic.Anthropic(base_url=replay_server, api_key="sekrit", max_retries=0)
+    card = claude.models.retrieve("replay")
+    assert (card.id, card.type, card.display_name) == ("replay", "model", "replay")
+    assert abs(card.created_at.timestamp() - time.time()) < 3600
+    assert [m.id for m in claude.models.list()] == ["replay"]
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        claude.models.retrieve("nope")
+    assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "not_found_error"
+
+
+def test_the_bearer_scheme_is_case_insensitive(replay_server):
+    """RFC 9110: the scheme's name is case-insensitive; a right key under another scheme, or a wrong one, is not."""
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+        answer = httpx.get(replay_server + "/v1/models", headers={"Authorization": f"{scheme} sekrit"})
+        assert answer.status_code == 200, scheme
+    for header in ("Basic sekrit", "bearer wrong", "bearer", "sekrit", "bearersekrit"):
+        assert httpx.get(replay_server + "/v1/models", headers={"Authorization": header}).status_code == 401, header
+
+
 def test_metrics_are_behind_the_api_key_unless_public(replay_server, smollm2_hf_folder):
     from starlette.testclient import TestClient
 

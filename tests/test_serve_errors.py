@@ -115,6 +115,11 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "tools": {"name": "f"}}, "tools"),
     ("/v1/chat/completions", {**CHAT, "tool_choice": "required"}, "tool_choice"),
     ("/v1/completions", {"model": "replay", "prompt": [10**9]}, "prompt"),
+    # a seed outside 64 bits is the client's mistake, whole or streamed (it was a 500)
+    ("/v1/chat/completions", {**CHAT, "seed": 2**64}, "seed"),
+    ("/v1/chat/completions", {**CHAT, "seed": -(2**63) - 1}, "seed"),
+    ("/v1/chat/completions", {**CHAT, "seed": 2**64, "stream": True}, "seed"),
+    ("/v1/completions", {"model": "replay", "prompt": "x", "seed": 10**30}, "seed"),
     ("/v1/completions", {"model": "replay", "prompt": {"text": "x"}}, "prompt"),
     ("/detokenize", {"tokens": "x"}, "tokens"),
     ("/detokenize", {"tokens": [-1]}, "tokens"),
@@ -137,6 +142,18 @@ def test_bad_bodies_are_400s_that_name_the_field_and_keep_the_connection(url):
         assert status == 400 and answer["error"]["type"] == "invalid_request_error"
     _ok(connection)
     assert connection.sock is socket  # one connection throughout
+
+
+def test_every_64_bit_seed_is_served_with_every_n(url):
+    """The ends of the seed range, with n choices whose seeds run past 2**64 - 1 (they wrap), on both APIs."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    for seed in (2**64 - 1, -(2**63), 0, -1):
+        reply = client.chat.completions.create(model="replay", messages=QUESTION, seed=seed, n=2, temperature=1.0)
+        assert [c.message.content for c in reply.choices] == ["Paris.", "Paris."]
+        stream = client.chat.completions.create(model="replay", messages=QUESTION, seed=seed, n=2, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Paris.Paris."
+        completion = client.completions.create(model="replay", prompt="France:", seed=seed, n=2, max_tokens=3)
+        assert len(completion.choices) == 2
 
 
 def test_tokenize_counts_what_chat_renders(url):

@@ -113,6 +113,22 @@ def _describe(kinds: type | tuple[type, ...]) -> str:
     return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
+#: The seeds a request may give: any signed or unsigned 64-bit integer (vLLM's range); the engines draw from it
+#: modulo 2**64, and the choices of ``n`` > 1 from the seeds after it (wrapping), so no choice's seed overflows.
+_SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _read_seed(body: dict[str, Any]) -> int | None:
+    """``seed`` as the engines take it (0 to 2**64 - 1), read from any 64-bit integer; a 400 naming it outside."""
+    seed = read_field(body, "seed", int)
+    if seed is None:
+        return None
+    low, high = _SEED_RANGE
+    if not low <= seed <= high:
+        raise APIError(400, f"seed must be a 64-bit integer, between {low} and {high}; got {seed}", param="seed")
+    return seed % 2**64
+
+
 def read_number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
     """A number between ``low`` and ``high`` (inclusive), ``default`` when absent."""
     value = read_field(body, name, (int, float), default)
@@ -296,7 +312,7 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
-    seed = read_field(body, "seed", int)
+    seed = _read_seed(body)
     top_k = read_field(body, "top_k", int)
     if top_k is not None and top_k < -1:
         raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {top_k}", param="top_k")

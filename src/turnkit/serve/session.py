@@ -553,7 +553,7 @@ async def _start(
     loop = asyncio.get_running_loop()
     try:
         for index in range(req.n):
-            seed = None if req.seed is None else req.seed + index
+            seed = None if req.seed is None else (req.seed + index) % 2**64
             request = replace(base, seed=seed, constraint=constraint() if constraint is not None else None)
             generation = backend.submit(request, loop)
             session = Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)

@@ -21,14 +21,14 @@ class Authenticate:
 
     def __init__(self, app: Any, key: str, public: Iterable[str] = ()) -> None:
         self.app = app
-        self.bearer = f"Bearer {key}".encode()
+        self.bearer = key.encode()
         self.key = key.encode()
         self.public = frozenset({"/health", *ui.PUBLIC_PATHS, *public})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.public:
             headers = dict(scope["headers"])
-            bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), self.bearer)
+            bearer_ok = hmac.compare_digest(_bearer_token(headers.get(b"authorization", b"")), self.bearer)
             key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), self.key)
             if not (bearer_ok or key_ok):
                 error = APIError(
@@ -37,3 +37,10 @@ class Authenticate:
                 await error_response(error, path=scope["path"])(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _bearer_token(header: bytes) -> bytes:
+    """The credentials of an ``Authorization`` header of the Bearer scheme, whose name is case-insensitive (RFC 9110
+    11.1: ``bearer KEY`` and ``BEARER KEY`` are ``Bearer KEY``); empty for any other scheme."""
+    scheme, _, credentials = header.partition(b" ")
+    return credentials.strip(b" ") if scheme.lower() == b"bearer" else b""

@@ -107,6 +107,7 @@ class Server:
             Route("/health", answering(self.health), methods=["GET"]),
             Route("/metrics", answering(self.metrics_page), methods=["GET"]),
             Route("/v1/models", answering(self.list_models), methods=["GET"]),
+            Route("/v1/models/{model_id:path}", answering(self.retrieve_model), methods=["GET"]),
             Route("/v1/chat/completions", answering(self.chat), methods=["POST"]),
             Route("/v1/completions", answering(self.completions), methods=["POST"]),
             Route("/v1/messages", answering(self.messages), methods=["POST"]),
@@ -187,24 +188,48 @@ class Server:
 
     async def list_models(self, request: Request) -> Response:
         """Every model, loaded or not, with its sampling defaults and thinking switch (``metadata``) and, once loaded,
-        its context."""
-        data = []
-        for name, spec in self.models.specs.items():
-            card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
-            loaded = self.models.loaded(name)
-            if loaded is not None:
-                card["max_model_len"] = loaded.backend.context_length
-            card["metadata"] = {
-                "loaded": loaded is not None,
-                "kv_cache_tokens": load_of(loaded.backend).kv_capacity if loaded is not None else None,
-                "default": name == self.models.default_name,
-                "family": spec.family,
-                "template": spec.template,
-                "sampling_defaults": self.models.defaults(name).to_dict(),
-                "thinking_switch": switch.to_dict() if (switch := self.models.thinking_switch(name)) else None,
-            }
-            data.append(card)
-        return JSONResponse({"object": "list", "data": data})
+        its context; in Anthropic's shape for Anthropic's clients (they send ``anthropic-version``)."""
+        names = list(self.models.specs)
+        if _from_anthropic(request):
+            cards = [self._anthropic_card(name) for name in names]
+            first, last = (names[0], names[-1]) if names else (None, None)
+            return JSONResponse({"data": cards, "has_more": False, "first_id": first, "last_id": last})
+        return JSONResponse({"object": "list", "data": [self._card(name) for name in names]})
+
+    async def retrieve_model(self, request: Request) -> Response:
+        """``GET /v1/models/{id}``: one model's card (``models.retrieve`` of both SDKs), a 404 in the client's API's
+        shape for a model this server does not serve."""
+        anthropic = _from_anthropic(request)
+        try:
+            name = self.models.spec(request.path_params["model_id"]).name
+        except APIError as error:
+            if not anthropic:
+                raise
+            return JSONResponse(error_body(error), status_code=error.status)
+        return JSONResponse(self._anthropic_card(name) if anthropic else self._card(name))
+
+    def _card(self, name: str) -> dict[str, Any]:
+        """A model in OpenAI's shape, with turnkit's facts in ``metadata``."""
+        spec = self.models.specs[name]
+        card: dict[str, Any] = {"id": name, "object": "model", "created": self.created, "owned_by": "turnkit"}
+        loaded = self.models.loaded(name)
+        if loaded is not None:
+            card["max_model_len"] = loaded.backend.context_length
+        card["metadata"] = {
+            "loaded": loaded is not None,
+            "kv_cache_tokens": load_of(loaded.backend).kv_capacity if loaded is not None else None,
+            "default": name == self.models.default_name,
+            "family": spec.family,
+            "template": spec.template,
+            "sampling_defaults": self.models.defaults(name).to_dict(),
+            "thinking_switch": switch.to_dict() if (switch := self.models.thinking_switch(name)) else None,
+        }
+        return card
+
+    def _anthropic_card(self, name: str) -> dict[str, Any]:
+        """A model in Anthropic's shape (``type``, ``id``, ``display_name``, ``created_at`` as RFC 3339)."""
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created))
+        return {"type": "model", "id": name, "display_name": name, "created_at": created}
 
     async def tokenize(self, request: Request) -> Response:
         req = await read_request(request, parse_tokenize)
@@ -332,6 +357,11 @@ class Server:
             return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
+
+
+def _from_anthropic(request: Request) -> bool:
+    """Whether an Anthropic client sent the request (its SDKs and Claude Code send ``anthropic-version`` always)."""
+    return "anthropic-version" in request.headers
 
 
 def _load_body(load: Load) -> dict[str, Any]:
