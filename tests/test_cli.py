@@ -414,3 +414,106 @@ def test_parse_streams_ids_in_chunks_to_the_same_message(tmp_path, capsys, smoll
     bad.write_text("1, 2, x")
     assert main(["parse", "--model", "default", "--ids", str(bad)]) == 2
     assert "--ids: " in capsys.readouterr().err
+
+
+# -- issue 34: what a user's second hour met (render, parse, inspect, prepare on the command line) -------------------
+
+
+def _error_line(capsys, argv: list[str], code: int = 2) -> str:
+    """Run the command; it must exit with ``code`` and print one ``turnkit: error:`` line, no traceback."""
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith("turnkit: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "message"),
+    [
+        ("render", "tools=5", "--var tools: this command sets tools itself; give tools with --tools FILE"),
+        ("render", "messages=3", "the messages come from the conversation file"),
+        ("render", "add_generation_prompt=true", "use --generation-prompt"),
+        ("render", "continue_final_message=true", "use --continue"),
+        ("render", "template_name=tool_use", "use --template-name NAME"),
+        ("render", "with_data_spans=true", "--show sets it"),
+        ("render", "documents=5", "--var documents must be a JSON list of objects"),
+        ("render", 'documents=["a"]', "--var documents must be a JSON list of objects"),
+        ("encode", "tools=5", "give tools with --tools FILE"),
+        ("encode", "turns=last", "use --turns"),
+        ("encode", "split_turns=true", "use --split-turns"),
+        ("encode", "allow_dropped=true", "use --allow-dropped"),
+        ("encode", "attribution=false", "attribution itself; it is an encode setting, not a template variable"),
+        ("encode", "trust_data=true", "trust_data itself"),
+        ("encode", "documents=5", "--var documents must be a JSON list of objects"),
+        ("inspect", "tools=5", "give tools with --tools FILE"),
+        ("inspect", "add_generation_prompt=true", "add_generation_prompt itself; it is an encode setting"),
+        ("inspect", "documents=5", "--var documents must be a JSON list of objects"),
+    ],
+)
+def test_a_var_the_command_sets_itself_is_one_error_line(conversation, capsys, command, variable, message):
+    source = ["--family", "qwen2.5"] if command == "render" else ["--model", "default"]
+    err = _error_line(capsys, [command, *source, "--var", variable, str(conversation)])
+    assert message in err
+
+
+def test_chat_template_kwargs_in_the_conversation_file_are_checked_as_vars(tmp_path, capsys):
+    path = tmp_path / "conversation.json"
+    path.write_text(json.dumps({"messages": MESSAGES, "chat_template_kwargs": ["enable_thinking"]}))
+    err = _error_line(capsys, ["render", "--family", "chatml", str(path)])
+    assert f"conversation {path}: chat_template_kwargs must be an object of template variables" in err
+    path.write_text(json.dumps({"messages": MESSAGES, "chat_template_kwargs": {"tools": 5}}))
+    err = _error_line(capsys, ["encode", "--model", "default", str(path)])
+    assert f"chat_template_kwargs.tools in conversation {path}: this command sets tools itself" in err
+    # variables a template reads still pass, from the file and from --var (which wins)
+    path.write_text(json.dumps({"messages": MESSAGES, "chat_template_kwargs": {"greeting": "file"}}))
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ greeting }}|{{ documents | map(attribute='title') | join(',') }}")
+    assert main(["render", "--template", str(template), str(path)]) == 0
+    assert capsys.readouterr().out == "file|"
+    documents = json.dumps([{"title": "A", "text": "a"}, {"title": "B", "text": "b"}])
+    argv = ["render", "--template", str(template), "--var", "greeting=flag", "--var", f"documents={documents}"]
+    assert main([*argv, str(path)]) == 0
+    assert capsys.readouterr().out == "flag|A,B"
+
+
+def test_every_encode_setting_is_refused_as_a_var():
+    """A new field of EncodeOptions is refused as a --var without anyone remembering to list it."""
+    from dataclasses import fields
+
+    from turnkit.cli import encode as encode_command
+    from turnkit.encode import EncodeOptions
+
+    settings = {f.name for f in fields(EncodeOptions)} - {"documents"}
+    assert settings <= set(encode_command._SET_BY_FLAGS)
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (0, "is not a GGUF file: it is empty"),
+        (3, "is not a readable GGUF file: it is truncated (3 bytes)"),
+        (8, "is not a readable GGUF file: it is truncated or corrupt (8 bytes;"),
+        (1_000, "is not a readable GGUF file: it is truncated or corrupt (1,000 bytes;"),  # inside a key's value
+        (1_785_000, "truncated or corrupt (1,785,000 bytes;"),  # inside the tensor table
+        (2_000_000, "truncated or corrupt (2,000,000 bytes;"),  # inside the weights
+    ],
+)
+def test_a_cut_gguf_is_one_error_line_everywhere(tmp_path, capsys, conversation, smollm2_gguf, cut, message):
+    path = tmp_path / "cut.gguf"
+    with smollm2_gguf.open("rb") as source:
+        path.write_bytes(source.read(cut))
+    for argv in (
+        ["render", "--model", str(path), str(conversation)],
+        ["encode", "--family", "chatml", "--tokenizer", str(path), str(conversation)],
+        ["parse", "--model", str(path), str(conversation)],
+        ["inspect", "--model", str(path), str(conversation)],
+        ["doctor", str(path)],
+    ):
+        assert message in _error_line(capsys, argv), argv
+
+
+def test_a_file_that_is_not_gguf_says_so(tmp_path, capsys, conversation):
+    path = tmp_path / "model.gguf"
+    path.write_text("{}")
+    err = _error_line(capsys, ["render", "--model", str(path), str(conversation)])
+    assert f"{path} is not a GGUF file: it starts with b'{{}}'" in err

@@ -4,10 +4,11 @@ flag types, the library advice rewritten as flags, and visible whitespace."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,58 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
         action="append",
         help="a template variable, JSON or text, e.g. enable_thinking=false (repeatable)",
     )
+
+
+#: Names a ``--var`` cannot take, with what to do instead: what the command sets itself from the conversation file and
+#: its flags. Passed as a template variable too, the value reached the call twice (a TypeError) or changed a setting
+#: behind its flag. The left sides are the parameters of ``ChatFormat.render_with_spans``.
+RENDER_SET = {
+    "messages": "the messages come from the conversation file",
+    "tools": "give tools with --tools FILE (or 'tools' in the conversation file)",
+    "add_generation_prompt": "use --generation-prompt",
+    "continue_final_message": "use --continue",
+    "template_name": "use --template-name NAME",
+    "track_generation": "it is a parameter of the render",
+    "with_data_spans": "it is a parameter of the render (--show sets it)",
+}
+
+
+def encode_set(flags: Mapping[str, str]) -> dict[str, str]:
+    """The names a ``--var`` cannot take on a command that encodes: every field of ``EncodeOptions`` is an option of
+    the encoding, not a variable of the template (``--var attribution=false`` made ``encode`` print every token as
+    template text of message -1), with the advice in ``flags`` where the command has a flag for it. ``documents``
+    stays a variable, as it is one for transformers."""
+    from turnkit.encode import EncodeOptions
+
+    names = [f.name for f in dataclasses.fields(EncodeOptions) if f.name != "documents"]
+    setting = "it is an encode setting, not a template variable"
+    return {"messages": RENDER_SET["messages"], **{name: flags.get(name, setting) for name in names}}
+
+
+def template_variables(
+    args: argparse.Namespace, extra: Mapping[str, Any], path: str, settings: Mapping[str, str]
+) -> dict[str, Any]:
+    """The template variables of a command: the conversation file's ``chat_template_kwargs``, then ``--var`` (which
+    wins), each checked: a name in ``settings`` is refused with the advice given there (the flag that sets it), and
+    ``documents`` must be a list of objects, as every template that renders documents reads them."""
+    given = extra.get("chat_template_kwargs", {})
+    if not isinstance(given, dict):
+        raise UsageError(
+            f"conversation {path}: chat_template_kwargs must be an object of template variables, "
+            f"not {json.dumps(given)[:60]}"
+        )
+    from_flags = dict(getattr(args, "var", None) or [])
+    for name, value in {**given, **from_flags}.items():
+        where = f"--var {name}" if name in from_flags else f"chat_template_kwargs.{name} in conversation {path}"
+        if name in settings:
+            raise UsageError(f"{where}: this command sets {name} itself; {settings[name]}")
+        if name == "documents" and not (
+            isinstance(value, list) and all(isinstance(document, dict) for document in value)
+        ):
+            raise UsageError(
+                f"{where} must be a JSON list of objects (each with 'title' and 'text'), not {json.dumps(value)[:60]}"
+            )
+    return {**given, **from_flags}
 
 
 def show_visible(text: str, markers: Sequence[str], *, color: bool, data: Sequence[tuple[int, int, int]] = ()) -> str:

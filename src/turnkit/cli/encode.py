@@ -11,15 +11,32 @@ import warnings
 from typing import Any
 
 from turnkit.cli.common import (
+    RENDER_SET,
     add_format_arguments,
+    encode_set,
     format_from_args,
     load_conversation,
     load_tools,
+    template_variables,
     visible_whitespace,
     warn_unshown_tools,
 )
 
 _DIM, _TRAINED, _DATA, _RESET = "\x1b[2m", "\x1b[42;30m", "\x1b[1m", "\x1b[0m"
+
+
+#: What this command sets itself, with the flag that does (see ``template_variables``).
+_SET_BY_FLAGS = encode_set(
+    {
+        "tools": RENDER_SET["tools"],
+        "add_generation_prompt": "use --generation-prompt",
+        "template_name": "use --template-name NAME",
+        "turns": "use --turns",
+        "train_end_marker": "use --no-end-marker",
+        "split_turns": "use --split-turns",
+        "allow_dropped": "use --allow-dropped",
+    }
+)
 
 
 def _token_table(encoding: Any, pieces: list[str]) -> str:
@@ -48,7 +65,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     messages, tools, extra = load_conversation(args.conversation)
     tools = load_tools(args, tools)
     fmt = format_from_args(args)
-    variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    variables = template_variables(args, extra, args.conversation, _SET_BY_FLAGS)
     warn_unshown_tools(fmt, messages, tools, args, variables)
     if args.check_prefix:
         report = fmt.check_prefix_stable(messages, tools=tools, **variables)

@@ -8,8 +8,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError, key_value, load_conversation, load_tools, model_path, positive_int
+from turnkit.cli.common import (
+    RENDER_SET,
+    UsageError,
+    encode_set,
+    key_value,
+    load_conversation,
+    load_tools,
+    model_path,
+    positive_int,
+    template_variables,
+)
 from turnkit.format import ChatFormat
+
+#: What inspect sets itself (see ``template_variables``): it shows a conversation that ends with an assistant turn as
+#: trained, one that does not as served, and splits turns where the template is not prefix-stable.
+_SET_BY_INSPECT = encode_set({"tools": RENDER_SET["tools"]})
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -23,7 +37,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     else:
         messages, tools, extra = load_conversation(args.conversation)
         tools = load_tools(args, tools)
-        variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+        variables = template_variables(args, extra, args.conversation, _SET_BY_INSPECT)
         source = "stdin" if args.conversation == "-" else Path(args.conversation).name
         page = conversation_page(fmt, messages, tools=tools, variables=variables, source=source)
     html = render_html(page)

@@ -8,11 +8,13 @@ import sys
 from typing import Any
 
 from turnkit.cli.common import (
+    RENDER_SET,
     add_format_arguments,
     format_from_args,
     load_conversation,
     load_tools,
     show_visible,
+    template_variables,
     warn_unshown_tools,
 )
 
@@ -21,7 +23,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     messages, tools, extra = load_conversation(args.conversation)
     tools = load_tools(args, tools)
     fmt = format_from_args(args)
-    variables = {**extra.get("chat_template_kwargs", {}), **dict(args.var or [])}
+    variables = template_variables(args, extra, args.conversation, RENDER_SET)
     warn_unshown_tools(fmt, messages, tools, args, variables)
     rendered = fmt.render_with_spans(
         messages,

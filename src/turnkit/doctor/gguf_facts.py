@@ -17,7 +17,7 @@ from typing import Any
 from turnkit.cache import cache_dir, file_key, write_atomically
 from turnkit.doctor.findings import DoctorInputError
 from turnkit.errors import TurnkitError
-from turnkit.template.sources import read_gguf_metadata
+from turnkit.template.sources import open_gguf, read_gguf_metadata
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
 
@@ -41,12 +41,10 @@ def _value(reader: Any, key: str) -> Any:
 
 
 def _read_header(path: Path) -> dict[str, Any]:
-    from gguf import GGUFReader
-
     try:
-        reader = GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise DoctorInputError(f"{path} is not a readable GGUF file (truncated or corrupt): {exc}") from None
+        reader = open_gguf(path)
+    except TurnkitError as exc:  # its message names the file and what is wrong with it
+        raise DoctorInputError(str(exc)) from None
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     rows = None
     for tensor in reader.tensors:
@@ -64,8 +62,8 @@ def read_gguf_facts(path: Path) -> GgufFacts:
     """The facts of a GGUF file; a truncated or foreign file raises :class:`DoctorInputError` (one line)."""
     try:
         metadata = read_gguf_metadata(path)
-    except TurnkitError as exc:
-        raise DoctorInputError(f"{path} is not a readable GGUF file (truncated or corrupt): {exc}") from None
+    except TurnkitError as exc:  # its message names the file and what is wrong with it (truncated, not GGUF ...)
+        raise DoctorInputError(str(exc)) from None
     cached = cache_dir() / "doctor-gguf" / f"{file_key(path)}.json"
     if cached.is_file():
         header = json.loads(cached.read_text(encoding="utf-8"))

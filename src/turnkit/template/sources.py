@@ -25,7 +25,7 @@ from typing import Any
 
 from turnkit.errors import TemplateNotFoundError
 
-__all__ = ["SPECIAL_TOKEN_NAMES", "TemplateSet", "load_gguf", "load_hf_folder"]
+__all__ = ["SPECIAL_TOKEN_NAMES", "TemplateSet", "load_gguf", "load_hf_folder", "open_gguf", "read_gguf_metadata"]
 
 #: The named special tokens transformers passes to every template as variables (``special_tokens_map``).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -151,6 +151,41 @@ def _gguf_value(reader: Any, key: str) -> Any:
 _SAMPLING_PREFIX = "general.sampling."
 
 
+def open_gguf(path: str | Path) -> Any:
+    """A ``GGUFReader`` over ``path``, or one error line saying why the file cannot be read as GGUF.
+
+    The ``gguf`` package reads whatever bytes it is given: a file cut inside its header makes it fail with an
+    ``IndexError``, a ``ValueError`` about numpy dtypes or a reshape, depending on where the cut falls, none of
+    which says "truncated". So the magic is checked first (a file that is not GGUF at all is told so), and any
+    failure of the reader after it is reported as a cut or corrupt file, with its size and the reader's own words.
+
+    Raises:
+        TemplateNotFoundError: The file cannot be opened, is not GGUF, or is truncated or corrupt.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as file:
+            magic = file.read(4)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+    if magic != b"GGUF":
+        if not magic:
+            raise TemplateNotFoundError(f"{path} is not a GGUF file: it is empty")
+        if b"GGUF".startswith(magic):
+            raise TemplateNotFoundError(f"{path} is not a readable GGUF file: it is truncated ({size} bytes)")
+        raise TemplateNotFoundError(f"{path} is not a GGUF file: it starts with {magic!r}, not b'GGUF'")
+    from gguf import GGUFReader  # imported here: it pulls in numpy, and most renders never need it
+
+    try:
+        return GGUFReader(path)
+    except Exception as exc:  # noqa: BLE001 - the reader fails on cut bytes with whatever numpy raises first
+        raise TemplateNotFoundError(
+            f"{path} is not a readable GGUF file: it is truncated or corrupt ({size:,} bytes; the gguf reader "
+            f"stopped with {type(exc).__name__}: {exc})"
+        ) from None
+
+
 def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
     """What turnkit needs from a GGUF file's metadata: templates, special tokens, end-of-turn ids, names.
 
@@ -168,12 +203,7 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
         metadata = json.loads(cached.read_text(encoding="utf-8"))
         if "sampling" in metadata:  # else written by an earlier version: read the file again
             return metadata
-    from gguf import GGUFReader  # imported here: it pulls in numpy, and most renders never need it
-
-    try:
-        reader = GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise TemplateNotFoundError(f"cannot read {path} as a GGUF file: {exc}") from None
+    reader = open_gguf(path)
     templates: dict[str, str] = {}
     default = _gguf_value(reader, "tokenizer.chat_template")
     if isinstance(default, str):
