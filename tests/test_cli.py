@@ -517,3 +517,59 @@ def test_a_file_that_is_not_gguf_says_so(tmp_path, capsys, conversation):
     path.write_text("{}")
     err = _error_line(capsys, ["render", "--model", str(path), str(conversation)])
     assert f"{path} is not a GGUF file: it starts with b'{{}}'" in err
+
+
+def test_parse_ids_outside_the_vocabulary_are_an_error_naming_the_id(tmp_path, capsys):
+    """They were dropped, and the reply reported as ending cleanly; the server refuses the same ids."""
+    reply = tmp_path / "reply.ids"
+    reply.write_text("[19556, 99999999, 2]")
+    err = _error_line(capsys, ["parse", "--model", "default", "--ids", str(reply)])
+    assert "token id 99999999 (token 2 of the reply) is not in the tokenizer's vocabulary (49,152 tokens)" in err
+    err = _error_line(capsys, ["parse", "--model", "default", "--ids", "--stream", "1", str(reply)])
+    assert "token id 99999999 (token 2 of the reply)" in err
+    reply.write_text("[19556, -3, 2]")
+    assert "'-3' is not a token id" in _error_line(capsys, ["parse", "--model", "default", "--ids", str(reply)])
+    reply.write_text(" ")
+    assert "it is empty" in _error_line(capsys, ["parse", "--model", "default", "--ids", str(reply)])
+
+
+def test_parse_says_a_reply_that_never_ended_did_not(tmp_path, capsys):
+    reply = tmp_path / "reply.txt"
+    reply.write_text("Hello, wor")
+    assert main(["parse", "--family", "chatml", str(reply)]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert (result["finish_reason"], result["end"], result["ended_cleanly"]) == (None, "none", False)
+    assert captured.err == (
+        "turnkit: warning: the reply did not end: it holds no end-of-turn marker, EOS id or stop string "
+        "(finish_reason null); if the token budget cut it, pass --length\n"
+    )
+    # cut by its budget, or ended: no warning, and the API's reason
+    assert main(["parse", "--family", "chatml", "--length", str(reply)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["finish_reason"] == "length" and captured.err == ""
+    reply.write_text("Hello, world<|im_end|>")
+    assert main(["parse", "--family", "chatml", str(reply)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["finish_reason"] == "stop" and captured.err == ""
+
+
+def test_parse_stream_says_when_it_cuts_characters_not_tokens(tmp_path, capsys, smollm2_hf_folder):
+    reply = tmp_path / "reply.txt"
+    reply.write_text("Hello, world<|im_end|>")
+    assert main(["parse", "--family", "chatml", "--stream", "3", str(reply)]) == 0
+    captured = capsys.readouterr()
+    deltas = [json.loads(line)["delta"]["content"] for line in captured.out.splitlines()[:-1]]
+    assert deltas == ["Hel", "lo,", " wo", "rld"]
+    assert captured.err == (
+        "turnkit: warning: --stream 3 cuts the text in chunks of 3 characters, not tokens: --template and --family "
+        "give no tokenizer (add --tokenizer PATH to cut it where the model's tokens end)\n"
+    )
+    argv = ["parse", "--family", "chatml", "--tokenizer", str(smollm2_hf_folder), "--stream", "1", str(reply)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    deltas = [json.loads(line)["delta"]["content"] for line in captured.out.splitlines()[:-1]]
+    assert deltas == ["Hello", ",", " world"] and captured.err == ""
+    with pytest.raises(SystemExit):
+        main(["parse", "--help"])
+    assert "chunks of N characters" in " ".join(capsys.readouterr().out.split())

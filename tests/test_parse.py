@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from replies import as_client_sees, assemble, ids_of, stream
 
 from turnkit import ChatFormat, TranscriptError, parse_transcript
-from turnkit.errors import ReplyParseError
+from turnkit.errors import ReplyParseError, TokenizerError
 from turnkit.parse import REPLY_FORMATS, CallStatus, EndReason, Reply, StreamParser
 
 MARKERS = ["<tool_call>", "</tool_call>", "<think>", "</think>"]
@@ -130,6 +130,54 @@ def test_every_declared_end_id_stops(qwen3, smollm2_gguf):
     eos = gguf.tokenizer.token_to_id("<|im_end|>")
     assert gguf.stop_ids[eos][1] == "<|im_end|>"
     assert gguf.parse([*ids_of(gguf, "Hi"), eos]).end in (EndReason.END_OF_TURN, EndReason.EOS)
+
+
+# -- ids the tokenizer has no token for (issue 34 item 8) ------------------------------------------------------------
+
+
+def test_an_id_outside_the_vocabulary_is_an_error_naming_it(qwen3):
+    """Such an id stands for no text: it was dropped and the reply read as clean with text missing. The server refuses
+    the same ids in a prompt; here the whole parse and the stream both say which id it was, and where."""
+    size = qwen3.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    im_end = qwen3.tokenizer.token_to_id("<|im_end|>")
+    hello = ids_of(qwen3, "Hello")
+    for wrong in (size, 10**9, -1):
+        with pytest.raises(TokenizerError, match=rf"token id {wrong} \(token {len(hello) + 1} of the reply\)"):
+            qwen3.parse([*hello, wrong, im_end])
+        parser = qwen3.stream_parser()
+        parser.feed(hello)  # the position counts across chunks
+        with pytest.raises(TokenizerError, match=rf"token id {wrong} \(token {len(hello) + 1} of the reply\) is not "):
+            parser.feed([wrong])
+    # the last id of the vocabulary (an added marker) is a token, and ids after the reply ended are not read
+    marker = qwen3.tokenizer.token_to_id("</think>")
+    assert marker == size - 1
+    assert qwen3.parse([*hello, marker, im_end]).end == EndReason.END_OF_TURN
+    assert qwen3.parse([*hello, im_end, size]).ended_cleanly
+
+
+def test_a_token_numbered_past_the_count_is_a_token(smollm2_hf_folder):
+    """A vocabulary may leave a gap in its ids, so its last id is past its count: that id is still a token."""
+    from tokenizers import Tokenizer
+
+    from turnkit.tokenizer import TokenizerBinding
+
+    spec = json.loads((smollm2_hf_folder / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    (moved,) = [token for token, token_id in vocab.items() if token_id == 500]
+    vocab[moved] = 60_000
+    binding = TokenizerBinding(Tokenizer.from_str(json.dumps(spec)))
+    assert binding.backend.get_vocab_size(with_added_tokens=True) < 60_000
+    fmt = ChatFormat.from_family("chatml", tokenizer=binding)
+    reply = fmt.parse([*ids_of(fmt, "Hi"), 60_000, fmt.tokenizer.token_to_id("<|im_end|>")])
+    assert reply.content == "Hi" + moved and reply.ended_cleanly
+    with pytest.raises(TokenizerError, match="token id 500 "):
+        fmt.parse([500])
+
+
+def test_finish_reason_of_a_reply_that_never_ended():
+    """An API must answer one of its reasons, so the library says stop; end and ended_cleanly tell it apart."""
+    reply = ChatFormat.from_family("chatml").parse("Hello, wor")
+    assert (reply.end, reply.finish_reason, reply.ended_cleanly) == (EndReason.NONE, "stop", False)
 
 
 # -- markers, formats -----------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from turnkit.cli.common import UsageError, add_source_arguments, format_from_args, load_tools, positive_int
 from turnkit.format import ChatFormat
-from turnkit.parse import REPLY_FORMATS, ReplyFormat
+from turnkit.parse import REPLY_FORMATS, EndReason, ReplyFormat
 
 _IDS = re.compile(r"[\s,\[\]]+")
 
@@ -33,8 +33,12 @@ def _read_reply(path: str, ids: bool) -> str | list[int]:
     if not ids:
         return text
     numbers = [part for part in _IDS.split(text) if part]
-    if not numbers or not all(part.isdigit() for part in numbers):
-        raise UsageError(f"--ids: {path} must hold token ids (a JSON list, or numbers separated by spaces or commas)")
+    wrong = next((part for part in numbers if not (part.isascii() and part.isdigit())), None)
+    if not numbers or wrong is not None:
+        what = f": {wrong[:20]!r} is not a token id" if wrong is not None else ": it is empty"
+        raise UsageError(
+            f"--ids: {path} must hold token ids (a JSON list, or numbers separated by spaces or commas){what}"
+        )
     return [int(part) for part in numbers]
 
 
@@ -76,7 +80,8 @@ def _summary(reply: Any, spec: ReplyFormat, why: str) -> dict[str, Any]:
             shown["raw"] = call.raw
     out = {
         "message": message,
-        "finish_reason": reply.finish_reason,
+        # null for a reply that never ended: the API's "stop" would say it stopped (see _unended)
+        "finish_reason": None if reply.end == EndReason.NONE else reply.finish_reason,
         "end": str(reply.end),
         "stop": reply.stop,
         "ended_cleanly": reply.ended_cleanly,
@@ -86,6 +91,16 @@ def _summary(reply: Any, spec: ReplyFormat, why: str) -> dict[str, Any]:
     if hint is not None:
         out["hint"] = hint
     return out
+
+
+def _unended(reply: Any) -> str | None:
+    """The warning for a reply that never ended: what it lacks, and the flag for a reply its token budget cut."""
+    if reply.end != EndReason.NONE:
+        return None
+    return (
+        "the reply did not end: it holds no end-of-turn marker, EOS id or stop string (finish_reason null); if the "
+        "token budget cut it, pass --length"
+    )
 
 
 def _text_chunks(fmt: ChatFormat, text: str, size: int) -> Iterator[str]:
@@ -140,6 +155,16 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     }
     whole = fmt.parse(reply, **options)
     result = _summary(whole, spec, _chosen(fmt, spec, named))
+    warning = _unended(whole)
+    if warning is not None:
+        print(f"turnkit: warning: {warning}", file=sys.stderr)
+    if args.stream is not None and isinstance(reply, str) and fmt.tokenizer_loader is None:
+        print(
+            f"turnkit: warning: --stream {args.stream} cuts the text in chunks of {args.stream} characters, not "
+            "tokens: --template and --family give no tokenizer (add --tokenizer PATH to cut it where the model's "
+            "tokens end)",
+            file=sys.stderr,
+        )
     if args.stream is None:
         json.dump(result, sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
@@ -176,6 +201,7 @@ def register(commands: Any) -> None:
         "--stream",
         type=positive_int,
         metavar="N",
-        help="parse in chunks of N tokens as a server streams: each delta as a JSON line, then the message",
+        help="parse in chunks of N tokens as a server streams: each delta as a JSON line, then the message (text "
+        "from --template or --family without --tokenizer is cut in chunks of N characters)",
     )
     parse.set_defaults(handler=_cmd_parse)

@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from turnkit.errors import ReplyParseError
+from turnkit.errors import ReplyParseError, TokenizerError
 from turnkit.parse.detokenize import TextDecoder
 from turnkit.parse.engine import Engine
 from turnkit.parse.formats import ReplyFormat
@@ -103,6 +103,9 @@ class StreamParser:
         symbols = {text: self._symbol_of[token_id] for text, token_id in found.items()}
         self._stop_ids = dict(stop_ids or {})
         self._decoder = TextDecoder(byte_table, backend) if (byte_table is not None or backend is not None) else None
+        self._backend = backend
+        self._known, self._gaps = _known_ids(byte_table, backend)
+        self._fed = 0  # ids fed so far: where an id outside the vocabulary was
         prefix = secrets.token_hex(6)
         if tools is not None and not isinstance(tools, Mapping):
             tools = dict.fromkeys(tools)
@@ -127,17 +130,26 @@ class StreamParser:
     # -- input ---------------------------------------------------------------------------------------------------
 
     def feed(self, token_ids: Iterable[int]) -> list[Delta]:
-        """Feed generated token ids; returns the deltas they complete (possibly none)."""
+        """Feed generated token ids; returns the deltas they complete (possibly none).
+
+        Raises:
+            TokenizerError: An id names no token of the vocabulary (it stood for no text and was dropped before, so a
+                reply of another tokenizer's ids read as a clean reply with text missing).
+        """
         decoder = self._decoder
         if decoder is None:
             raise TypeError("this parser has no tokenizer; feed it text with feed_text")
         engine = self._engine
         out = engine.out = []
-        stops, symbols = self._stop_ids, self._symbol_of
+        stops, symbols, known, gaps = self._stop_ids, self._symbol_of, self._known, self._gaps
         pending: list[str] = []
+        position = self._fed
         for token_id in token_ids:
             if engine.end is not None:
                 break
+            position += 1
+            if not 0 <= token_id < known or token_id in gaps:
+                self._check_known(token_id, position)
             stop = stops.get(token_id)
             if stop is not None:
                 pending.append(decoder.flush())
@@ -155,9 +167,22 @@ class StreamParser:
             text = decoder.feed(token_id)
             if text:
                 pending.append(text)
+        self._fed = position
         if pending and engine.end is None:
             engine.feed("".join(pending))
         return out
+
+    def _check_known(self, token_id: int, position: int) -> None:
+        """Raise for an id that names no token (the tokenizer is asked where the byte table cannot say)."""
+        backend = self._backend
+        known = token_id >= 0 and token_id not in self._gaps and backend is not None
+        if known and backend.id_to_token(token_id) is not None:
+            return
+        count = backend.get_vocab_size(with_added_tokens=True) if backend is not None else self._known
+        raise TokenizerError(
+            f"token id {token_id} (token {position} of the reply) is not in the tokenizer's vocabulary ({count:,} "
+            "tokens): the reply holds ids of another tokenizer, or is not token ids"
+        )
 
     def feed_text(self, text: str) -> list[Delta]:
         """Feed generated text (for replies that only exist as text: every marker is matched as text)."""
@@ -190,6 +215,20 @@ class StreamParser:
         if self.strict and not reply.ended_cleanly:
             _raise_unclean(reply)
         return reply
+
+
+def _known_ids(byte_table: ByteTable | None, backend: Any) -> tuple[int, frozenset[int]]:
+    """Which ids name a token, as ``(bound, gaps)``: every id below ``bound`` but those in ``gaps``; ids at or past
+    ``bound`` are asked of the tokenizer one by one. The byte table spans the vocabulary's highest id, so where it
+    holds as many ids as the vocabulary counts there is no gap (the usual case); where it holds more, the ids with no
+    token are found once. Without a table every id is asked (that path decodes each token through the tokenizer
+    anyway)."""
+    if byte_table is None:
+        return 0, frozenset()
+    table = byte_table.table
+    if backend is None or len(table) == backend.get_vocab_size(with_added_tokens=True):
+        return len(table), frozenset()
+    return len(table), frozenset(i for i, piece in enumerate(table) if not piece and backend.id_to_token(i) is None)
 
 
 def _symbolize(text: str, symbols: Mapping[str, str]) -> str:

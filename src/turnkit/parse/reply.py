@@ -79,7 +79,11 @@ class Reply:
 
     @property
     def finish_reason(self) -> str:
-        """The OpenAI ``finish_reason``: ``tool_calls``, ``stop`` or ``length``."""
+        """The OpenAI ``finish_reason``: ``tool_calls``, ``stop`` or ``length``.
+
+        An API must answer one of these, so a reply that never ended (``end`` is ``none``: no end-of-turn marker, EOS
+        id or stop string, and no ``length``) is ``stop`` here too; :attr:`end` and :attr:`ended_cleanly` tell it
+        apart (``turnkit parse`` shows ``finish_reason: null`` for it, and says why)."""
         if self.end == EndReason.LENGTH:
             return "length"
         if any(call.status == CallStatus.OK for call in self.tool_calls):
