@@ -217,3 +217,260 @@ def test_a_failure_while_streaming_ends_the_stream_with_an_error_event(url):
     shown = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-2])
     assert shown == "Paris is"
     assert httpx.post(url + "/v1/chat/completions", json=CHAT).status_code == 200
+
+
+# -- one validation per concept, in each API's own words (issue 34 items 10, 11, 13) ----------------------------------
+
+
+def _clients(url: str) -> tuple[openai.OpenAI, Any]:
+    import anthropic
+
+    return (
+        openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0),
+        anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0),
+    )
+
+
+def test_a_misspelt_or_foreign_field_is_a_400_naming_it_and_the_right_name(url):
+    """OpenAI's answer to a field it does not know, on every API, through the official clients' extra_body: the
+    field named, with the nearest known name or this API's name for another API's field (``max_token: 5`` had run
+    to the 512-token default)."""
+    import anthropic
+
+    client, claude = _clients(url)
+    cases = [
+        (client.chat.completions.create, {"messages": QUESTION}, "max_token", "'max_tokens'"),
+        (client.chat.completions.create, {"messages": QUESTION}, "temprature", "'temperature'"),
+        (client.chat.completions.create, {"messages": QUESTION}, "stop_sequences", "it is stop"),
+        (client.chat.completions.create, {"messages": QUESTION}, "frobnicate", "has no such field"),
+        (client.completions.create, {"prompt": "x"}, "max_completion_tokens", "it is max_tokens"),
+        (client.responses.create, {"input": "x"}, "max_tokens", "it is max_output_tokens"),
+        (client.responses.create, {"input": "x"}, "messages", "it is input"),
+        (client.responses.create, {"input": "x"}, "seed", "does not have"),
+    ]
+    for create, body, name, hint in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            create(model="replay", **body, extra_body={name: 5})
+        error = caught.value.body
+        assert (error["param"], error["code"]) == (name, "unknown_parameter"), error
+        assert repr(name) in error["message"] and hint in error["message"], error
+    for name, hint in (("seed", "does not have"), ("stop", "it is stop_sequences"), ("max_token", "'max_tokens'")):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            claude.messages.create(model="replay", max_tokens=8, messages=QUESTION, extra_body={name: 1})
+        message = refused.value.body["error"]["message"]
+        assert f"unknown parameter {name!r}" in message and hint in message, message
+    with pytest.raises(anthropic.BadRequestError, match="frobnicate"):
+        claude.messages.count_tokens(model="replay", messages=QUESTION, extra_body={"frobnicate": 1})
+    answer = httpx.post(url + "/tokenize", json={"messages": QUESTION, "add_special_token": True})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "add_special_token"
+    # a field this server knows and does not do keeps its own answer
+    with pytest.raises(openai.BadRequestError) as unsupported:
+        client.chat.completions.create(model="replay", messages=QUESTION, extra_body={"ignore_eos": True})
+    assert (unsupported.value.body["param"], unsupported.value.body["code"]) == ("ignore_eos", "unsupported_parameter")
+
+
+def test_what_real_clients_send_is_accepted(url):
+    """The fields the OpenAI SDK, Codex and Claude Code send that do not change the reply pass on each API (and a
+    field sent as null asks for nothing)."""
+    client, claude = _clients(url)
+    chat = client.chat.completions.create(
+        model="replay",
+        messages=QUESTION,
+        store=False,
+        metadata={"run": "1"},
+        user="me",
+        safety_identifier="someone",
+        prompt_cache_key="k",
+        service_tier="auto",
+        parallel_tool_calls=True,
+        stream_options=None,
+        modalities=["text"],
+        extra_body={"prompt_cache_retention": "in-memory", "frobnicate": None, "top_k": 5, "min_p": 0.1},
+    )
+    assert chat.choices[0].message.content == "Paris."
+    response = client.responses.create(
+        model="replay",
+        input="What is the capital of France?",
+        instructions="Be brief.",
+        store=False,
+        include=["reasoning.encrypted_content"],
+        prompt_cache_key="session-1",
+        parallel_tool_calls=True,
+        reasoning={"summary": "auto"},
+        text={"verbosity": "medium"},
+        truncation="disabled",
+        service_tier="auto",
+        safety_identifier="someone",
+        metadata={"a": "b"},
+        user="me",
+        extra_body={"client_metadata": {"x-codex-window-id": "w"}},
+    )
+    assert response.output_text == "Paris."
+    message = claude.messages.create(
+        model="replay",
+        max_tokens=8,
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        metadata={"user_id": "someone"},
+        service_tier="auto",
+        thinking={"type": "adaptive"},
+        extra_body={
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "cache_control": {"type": "ephemeral"},
+            "inference_geo": "us",
+            "speed": "standard",
+        },
+    )
+    assert message.content[0].text == "Paris."
+
+
+def test_chat_refuses_a_role_no_api_has(url):
+    """``bot`` was rendered into the prompt by chat completions and /tokenize, where Responses and Messages refuse
+    theirs."""
+    client, _ = _clients(url)
+    for role in ("bot", "hacker", "function"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="replay", messages=[*QUESTION, {"role": role, "content": "x"}])
+        assert caught.value.body["param"] == "messages[1].role" and repr(role) in caught.value.body["message"]
+        answer = httpx.post(url + "/tokenize", json={"messages": [{"role": role, "content": "x"}]})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "messages[0].role"
+    developer = [{"role": "developer", "content": "Be brief."}, *QUESTION]
+    assert client.chat.completions.create(model="replay", messages=developer).choices[0].message.content == "Paris."
+
+
+def test_responses_errors_name_input_and_max_output_tokens(url):
+    """Errors found once the input became a chat request name the Responses API's own fields and items."""
+    client, _ = _clients(url)
+    cases = [
+        ({"input": "word " * 9000, "max_output_tokens": 4}, "input", "context"),
+        ({"input": "Hi", "max_output_tokens": 10**6}, "max_output_tokens", "max_output_tokens is 1000000"),
+        (
+            {
+                "input": [
+                    {"type": "message", "role": "user", "content": "Weather?"},
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{bad"},
+                ],
+            },
+            "input[1].arguments",
+            "not valid JSON",
+        ),
+        (
+            {"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}}},
+            "text.format",
+            "text.format",
+        ),
+    ]
+    for body, param, words in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="replay", **body)
+        error = caught.value.body
+        assert error["param"] == param and words in error["message"], error
+        assert "max_tokens" not in error["message"] and "messages" not in error["message"], error
+
+
+def test_messages_errors_name_the_blocks(url):
+    """A Messages conversation is translated into chat messages; an error found in them names the block it came
+    from, in Anthropic's shape."""
+    import anthropic
+
+    _, claude = _clients(url)
+    calls = [
+        *QUESTION,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+    ]
+    with pytest.raises(anthropic.BadRequestError) as caught:  # a prefill that calls a tool cannot be continued
+        claude.messages.create(model="replay", max_tokens=8, messages=calls, tools=[_WEATHER])
+    message = caught.value.body["error"]["message"]
+    assert message.startswith("messages[1].content:") and "cannot be continued" in message, message
+
+
+_WEATHER = {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}
+
+
+def test_a_function_call_output_must_answer_a_call(url):
+    """OpenAI answers 400 to a function_call_output whose call_id no earlier function_call has (in input, or in the
+    response previous_response_id names); a matching one passes."""
+    client, _ = _clients(url)
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    asked = {"type": "message", "role": "user", "content": "Weather in Paris?"}
+    answered = client.responses.create(
+        model="replay",
+        input=[asked, call, {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"}],
+        tools=[{"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}],
+    )
+    assert answered.status == "completed"
+    first = client.responses.create(model="replay", input="Hi")
+    for body in (
+        {"input": [asked, call, {"type": "function_call_output", "call_id": "call_2", "output": "Sunny"}]},
+        {"input": [{"type": "function_call_output", "call_id": "call_1", "output": "x"}, call]},  # before its call
+        {
+            "previous_response_id": first.id,
+            "input": [{"type": "function_call_output", "call_id": "call_1", "output": "x"}],
+        },
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="replay", **body)
+        assert caught.value.body["param"].endswith(".call_id") and "no function call" in caught.value.body["message"]
+
+
+def test_every_counting_endpoint_refuses_tools_the_template_does_not_show(smollm2_hf_folder):
+    """SmolLM2's own template renders no tools: chat, count_tokens and /tokenize all refuse them alike (/tokenize had
+    counted the prompt without them)."""
+    from turnkit.serve.app.routes import Server
+
+    fmt = ChatFormat.from_pretrained(smollm2_hf_folder)
+    server = Server(fmt, ReplayBackend(lambda ids: fmt.tokenizer.encode("Paris.<|im_end|>").ids), model_id="replay")
+    with serving(server.app()) as base:
+        client, claude = _clients(base)
+        with pytest.raises(openai.BadRequestError) as chat:
+            client.chat.completions.create(model="replay", messages=QUESTION, tools=TOOLS)
+        import anthropic
+
+        with pytest.raises(anthropic.BadRequestError, match="does not support tools"):
+            claude.messages.count_tokens(model="replay", messages=QUESTION, tools=[_WEATHER])
+        tokenized = httpx.post(base + "/tokenize", json={"messages": QUESTION, "tools": TOOLS})
+        assert tokenized.status_code == 400
+        assert tokenized.json()["error"]["code"] == chat.value.body["code"] == "tools_not_supported"
+        declined = httpx.post(base + "/tokenize", json={"messages": QUESTION, "tools": TOOLS, "tool_choice": "none"})
+        assert declined.status_code == 200  # tools declined are not rendered, as in chat
+
+
+def _asks(base: str, extra: dict[str, Any]) -> list[Any]:
+    """The same question to chat completions, Responses, Messages and count_tokens, each through its official
+    client with ``extra`` in ``extra_body``, unsent."""
+    client, claude = _clients(base)
+    return [
+        lambda: client.chat.completions.create(model="replay", messages=QUESTION, extra_body=extra),
+        lambda: client.responses.create(model="replay", input=QUESTION[0]["content"], extra_body=extra),
+        lambda: claude.messages.create(model="replay", max_tokens=8, messages=QUESTION, extra_body=extra),
+        lambda: claude.messages.count_tokens(model="replay", messages=QUESTION, extra_body=extra),
+    ]
+
+
+def test_the_family_override_reaches_every_chat_api(smollm2_hf_folder):
+    """``family`` per request (on a server started with --allow-template-override) picks the template on chat
+    completions, Responses, Messages and /tokenize alike: their prompts count the same tokens (Messages and Responses
+    had ignored it); a server without the flag refuses it on each."""
+    import anthropic
+
+    from turnkit.serve.app.routes import Server
+
+    fmt = ChatFormat.from_pretrained(smollm2_hf_folder)
+    reply = fmt.tokenizer.encode("Paris.<|im_end|>").ids
+    chatml = {"family": "chatml"}  # SmolLM2's own template adds a system prompt; chatml does not
+    for allowed in (True, False):
+        server = Server(fmt, ReplayBackend(lambda ids: reply), model_id="replay", allow_template_override=allowed)
+        with serving(server.app()) as base:
+            if not allowed:
+                for ask in _asks(base, chatml):
+                    with pytest.raises((openai.BadRequestError, anthropic.BadRequestError), match="--allow-template"):
+                        ask()
+                continue
+            ids = httpx.post(base + "/tokenize", json={"messages": QUESTION, **chatml}).json()["tokens"]
+            own = httpx.post(base + "/tokenize", json={"messages": QUESTION}).json()["tokens"]
+            assert len(ids) < len(own)
+            chat, response, message, counted = (ask() for ask in _asks(base, chatml))
+            assert chat.usage.prompt_tokens == response.usage.input_tokens == counted.input_tokens == len(ids)
+            assert message.usage.input_tokens + message.usage.cache_read_input_tokens == len(ids)

@@ -11,8 +11,12 @@ from typing import Any
 from turnkit.parse.reply import Delta
 from turnkit.serve.chunks import Chunk, head, usage_chunk, whole
 from turnkit.serve.protocol import (
+    CHAT_INPUT_FIELDS,
+    SAMPLING_FIELDS,
+    SAMPLING_REFUSALS,
     APIError,
     ChatRequest,
+    Fields,
     read_chat_input,
     read_field,
     read_response_format,
@@ -20,11 +24,58 @@ from turnkit.serve.protocol import (
 )
 from turnkit.serve.session import Session, TokenLogprob
 
-__all__ = ["chat_chunks", "fold_chat", "parse_chat"]
+__all__ = ["FIELDS", "chat_chunks", "fold_chat", "parse_chat"]
+
+_SYSTEM_MESSAGE = "a message with role 'system' in messages"
+
+#: Every top-level field of a chat completions body (:class:`~.protocol.Fields`). Refused: what this server does not
+#: do (audio, predicted outputs, the legacy functions, ...), where the value asks for something.
+FIELDS = Fields(
+    "Chat Completions",
+    read=SAMPLING_FIELDS | CHAT_INPUT_FIELDS | {"max_completion_tokens", "logprobs", "top_logprobs", "response_format"},
+    without_effect=frozenset(
+        {
+            "store",
+            "metadata",
+            "user",
+            "safety_identifier",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "service_tier",
+            "parallel_tool_calls",
+        }
+    ),
+    refused={
+        "best_of": ("best_of is not supported; use n", (1,)),
+        "suffix": ("suffix (fill in the middle) is not supported", ("",)),
+        "audio": ("audio output is not supported", ()),
+        "modalities": ("only the text modality is supported", (["text"],)),
+        "prediction": ("predicted outputs are not supported", ()),
+        "web_search_options": ("web search is not supported", ()),
+        "functions": ("the legacy functions field is not supported; use tools", ()),
+        "function_call": ("the legacy function_call field is not supported; use tool_choice", ()),
+        "verbosity": ("verbosity other than 'medium' is not supported", ("medium",)),
+        "echo": ("echo is not supported in chat completions", (False,)),
+        **SAMPLING_REFUSALS,
+    },
+    foreign={
+        "stop_sequences": "stop",
+        "max_output_tokens": "max_tokens",
+        "input": "messages",
+        "prompt": "messages",
+        "system": _SYSTEM_MESSAGE,
+        "instructions": _SYSTEM_MESSAGE,
+        "reasoning": "reasoning_effort",
+        "thinking": "reasoning_effort",
+        "output_config": "response_format",
+        "text": "response_format",
+    },
+)
 
 
 def parse_chat(body: dict[str, Any]) -> ChatRequest:
     """A chat completions body, checked field by field (400s name the field)."""
+    FIELDS.check(body)
     sampling = read_sampling(body)
     chat_input = read_chat_input(body)
     logprobs = read_field(body, "logprobs", bool, False)

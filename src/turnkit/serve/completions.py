@@ -9,14 +9,42 @@ from contextlib import aclosing
 from typing import Any
 
 from turnkit.serve.chunks import Chunk, head, usage_chunk, whole
-from turnkit.serve.protocol import APIError, CompletionRequest, is_token_ids, read_field, read_sampling
+from turnkit.serve.protocol import (
+    SAMPLING_FIELDS,
+    SAMPLING_REFUSALS,
+    APIError,
+    CompletionRequest,
+    Fields,
+    is_token_ids,
+    read_field,
+    read_sampling,
+)
 from turnkit.serve.session import Session, TokenLogprob
 
-__all__ = ["completion_chunks", "fold_completion", "parse_completion"]
+__all__ = ["FIELDS", "completion_chunks", "fold_completion", "parse_completion"]
+
+#: Every top-level field of a completions body (:class:`~.protocol.Fields`).
+FIELDS = Fields(
+    "Completions",
+    read=SAMPLING_FIELDS | {"prompt", "logprobs", "echo"},
+    without_effect=frozenset({"user"}),
+    refused={
+        "best_of": ("best_of is not supported; use n", (1,)),
+        "suffix": ("suffix (fill in the middle) is not supported", ("",)),
+        **SAMPLING_REFUSALS,
+    },
+    foreign={
+        "max_completion_tokens": "max_tokens",
+        "max_output_tokens": "max_tokens",
+        "stop_sequences": "stop",
+        "messages": "prompt (a raw text continued as written; chat completions take messages)",
+    },
+)
 
 
 def parse_completion(body: dict[str, Any]) -> CompletionRequest:
     """A completions body: one prompt (a string or token ids), checked field by field."""
+    FIELDS.check(body)
     sampling = read_sampling(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):

@@ -15,9 +15,11 @@ Tool calls are sent when the reply has ended, each as one ``tool_use`` block: it
 a call is only sent once the parser knows it parsed. A call the model wrote but that did not parse (broken JSON, an
 unknown tool) cannot be a ``tool_use`` block; it is sent as the text the model wrote, never dropped.
 
-Fields that do not change the output (``metadata``, ``cache_control``, ``service_tier``, the ``keep: "all"`` thinking
-edit of ``context_management``) are accepted; a field that would change the result and cannot be honoured (an image
-block, a server tool, an MCP server ...) is a 400 naming it. Errors have Anthropic's shape (:func:`error_body`).
+The body's fields are :data:`FIELDS`: fields that do not change the output (``metadata``, ``cache_control``,
+``service_tier``, the ``keep: "all"`` thinking edit of ``context_management`` ...) are accepted; a field that would
+change the result and cannot be honoured (an image block, a server tool, an MCP server ...) is a 400 naming it, and so
+is a field the API does not have (``seed``). Errors have Anthropic's shape (:func:`error_body`) and name the body's own
+places (``messages[1].content[2].input``), also for errors found once the conversation was translated.
 """
 
 from __future__ import annotations
@@ -30,17 +32,21 @@ from typing import Any
 
 from turnkit.parse.reply import CallStatus, EndReason
 from turnkit.serve.protocol import (
+    TEMPLATE_FIELDS,
     APIError,
     ChatRequest,
+    Fields,
     Thinking,
+    Wording,
     read_chat_input,
     read_field,
     read_reasoning_effort,
     read_single_reply_sampling,
+    template_fields,
 )
 from turnkit.serve.session import Session
 
-__all__ = ["Event", "MessagesRequest", "error_body", "fold_message", "message_events", "parse_messages"]
+__all__ = ["FIELDS", "Event", "MessagesRequest", "error_body", "fold_message", "message_events", "parse_messages"]
 
 Event = dict[str, Any]
 
@@ -53,11 +59,64 @@ _ERROR_TYPES = {
     503: "overloaded_error",
 }
 
-# Request fields that ask for something this server does not do.
-_UNSUPPORTED = {
-    "container": "code execution containers are not supported",
-    "mcp_servers": "MCP servers are not supported (run the MCP client on your side and pass its tools)",
-}
+#: Every top-level field of a Messages (or ``count_tokens``) body (:class:`~.protocol.Fields`). ``temperature``,
+#: ``top_p`` and ``top_k`` are still read: older clients send them. Without effect: what Claude Code and the SDK send
+#: that does not change the reply (where and how fast it runs, caching, billing, fallbacks for refusals).
+FIELDS = Fields(
+    "Messages",
+    read=TEMPLATE_FIELDS
+    | {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "metadata",
+        "context_management",
+    },
+    without_effect=frozenset(
+        {
+            "service_tier",
+            "cache_control",
+            "inference_geo",
+            "speed",
+            "diagnostics",
+            "betas",
+            "fallbacks",
+            "fallback_credit_token",
+            "billing_policy",
+        }
+    ),
+    refused={
+        "container": ("code execution containers are not supported", ("",)),
+        "mcp_servers": ("MCP servers are not supported (run the MCP client on your side and pass its tools)", ([],)),
+        "compaction": ("compaction requests are not supported", ()),
+        "thread": ("server-held threads are not supported: send the whole conversation", ()),
+    },
+    foreign={
+        "max_completion_tokens": "max_tokens",
+        "max_output_tokens": "max_tokens",
+        "stop": "stop_sequences",
+        "input": "messages",
+        "instructions": "system",
+        "response_format": "output_config.format",
+        "reasoning_effort": "output_config.effort",
+        "reasoning": "thinking",
+        **dict.fromkeys(("seed", "n", "logprobs", "top_logprobs", "logit_bias", "min_p"), None),
+        **dict.fromkeys(("presence_penalty", "frequency_penalty", "repetition_penalty"), None),
+    },
+)
+#: The chat request's fields that the Messages API names otherwise.
+_FIELD_NAMES = {"response_format": "output_config.format"}
+
 # Block types that carry what a text model cannot read or a server feature this server does not have.
 _UNREADABLE = {"image", "document", "search_result", "container_upload"}
 _SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result"}
@@ -95,9 +154,7 @@ class MessagesRequest:
 
 def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesRequest:
     """A Messages body (or a ``count_tokens`` body, which has no ``max_tokens``), checked field by field."""
-    for name, why in _UNSUPPORTED.items():
-        if body.get(name):
-            raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
+    FIELDS.check(body)
     max_tokens = read_field(body, "max_tokens", int)
     if max_tokens is None and not counting:
         raise APIError(400, "max_tokens is required", param="max_tokens")
@@ -112,14 +169,19 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesR
     read_field(body, "metadata", dict)
     _check_context_management(read_field(body, "context_management", dict))
     raw_tools = read_field(body, "tools", list, [])
-    messages, referenced = _conversation(body)
+    messages, places, referenced = _conversation(body)
+    wording = Wording(_FIELD_NAMES, places)
     tools = _tools(raw_tools, referenced)
     tool_choice = _tool_choice(read_field(body, "tool_choice", dict))
-    chat_input = read_chat_input({"messages": messages, "tools": tools or None, "tool_choice": tool_choice})
+    chat_body = {"messages": messages, "tools": tools or None, "tool_choice": tool_choice, **template_fields(body)}
+    try:
+        chat_input = read_chat_input(chat_body)
+    except APIError as error:
+        raise wording.reword(error) from None
     thinking, shown = _thinking(body)
     chat_input = replace(chat_input, continue_final=messages[-1]["role"] == "assistant", thinking=thinking)
     sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=1.0, stop=stops, top_k=top_k)
-    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=_output_format(body))
+    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=_output_format(body), wording=wording)
     return MessagesRequest(chat, show_thinking=shown)
 
 
@@ -205,9 +267,11 @@ def _block_error(block: Any, where: str) -> APIError:
     return APIError(400, why, param=where)
 
 
-def _conversation(body: dict[str, Any]) -> tuple[list[dict[str, Any]], set[str]]:
-    """``system`` and ``messages`` as chat messages, and the tools named by ``tool_reference`` blocks (tool search)."""
+def _conversation(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]], set[str]]:
+    """``system`` and ``messages`` as chat messages, where each came from (a :class:`~.protocol.Wording`'s
+    ``messages``), and the tools named by ``tool_reference`` blocks (tool search)."""
     out: list[dict[str, Any]] = []
+    places: list[dict[str, str]] = []
     system = body.get("system")
     if isinstance(system, list):
         system = _text_of(system, "system")
@@ -215,6 +279,7 @@ def _conversation(body: dict[str, Any]) -> tuple[list[dict[str, Any]], set[str]]
         raise APIError(400, "system must be a string or a list of text blocks", param="system")
     if system:
         out.append({"role": "system", "content": system})
+        places.append({"": "system", ".content": "system"})
     raw = read_field(body, "messages", list)
     if not raw:
         raise APIError(400, "messages must be a non-empty list", param="messages")
@@ -230,17 +295,24 @@ def _conversation(body: dict[str, Any]) -> tuple[list[dict[str, Any]], set[str]]
         if not isinstance(content, list):
             raise APIError(400, "content must be a string or a list of content blocks", param=f"{where}.content")
         if role == "assistant":
-            out.append(_assistant(content, f"{where}.content"))
+            turn, place = _assistant(content, f"{where}.content")
+            out.append(turn)
+            places.append({"": where, **place})
         elif role in ("user", "system"):  # Claude Code sends system messages inside the conversation too
-            out.extend(_user(role, content, f"{where}.content", referenced))
+            for turn, place in _user(role, content, f"{where}.content", referenced):
+                out.append(turn)
+                places.append({"": where, **place})
         else:
             raise APIError(400, f"role must be 'user' or 'assistant', got {role!r}", param=f"{where}.role")
-    return out, referenced
+    return out, places, referenced
 
 
-def _user(role: str, blocks: list[Any], where: str, referenced: set[str]) -> list[dict[str, Any]]:
-    """A user turn: each ``tool_result`` a tool message, the text between them a user message, in block order."""
-    out: list[dict[str, Any]] = []
+def _user(
+    role: str, blocks: list[Any], where: str, referenced: set[str]
+) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """A user turn: each ``tool_result`` a tool message, the text between them a user message, in block order; each
+    with where its parts came from."""
+    out: list[tuple[dict[str, Any], dict[str, str]]] = []
     texts: list[str] = []
     for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
@@ -248,13 +320,15 @@ def _user(role: str, blocks: list[Any], where: str, referenced: set[str]) -> lis
             texts.append(block["text"])
         elif kind == "tool_result" and role == "user":
             if texts:
-                out.append({"role": role, "content": "\n".join(texts)})
+                out.append(({"role": role, "content": "\n".join(texts)}, {".content": where}))
                 texts = []
-            out.append(_tool_result(block, f"{where}[{index}]", referenced))
+            at = f"{where}[{index}]"
+            place = {"": at, ".content": f"{at}.content", ".tool_call_id": f"{at}.tool_use_id"}
+            out.append((_tool_result(block, at, referenced), place))
         else:
             raise _block_error(block, f"{where}[{index}]")
     if texts or not out:
-        out.append({"role": role, "content": "\n".join(texts)})
+        out.append(({"role": role, "content": "\n".join(texts)}, {".content": where}))
     return out
 
 
@@ -279,11 +353,13 @@ def _tool_result(block: dict[str, Any], where: str, referenced: set[str]) -> dic
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
-    """An assistant turn: its text, its thinking as reasoning, its ``tool_use`` blocks as tool calls."""
+def _assistant(blocks: list[Any], where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """An assistant turn: its text, its thinking as reasoning, its ``tool_use`` blocks as tool calls; and where each
+    call came from."""
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
+    place = {".content": where, ".reasoning_content": where, ".tool_calls": where}
     for index, block in enumerate(blocks):
         kind = block.get("type") if isinstance(block, dict) else None
         at = f"{where}[{index}]"
@@ -299,6 +375,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
                 raise APIError(400, "a tool_use block needs an id and a name", param=at)
             if not isinstance(arguments, dict):
                 raise APIError(400, "a tool_use block's input must be an object", param=f"{at}.input")
+            place.update(Wording.call(len(calls), at, arguments="input", name="name"))
             calls.append(
                 {"id": block["id"], "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
             )
@@ -309,7 +386,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
         message["reasoning_content"] = "".join(thinking)
     if calls:
         message["tool_calls"] = calls
-    return message
+    return message, place
 
 
 def _tools(raw: list[Any], referenced: set[str]) -> list[dict[str, Any]]:

@@ -8,26 +8,42 @@ through the checks chat completions use, and a wrong type can never reach the en
 :class:`ChatRequest` or :class:`CompletionRequest`, the requests a :class:`~.session.Session` runs, whichever API it
 came from. Every problem becomes an :class:`APIError` with an HTTP status and a message that names the field, never a
 500 or a stack trace; each API writes it in its own error shape (OpenAI's ``{"error": {"message", "type", "param",
-"code"}}`` by default). Unknown fields are ignored (clients send many); known fields of the wrong type are refused.
+"code"}}`` by default) and in its own words (:class:`Wording`: a Responses error names ``input[3]`` and
+``max_output_tokens``, not the chat request's ``messages[2]`` and ``max_tokens``).
+
+Each API lists the top-level fields its body may carry in a :class:`Fields` table next to its parser: what it reads,
+what real clients send that does not change the reply (accepted without effect), and what it refuses. Any other field
+is a 400 naming it and the nearest known name (a misspelt ``max_token`` is never silently the default budget); known
+fields of the wrong type are refused.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from turnkit.errors import TurnkitError
 
 __all__ = [
+    "CHAT_INPUT_FIELDS",
+    "CHAT_ROLES",
+    "SAMPLING_FIELDS",
+    "SAMPLING_REFUSALS",
+    "TEMPLATE_FIELDS",
     "APIError",
     "ChatInput",
     "ChatRequest",
     "CompletionRequest",
     "DetokenizeRequest",
+    "Fields",
     "Sampling",
     "Thinking",
     "TokenizeRequest",
+    "Wording",
     "as_api_error",
     "is_token_ids",
     "parse_detokenize",
@@ -41,7 +57,7 @@ __all__ = [
     "read_response_format",
     "read_sampling",
     "read_single_reply_sampling",
-    "refuse_unsupported",
+    "template_fields",
 ]
 
 _KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
@@ -51,7 +67,8 @@ class APIError(Exception):
     """An error answered to the client: a 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI
     type exists (401, 404, 429); a 5xx is a ``server_error``. ``retry_after`` (seconds) goes out as the
     ``Retry-After`` header of a 429 or 503: when a retry is likely to be admitted. ``facts`` are the numbers behind
-    the message (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them."""
+    the message (``prompt_tokens``, ``context`` ...), for an API whose clients read its own wording of them.
+    ``reason``: the message without the place it names (which :class:`Wording` writes in an API's own words)."""
 
     def __init__(
         self,
@@ -63,6 +80,7 @@ class APIError(Exception):
         kind: str | None = None,
         retry_after: float | None = None,
         facts: dict[str, int] | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -72,6 +90,7 @@ class APIError(Exception):
         self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
         self.retry_after = retry_after
         self.facts = facts or {}
+        self.reason = reason
 
     @property
     def headers(self) -> dict[str, str]:
@@ -84,7 +103,146 @@ class APIError(Exception):
 
 def as_api_error(exc: TurnkitError) -> APIError:
     """A 400 for what turnkit refused in a request; ``param`` is the error's location (``messages[i].field``)."""
-    return APIError(400, str(exc), param=exc.location)
+    reason = getattr(exc, "reason", None)
+    return APIError(400, str(exc), param=exc.location, reason=reason if isinstance(reason, str) else None)
+
+
+# -- an API's own words ------------------------------------------------------------------------------------------------
+
+_MESSAGE_PLACE = re.compile(r"messages\[(\d+)\](.*)")
+
+
+@dataclass
+class Wording:
+    """How one API names what the one path names in chat completions' words, so that an error raised past the API's
+    parser (rendering, the context check, the grammar, the engine) names the API's own fields.
+
+    ``fields``: chat field to this API's field (Responses: ``max_tokens`` is ``max_output_tokens``, ``messages`` is
+    ``input``, ``response_format`` is ``text.format``). ``messages``: for each chat message the API's translation
+    made, where its parts came from: ``""`` is the message itself, and longer paths (``.content``,
+    ``.tool_calls[0].function.arguments``) name a part that came from elsewhere (the ``arguments`` of a
+    ``function_call`` item, the ``input`` of a ``tool_use`` block). A path under a known part keeps its tail where
+    that part is an item of a list (``input[3]`` + ``.content``); a message from a field (``instructions``, the
+    conversation ``previous_response_id`` names) is that field. The chat API's own wording is the empty one."""
+
+    fields: Mapping[str, str] = field(default_factory=dict)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    @staticmethod
+    def call(index: int, where: str, *, arguments: str, name: str) -> dict[str, str]:
+        """The places of an assistant message's tool call ``index`` that came from ``where``, whose arguments and
+        name the API calls ``arguments`` and ``name`` (paths under ``where``)."""
+        call = f".tool_calls[{index}]"
+        return {
+            call: where,
+            f"{call}.function.arguments": f"{where}.{arguments}",
+            f"{call}.function.name": f"{where}.{name}",
+        }
+
+    def place(self, param: str | None) -> str | None:
+        """``param`` in this API's words (unchanged where the API names it the same)."""
+        if param is None:
+            return None
+        match = _MESSAGE_PLACE.fullmatch(param)
+        if match is not None and int(match.group(1)) < len(self.messages):
+            parts, rest = self.messages[int(match.group(1))], match.group(2)
+            known = max((p for p in parts if rest == p or rest.startswith((p + ".", p + "["))), key=len, default=None)
+            if known is not None:  # the tail of a list item's path reads the same (input[3].content)
+                where = parts[known]
+                return where + rest[len(known) :] if where.endswith("]") else where
+        head = re.match(r"[a-z_]+", param)
+        if head is not None and head.group(0) in self.fields:
+            return self.fields[head.group(0)] + param[head.end() :]
+        return param
+
+    def reword(self, error: APIError) -> APIError:
+        """``error`` naming this API's fields: its ``param``, and its message where that names the place (a
+        message's place in front of its reason, or the field the error is about)."""
+        param = self.place(error.param)
+        if param == error.param:
+            return error
+        message = error.message
+        if error.reason is not None:
+            message = f"{param}: {error.reason}"
+        elif error.param is not None:
+            message = re.sub(rf"(?<![\w.\[]){re.escape(error.param)}(?![\w\[])", param or "", message)
+        return APIError(
+            error.status,
+            message,
+            param=param,
+            code=error.code,
+            kind=error.kind,
+            retry_after=error.retry_after,
+            facts=error.facts,
+            reason=error.reason,
+        )
+
+
+# -- the fields of an API's body ---------------------------------------------------------------------------------------
+
+#: A field an API has that this server does not do: why, and the values that ask for nothing (those pass).
+Refusal = tuple[str, tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Fields:
+    """The top-level fields one API's body may carry, as data next to its parser (``chat.FIELDS``,
+    ``responses.FIELDS`` ...), checked before anything else is read.
+
+    * ``read``: what the parser reads;
+    * ``without_effect``: what real clients send and does not change the reply (the OpenAI SDK's and Codex's
+      ``store``, ``prompt_cache_key``, ``service_tier`` ...; Claude Code's ``metadata``): accepted, not used;
+    * ``refused``: the API's fields this server does not do, a 400 ``unsupported_parameter`` naming the field unless
+      the value asks for nothing;
+    * ``foreign``: other APIs' fields, with this API's name for the same thing (``stop_sequences`` in chat completions
+      is ``stop``), or ``None`` where this API has nothing like it (``seed`` in the Messages API), for the error's
+      hint (and so that a near name is not offered for them: ``seed`` is not a misspelt ``speed``).
+
+    Any other field (that is not null) is a 400 ``unknown_parameter`` naming it and the nearest known name, as OpenAI
+    answers: a misspelt ``max_token`` is never silently a reply of the default length."""
+
+    api: str
+    read: frozenset[str]
+    without_effect: frozenset[str] = frozenset()
+    refused: Mapping[str, Refusal] = field(default_factory=dict)
+    foreign: Mapping[str, str | None] = field(default_factory=dict)
+
+    @property
+    def known(self) -> frozenset[str]:
+        return self.read | self.without_effect | frozenset(self.refused)
+
+    def check(self, body: dict[str, Any]) -> None:
+        """A 400 naming the first field of ``body`` that is unknown, or known and refused."""
+        known = self.known
+        for name, value in body.items():
+            if name in self.refused:
+                why, harmless = self.refused[name]
+                if value is not None and value not in harmless:
+                    raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
+            elif name not in known and value is not None:
+                raise APIError(400, self._unknown(name), param=name, code="unknown_parameter")
+
+    def _unknown(self, name: str) -> str:
+        said = f"unknown parameter {name!r}"
+        if name in self.foreign:
+            ours = self.foreign[name]
+            if ours is None:
+                return f"{said}: that is another API's field, which the {self.api} API does not have"
+            return f"{said}: that is another API's name; in the {self.api} API it is {ours}"
+        near = _nearest(name, self.read | self.without_effect)
+        if near is not None:
+            return f"{said}; did you mean {near!r}?"
+        return f"{said}: the {self.api} API has no such field"
+
+
+def _nearest(name: str, names: frozenset[str]) -> str | None:
+    """The known name ``name`` most likely misspells (case and ``-`` aside), or None when none is close."""
+    folded = {known.lower().replace("-", "_"): known for known in names}
+    key = name.lower().replace("-", "_")
+    if key in folded:
+        return folded[key]
+    close = difflib.get_close_matches(key, sorted(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
 
 
 def read_field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None) -> Any:
@@ -209,6 +367,8 @@ class ChatRequest(Sampling):
     chat_input: ChatInput = field(default_factory=ChatInput)
     #: ``None`` for text; else ``{"type": "json_object"}`` or ``{"type": "json_schema", "schema": ..., "name": ...}``
     response_format: dict[str, Any] | None = None
+    #: How the API the request came from names its fields, for the errors raised on the one path.
+    wording: Wording = field(default_factory=Wording)
 
 
 @dataclass
@@ -233,35 +393,48 @@ class DetokenizeRequest:
     tokens: list[int] = field(default_factory=list)
 
 
-# Fields of OpenAI's API (and of servers clients also talk to) that this server does not implement: a request that
-# sets one is refused with a 400 naming it, never answered as if it had been honoured. ``None`` values and the
-# values that ask for nothing (``best_of: 1``, ``modalities: ["text"]``) pass.
-_UNSUPPORTED: dict[str, str] = {
-    "best_of": "best_of is not supported; use n",
-    "suffix": "suffix (fill in the middle) is not supported",
-    "audio": "audio output is not supported",
-    "modalities": "only the text modality is supported",
-    "prediction": "predicted outputs are not supported",
-    "web_search_options": "web search is not supported",
-    "functions": "the legacy functions field is not supported; use tools",
-    "function_call": "the legacy function_call field is not supported; use tool_choice",
-    "guided_json": "guided_json is not supported; use response_format",
-    "guided_regex": "guided_regex is not supported",
-    "guided_choice": "guided_choice is not supported",
-    "guided_grammar": "guided_grammar is not supported",
-    "grammar": "grammar is not supported; use response_format",
-    "mirostat": "mirostat sampling is not supported",
-    "typical_p": "typical_p sampling is not supported",
+#: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there).
+SAMPLING_FIELDS = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "n",
+        "stop",
+        "stream",
+        "stream_options",
+        "seed",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+    }
+)
+
+#: Sampling fields of servers clients also talk to (vLLM, llama.cpp) that this server does not implement, refused by
+#: both OpenAI-style APIs; with the values that ask for nothing.
+SAMPLING_REFUSALS: dict[str, Refusal] = {
+    "guided_json": ("guided_json is not supported; use response_format", ()),
+    "guided_regex": ("guided_regex is not supported", ()),
+    "guided_choice": ("guided_choice is not supported", ()),
+    "guided_grammar": ("guided_grammar is not supported", ()),
+    "structured_outputs": ("structured_outputs is not supported; use response_format", ()),
+    "grammar": ("grammar is not supported; use response_format", ()),
+    "mirostat": ("mirostat sampling is not supported", (0,)),
+    "typical_p": ("typical_p sampling is not supported", (1, 1.0)),
+    "min_tokens": ("min_tokens is not supported", (0,)),
+    "ignore_eos": ("ignore_eos is not supported: a reply ends at the model's end of turn", (False,)),
+    "stop_token_ids": ("stop_token_ids is not supported; use stop", ([],)),
+    "include_stop_str_in_output": ("include_stop_str_in_output is not supported", (False,)),
+    "skip_special_tokens": ("skip_special_tokens: false is not supported", (True,)),
+    "use_beam_search": ("beam search is not supported", (False,)),
+    "length_penalty": ("length_penalty (beam search) is not supported", (1, 1.0)),
+    "bad_words": ("bad_words is not supported; use logit_bias", ([],)),
+    "allowed_token_ids": ("allowed_token_ids is not supported; use logit_bias", ()),
 }
-_HARMLESS = {"best_of": (1,), "modalities": (["text"],), "suffix": ("",)}
-
-
-def refuse_unsupported(body: dict[str, Any]) -> None:
-    """A 400 naming the first field that asks for something this server does not do (:data:`_UNSUPPORTED`)."""
-    for name, why in _UNSUPPORTED.items():
-        value = body.get(name)
-        if value is not None and value not in _HARMLESS.get(name, ()):
-            raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
 
 
 def read_logit_bias(body: dict[str, Any]) -> dict[int, float]:
@@ -286,14 +459,16 @@ def read_optional_number(body: dict[str, Any], name: str, low: float, high: floa
 
 def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
     """The :class:`Sampling` fields of an OpenAI-style body (``max_tokens``/``max_completion_tokens``, ``stop``,
-    ``stream_options`` ...), checked; an API with other names maps them before or after calling this."""
-    refuse_unsupported(body)
+    ``stream_options`` ...), checked; an API with other names maps them before or after calling this. The API's
+    :class:`Fields` table has been checked first."""
     model = read_field(body, "model", str)
     if model is None:
         raise APIError(400, "model is required", param="model")
-    max_tokens = read_field(body, "max_completion_tokens", int, read_field(body, "max_tokens", int))
+    budget = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    read_field(body, "max_tokens", int)
+    max_tokens = read_field(body, budget, int)
     if max_tokens is not None and max_tokens < 1:
-        raise APIError(400, f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
+        raise APIError(400, f"{budget} must be at least 1, got {max_tokens}", param=budget)
     n = read_field(body, "n", int, 1)
     if not 1 <= n <= 16:
         raise APIError(400, f"n must be between 1 and 16, got {n}", param="n")
@@ -394,12 +569,49 @@ def read_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
+#: turnkit's own fields that pick or feed the template, taken alike by every chat-shaped API (chat completions,
+#: Responses, Messages) and ``/tokenize``: ``chat_template`` and ``family`` (where the server allows overrides) and
+#: ``chat_template_kwargs``.
+TEMPLATE_FIELDS = frozenset({"chat_template", "chat_template_kwargs", "family"})
+
+#: The fields :func:`read_chat_input` reads.
+CHAT_INPUT_FIELDS = TEMPLATE_FIELDS | {
+    "messages",
+    "tools",
+    "tool_choice",
+    "continue_final_message",
+    "add_generation_prompt",
+    "reasoning_effort",
+}
+
+#: The roles of a chat completions message: OpenAI's, less the legacy ``function`` (its ``functions`` field is not
+#: supported either). A template may know other roles, but a client's role goes into the prompt as written: ``bot``
+#: would be a turn the model never saw in training, so it is refused as the Responses and Messages APIs refuse theirs.
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def template_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TEMPLATE_FIELDS` a body sets, for an API that builds its own chat input body."""
+    return {name: body[name] for name in TEMPLATE_FIELDS if name in body}
+
+
+def _check_roles(messages: list[Any]) -> None:
+    """Every message's role is one of :data:`CHAT_ROLES` (a message that is not an object, or has no role, is left to
+    the message checks, which say so)."""
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if isinstance(role, str) and role not in CHAT_ROLES:
+            roles = ", ".join(repr(r) for r in CHAT_ROLES[:-1]) + f" or {CHAT_ROLES[-1]!r}"
+            raise APIError(400, f"role must be {roles}, got {role!r}", param=f"messages[{index}].role")
+
+
 def read_chat_input(body: dict[str, Any]) -> ChatInput:
     """``messages``, ``tools``, ``tool_choice``, ``chat_template_kwargs`` and the template override fields, checked
     (the messages themselves are checked where they are rendered, with their index in every error)."""
     messages = read_field(body, "messages", list)
     if not messages:
         raise APIError(400, "messages must be a non-empty list", param="messages")
+    _check_roles(messages)
     tools = read_field(body, "tools", list)
     if tools is not None:
         for index, tool in enumerate(tools):
@@ -464,7 +676,14 @@ def read_reasoning_effort(effort: str | None, param: str) -> Thinking:
     return Thinking(effort=effort, param=param)
 
 
+#: ``/tokenize`` (vLLM's): a raw ``prompt``, or a chat input read as chat completions read it.
+TOKENIZE_FIELDS = Fields("/tokenize", CHAT_INPUT_FIELDS | {"model", "prompt"})
+#: ``/detokenize``.
+DETOKENIZE_FIELDS = Fields("/detokenize", frozenset({"model", "tokens"}))
+
+
 def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
+    TOKENIZE_FIELDS.check(body)
     model = read_field(body, "model", str)
     add_generation_prompt = read_field(body, "add_generation_prompt", bool, not body.get("continue_final_message"))
     if "messages" in body:
@@ -476,6 +695,7 @@ def parse_tokenize(body: dict[str, Any]) -> TokenizeRequest:
 
 
 def parse_detokenize(body: dict[str, Any]) -> DetokenizeRequest:
+    DETOKENIZE_FIELDS.check(body)
     tokens = body.get("tokens")
     if not is_token_ids(tokens):
         raise APIError(400, "tokens must be a list of token ids", param="tokens")

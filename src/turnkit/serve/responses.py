@@ -17,10 +17,14 @@ out; the item it ran out in is then ``incomplete`` too), every event with its ``
 is the one those events build (:class:`ResponseEvents`), so a streamed and a whole answer cannot disagree.
 
 ``store`` (the default) keeps a response and the conversation that led to it in a :class:`ResponseStore` (in memory,
-bounded, expiring), so ``previous_response_id`` continues it and ``GET``/``DELETE`` find it. Fields that do not change
-the output (``metadata``, ``prompt_cache_key``, ``client_metadata``, ``include`` of encrypted reasoning, ``user``...)
-are accepted; a field that would change it and cannot be honoured (a hosted tool, ``background``, ``truncation:
-"auto"``...) is a 400 naming it.
+bounded, expiring), so ``previous_response_id`` continues it and ``GET``/``DELETE`` find it; a
+``function_call_output`` must answer a ``function_call`` made before it (in ``input`` or the stored conversation).
+
+The body's fields are :data:`FIELDS`: fields that do not change the output (``metadata``, ``prompt_cache_key``,
+``client_metadata``, ``include`` of encrypted reasoning, ``user``...) are accepted; a field that would change it and
+cannot be honoured (a hosted tool, ``background``, ``truncation: "auto"``...) is a 400 naming it, and so is a field the
+API does not have (``max_tokens``: it is ``max_output_tokens`` here). Errors name the body's own places (``input[3]``,
+``max_output_tokens``), also for errors found once the input was translated into a chat request.
 """
 
 from __future__ import annotations
@@ -37,28 +41,81 @@ from typing import Any
 
 from turnkit.parse.reply import CallStatus, EndReason
 from turnkit.serve.protocol import (
+    TEMPLATE_FIELDS,
     APIError,
     ChatRequest,
+    Fields,
+    Wording,
     read_chat_input,
     read_field,
     read_reasoning_effort,
     read_single_reply_sampling,
+    template_fields,
 )
 from turnkit.serve.session import Session
 
-__all__ = ["ResponseEvents", "ResponseStore", "ResponsesRequest", "parse_responses"]
+__all__ = ["FIELDS", "ResponseEvents", "ResponseStore", "ResponsesRequest", "parse_responses"]
 
 Event = dict[str, Any]
 
-# Request fields that ask for what this server does not do (a value that asks for nothing passes).
-_UNSUPPORTED: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "background": ("background responses are not supported", (False,)),
-    "conversation": ("conversations are not supported; use previous_response_id", ()),
-    "prompt": ("stored prompt templates are not supported", ()),
-    "truncation": ("only truncation 'disabled' is supported: this server never drops input", ("disabled",)),
-    "max_tool_calls": ("max_tool_calls is not supported", ()),
-    "top_logprobs": ("log-probabilities are not supported in the Responses API; use chat completions", (0,)),
-}
+#: Every top-level field of a Responses body (:class:`~.protocol.Fields`). Without effect: what the OpenAI SDK and
+#: Codex send that does not change the reply. Refused: what this server does not do (a value that asks for nothing
+#: passes).
+FIELDS = Fields(
+    "Responses",
+    read=TEMPLATE_FIELDS
+    | {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "tools",
+        "tool_choice",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "text",
+        "reasoning",
+        "stream",
+        "store",
+        "metadata",
+        "include",
+        "parallel_tool_calls",
+        "user",
+    },
+    without_effect=frozenset(
+        {
+            "safety_identifier",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "client_metadata",
+            "service_tier",
+            "stream_options",
+        }
+    ),
+    refused={
+        "background": ("background responses are not supported", (False,)),
+        "conversation": ("conversations are not supported; use previous_response_id", ()),
+        "prompt": ("stored prompt templates are not supported", ()),
+        "truncation": ("only truncation 'disabled' is supported: this server never drops input", ("disabled",)),
+        "max_tool_calls": ("max_tool_calls is not supported", ()),
+        "top_logprobs": ("log-probabilities are not supported in the Responses API; use chat completions", (0,)),
+        "context_management": ("context management (compaction) is not supported", ()),
+    },
+    foreign={
+        "messages": "input",
+        "max_tokens": "max_output_tokens",
+        "max_completion_tokens": "max_output_tokens",
+        "system": "instructions",
+        "response_format": "text.format",
+        "reasoning_effort": "reasoning.effort",
+        "thinking": "reasoning",
+        **dict.fromkeys(("seed", "n", "stop", "stop_sequences", "logprobs", "logit_bias", "top_k", "min_p"), None),
+        **dict.fromkeys(("presence_penalty", "frequency_penalty", "repetition_penalty"), None),
+    },
+)
+#: The chat request's fields that the Responses API names otherwise.
+_FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "response_format": "text.format"}
 _MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
@@ -129,10 +186,7 @@ class ResponsesRequest:
 def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequest:
     """A Responses body, checked field by field (400s name the field); ``previous_response_id`` is looked up in
     ``store``."""
-    for name, (why, harmless) in _UNSUPPORTED.items():
-        value = body.get(name)
-        if value is not None and value not in harmless:
-            raise APIError(400, f"{why} (the request sets {name})", param=name, code="unsupported_parameter")
+    FIELDS.check(body)
     max_tokens = read_field(body, "max_output_tokens", int)
     if max_tokens is not None and max_tokens < 1:
         raise APIError(400, f"max_output_tokens must be at least 1, got {max_tokens}", param="max_output_tokens")
@@ -140,13 +194,22 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
     read_field(body, "include", list)
     previous_id = read_field(body, "previous_response_id", str)
     history = copy.deepcopy(store.found(previous_id, "previous_response_id").conversation) if previous_id else []
-    conversation = history + _input(body.get("input"))
+    places: list[dict[str, str]] = [{"": "previous_response_id"} for _ in history]
+    given, given_places = _input(body.get("input"), _call_ids(history))
+    conversation = history + given
     instructions = read_field(body, "instructions", str)
+    if instructions:
+        places.insert(0, {"": "instructions", ".content": "instructions"})
+    wording = Wording(_FIELD_NAMES, places + given_places)
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + conversation
     if not messages:
         raise APIError(400, "input must be a string or a non-empty list of items", param="input")
     tools, namespaces = _tools(read_field(body, "tools", list, []))
-    chat_input = read_chat_input({"messages": messages, "tools": tools or None, "tool_choice": _tool_choice(body)})
+    chat_body = {"messages": messages, "tools": tools or None, "tool_choice": _tool_choice(body)}
+    try:
+        chat_input = read_chat_input({**chat_body, **template_fields(body)})
+    except APIError as error:
+        raise wording.reword(error) from None
     reasoning = read_field(body, "reasoning", dict, {})
     effort = reasoning.get("effort")
     if effort is not None and not isinstance(effort, str):
@@ -157,7 +220,7 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
     if response_format is not None and chat_input.offers_tools:
         raise APIError(400, "text.format and tools cannot be combined", param="text.format")
     sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=2.0)
-    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=response_format)
+    chat = ChatRequest(**sampling, chat_input=chat_input, response_format=response_format, wording=wording)
     echo = {
         "instructions": instructions,
         "max_output_tokens": max_tokens,
@@ -245,23 +308,39 @@ def _tools(raw: list[Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     return out, namespaces
 
 
-def _input(value: Any) -> list[dict[str, Any]]:
-    """``input`` as chat messages: consecutive reasoning, assistant text and function calls make one assistant turn."""
+def _call_ids(conversation: list[dict[str, Any]]) -> set[str]:
+    """The ids of the tool calls a conversation's assistant turns made."""
+    return {
+        call["id"]
+        for message in conversation
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, dict) and isinstance(call.get("id"), str)
+    }
+
+
+def _input(value: Any, calls: set[str]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """``input`` as chat messages, and where each came from (a :class:`~.protocol.Wording`'s ``messages``):
+    consecutive reasoning, assistant text and function calls make one assistant turn. ``calls``: the ids of the calls
+    made before (in the stored conversation); a ``function_call_output`` must answer one of them or a
+    ``function_call`` before it, as OpenAI requires."""
     if isinstance(value, str):
-        return [{"role": "user", "content": value}]
+        return [{"role": "user", "content": value}], [{"": "input", ".content": "input"}]
     if value is None:
-        return []
+        return [], []
     if not isinstance(value, list):
         raise APIError(400, "input must be a string or a list of items", param="input")
     out: list[dict[str, Any]] = []
+    places: list[dict[str, str]] = []
     turn: dict[str, Any] | None = None  # the assistant turn being built
+    calls = set(calls)
 
-    def assistant(starts_new: bool) -> dict[str, Any]:
+    def assistant(starts_new: bool, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         nonlocal turn
         if turn is None or starts_new:
             turn = {"role": "assistant", "content": ""}
             out.append(turn)
-        return turn
+            places.append({"": where})
+        return turn, places[-1]
 
     for index, item in enumerate(value):
         where = f"input[{index}]"
@@ -278,29 +357,47 @@ def _input(value: Any) -> list[dict[str, Any]]:
                 )
             text = _text(item.get("content"), f"{where}.content")
             if role == "assistant":
-                current = assistant(starts_new=turn is not None and bool(turn.get("tool_calls") or turn["content"]))
+                starts_new = turn is not None and bool(turn.get("tool_calls") or turn["content"])
+                current, place = assistant(starts_new, where)
                 current["content"] += text
+                place[".content"] = f"{where}.content"
             else:
                 turn = None
                 out.append({"role": role, "content": text})
+                places.append({"": where})
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             reasoning = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
-            current = assistant(starts_new=turn is not None and bool(turn.get("tool_calls") or turn["content"]))
+            starts_new = turn is not None and bool(turn.get("tool_calls") or turn["content"])
+            current, place = assistant(starts_new, where)
             current["reasoning_content"] = current.get("reasoning_content", "") + reasoning
+            place[".reasoning_content"] = where
         elif kind == "function_call":
             call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
             if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, str):
                 raise APIError(400, "a function_call item needs call_id, name and arguments (strings)", param=where)
             call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-            assistant(starts_new=False).setdefault("tool_calls", []).append(call)
+            current, place = assistant(False, where)
+            calls_made = current.setdefault("tool_calls", [])
+            place.setdefault(".tool_calls", where)  # the first call stands for them all
+            place.update(Wording.call(len(calls_made), where, arguments="arguments", name="name"))
+            calls_made.append(call)
+            calls.add(call_id)
         elif kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
             if not isinstance(call_id, str):
                 raise APIError(400, "a function_call_output item needs its call_id", param=f"{where}.call_id")
+            if call_id not in calls:
+                raise APIError(
+                    400,
+                    f"no function call found for the function_call_output with call_id {call_id!r}: no function_call "
+                    "item before it (in input, or in the response previous_response_id names) has that call_id",
+                    param=f"{where}.call_id",
+                )
             turn = None
             text = output if isinstance(output, str) else _text(output, f"{where}.output")
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            places.append({"": where, ".content": f"{where}.output", ".tool_call_id": f"{where}.call_id"})
         else:
             raise APIError(
                 400,
@@ -309,7 +406,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
                 param=f"{where}.type",
                 code="unsupported_parameter",
             )
-    return out
+    return out, places
 
 
 def _text(content: Any, where: str) -> str:

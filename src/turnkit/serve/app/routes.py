@@ -235,10 +235,9 @@ class Server:
         req = await read_request(request, parse_tokenize)
         base = self.models.format(req.model)
         if req.chat_input is not None:
-            fmt, chat_input = self._format_for(base, req.chat_input), req.chat_input
-            generation_prompt = req.add_generation_prompt
+            fmt = self._format_for(base, req.chat_input)
             tokens = await asyncio.to_thread(
-                lambda: chat_prompt_ids(fmt, chat_input, add_generation_prompt=generation_prompt)
+                _counted_prompt, fmt, req.chat_input, add_generation_prompt=req.add_generation_prompt
             )
         else:
             tokens = (await asyncio.to_thread(base.tokenizer.encode, req.prompt or "")).ids
@@ -298,15 +297,24 @@ class Server:
     async def count_tokens(self, request: Request) -> Response:
         """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
         chat = (await read_request(request, lambda body: parse_messages(body, counting=True))).chat
-        fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
-        await asyncio.to_thread(check_tools_shown, fmt, chat.chat_input)
-        prompt = await asyncio.to_thread(chat_prompt_ids, fmt, chat.chat_input)
+        try:
+            fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
+            prompt = await asyncio.to_thread(_counted_prompt, fmt, chat.chat_input)
+        except APIError as error:
+            raise chat.wording.reword(error) from None
         return JSONResponse({"input_tokens": len(prompt)})
 
     async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
         """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
         the grammar of ``response_format`` or of a forced tool call, the model's weights, and the sessions, admitted
-        by the engine (a refusal is an :class:`APIError` with ``Retry-After``, raised before any byte is sent)."""
+        by the engine (a refusal is an :class:`APIError` with ``Retry-After``, raised before any byte is sent). Its
+        errors name the fields of the API the request came in (``req.wording``)."""
+        try:
+            return await self._start_sessions(req)
+        except APIError as error:
+            raise req.wording.reword(error) from None
+
+    async def _start_sessions(self, req: ChatRequest) -> tuple[list[Session], str]:
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
@@ -357,6 +365,14 @@ class Server:
             return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
+
+
+def _counted_prompt(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
+    """The prompt ids a chat input would have, for the endpoints that count without generating (``/tokenize``,
+    ``count_tokens``): refused as the generating routes refuse it where tools are offered that the template does not
+    show (the count would leave them out). Renders: call it off the event loop."""
+    check_tools_shown(fmt, chat_input)
+    return chat_prompt_ids(fmt, chat_input, add_generation_prompt=add_generation_prompt)
 
 
 def _from_anthropic(request: Request) -> bool:
