@@ -56,6 +56,42 @@ def test_chat_and_real_usage(client, server):
     assert f"prompt={prompt['count']} completion={response.usage.completion_tokens}" in log and "finish=stop" in log
 
 
+def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed with prometheus_client's own parser: (sample name, sorted labels) to value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(httpx.get(url + "/metrics").text)
+        for sample in family.samples
+    }
+
+
+def test_n_choices_are_one_request_in_the_log_and_the_metrics(client, server):
+    """``n: 2`` is one request: one log line (both choices' tokens, ``choices=2``), one count, one observation in each
+    latency histogram (it was logged and timed as two requests)."""
+    before = _metrics(server[0])
+    reply = client.chat.completions.create(
+        model="smollm2", messages=QUESTION, n=2, max_tokens=6, temperature=1.0, seed=7
+    )
+    after = _metrics(server[0])
+
+    def moved(name: str) -> float:
+        key = (name, (("model", "smollm2"),))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert len(reply.choices) == 2
+    ok = (("endpoint", "/v1/chat/completions"), ("model", "smollm2"), ("status", "200"))
+    assert after[("turnkit_requests_total", ok)] - before.get(("turnkit_requests_total", ok), 0.0) == 1
+    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "time_per_output_token_seconds"):
+        assert moved(f"turnkit_{histogram}_count") == 1, histogram
+    assert moved("turnkit_generation_tokens_total") == reply.usage.completion_tokens
+    assert moved("turnkit_prompt_tokens_total") == reply.usage.prompt_tokens
+    lines = [line for line in server[1].read_text().splitlines() if reply.id.removeprefix("chatcmpl-") in line]
+    assert len(lines) == 1, lines
+    assert f"completion={reply.usage.completion_tokens} " in lines[0] and lines[0].endswith(" choices=2"), lines
+
+
 def test_streaming_matches_and_reports_usage(client):
     _, chunks = whole_and_streamed(client, QUESTION)
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]

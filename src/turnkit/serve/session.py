@@ -56,6 +56,7 @@ from turnkit.serve.structured import forced_call
 from turnkit.template.switches import SwitchError
 
 __all__ = [
+    "Choices",
     "Ledger",
     "Session",
     "Step",
@@ -64,6 +65,7 @@ __all__ = [
     "chat_prompt_ids",
     "check_tools_readable",
     "check_tools_shown",
+    "choices_timing",
     "engine_error",
     "forced_call_ids",
     "generation_request",
@@ -273,6 +275,73 @@ class Timing:
     total: float | None
 
 
+@dataclass(eq=False)
+class Choices:
+    """The sessions of one request that asked for ``n`` > 1 choices: one request, so one log line (not one a choice),
+    written when the last choice has ended, or at once when one stopped short (the client left, an error); and one
+    :meth:`timing` for the metrics. The choices are generated together and read one after the other."""
+
+    sessions: list[Session]
+    logged: bool = False
+
+    def timing(self) -> Timing:
+        """The request's latencies: to its first token (the earliest choice's), per token (the time from the first
+        token to the end over the longest choice's tokens, the choices being generated side by side) and to its end
+        (the last choice's)."""
+        return choices_timing(self.sessions)
+
+    def finished(self) -> None:
+        """A choice's reply ended: once every choice's has, the request's line."""
+        if self.logged or any(session.outcome != "finished" for session in self.sessions):
+            return
+        self.logged = True
+        first, timing = self.sessions[0], self.timing()
+        log.info(
+            "%s %s prompt=%d completion=%d ttft=%.0fms total=%.0fms finish=%s choices=%d",
+            first.request_id,
+            first.endpoint,
+            first.prompt_tokens,
+            sum(session.completion_tokens for session in self.sessions),
+            (timing.first_token or float("nan")) * 1000,
+            (timing.total or float("nan")) * 1000,
+            ",".join(str(session.reply.finish_reason if session.reply else None) for session in self.sessions),
+            len(self.sessions),
+        )
+
+    def stopped(self, session: Session, exc: BaseException) -> None:
+        """A choice stopped short: the request's line says how, with the tokens of every choice so far."""
+        if self.logged:
+            return
+        self.logged = True
+        assert session.ended is not None
+        log.info(
+            "%s %s %s after %d tokens prompt=%d total=%.0fms choices=%d%s",
+            session.request_id,
+            session.endpoint,
+            session.outcome,
+            sum(choice.completion_tokens for choice in self.sessions),
+            session.prompt_tokens,
+            (session.ended - session._started) * 1000,
+            len(self.sessions),
+            f": {exc}" if isinstance(exc, Exception) else "",
+        )
+
+
+def choices_timing(sessions: Sequence[Session]) -> Timing:
+    """The latencies of the sessions of one request (its ``n`` choices) taken as one request (see
+    :meth:`Choices.timing`); one session's own."""
+    timings = [session.timing() for session in sessions]
+    firsts = [t.first_token for t in timings if t.first_token is not None]
+    totals = [t.total for t in timings if t.total is not None]
+    first = min(firsts) if firsts else None
+    total = max(totals) if totals else None
+    longest = max((session.completion_tokens for session in sessions), default=0)
+    per_token = None
+    if first is not None and total is not None and longest > 1:
+        per_token = (total - first) / (longest - 1)
+    return Timing(first, per_token, total)
+
+
 @dataclass
 class Ledger:
     """The sessions one HTTP request started (its ``n`` choices), for whoever counts requests once they are over."""
@@ -324,6 +393,8 @@ class Session:
     admitted: bool = field(init=False, default=False)  # the engine took it (its prompt was, or is being, computed)
     model: str = field(init=False, default="")  # the model's name, as clients use it
     ended: float | None = field(init=False, default=None)  # time.perf_counter() when the outcome was decided
+    #: With ``n`` > 1: the request's choices, which log one line together.
+    choices: Choices | None = field(init=False, default=None)
     _started: float = field(init=False, default_factory=time.perf_counter)
     _first_token: float | None = field(init=False, default=None)
 
@@ -400,6 +471,9 @@ class Session:
             self.outcome = "aborted"
         else:
             self.outcome = "refused" if waiting and isinstance(exc, BackendBusyError) else "failed"
+        if self.choices is not None and not waiting:
+            self.choices.stopped(self, exc)
+            return
         where = "while waiting for admission" if waiting else f"after {self.completion_tokens} tokens"
         log.info(
             "%s %s %s %s prompt=%d total=%.0fms%s",
@@ -413,6 +487,9 @@ class Session:
         )
 
     def _log(self, reply: Reply) -> None:
+        if self.choices is not None:
+            self.choices.finished()
+            return
         elapsed = time.perf_counter() - self._started
         ttft = (self._first_token - self._started) * 1000 if self._first_token else float("nan")
         log.info(
@@ -575,6 +652,10 @@ async def _start(
         session.admitted = True
     for session in sessions[1:]:  # the choices of one answer share its id
         session.request_id, session.created = sessions[0].request_id, sessions[0].created
+    if len(sessions) > 1:
+        choices = Choices(sessions)
+        for session in sessions:
+            session.choices = choices
     return sessions
 
 

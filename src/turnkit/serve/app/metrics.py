@@ -5,7 +5,9 @@ What is counted, and where it comes from:
 * per request, when it is over (:class:`~.inflight.InFlight` calls :meth:`Metrics.record` with the request's
   :class:`~turnkit.serve.session.Ledger`): ``turnkit_requests_total{endpoint, model, status}`` (status 499: the client
   left before its answer ended, also counted in ``turnkit_requests_aborted_total``), the prompt, cached and generated
-  tokens, and the latency histograms (time to first token, time per output token, end to end), per model;
+  tokens, and the latency histograms (time to first token, time per output token, end to end), per model. A request
+  is one observation however many choices (``n``) it asked for: its first token, its end
+  (:func:`~turnkit.serve.session.choices_timing`);
 * at each scrape, read from the engines (the same :class:`~turnkit.serve.engines.base.Load` readings ``/health``
   shows): requests running and waiting, the key/value cache's size, what is promised to running requests, what is
   free to promise and what finished requests keep for reuse, per model.
@@ -31,7 +33,7 @@ from starlette.responses import Response
 
 from turnkit.serve.engines.base import Load
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.session import Ledger
+from turnkit.serve.session import Ledger, choices_timing
 
 __all__ = ["Metrics"]
 
@@ -111,15 +113,14 @@ class Metrics:
         first = started[0]  # the choices of one request share its prompt: counted once, as usage does
         self.prompt_tokens.labels(model).inc(first.prompt_tokens)
         self.cached_tokens.labels(model).inc(min(first.generation.cached_tokens, first.prompt_tokens))
-        for session in started:
-            self.generation_tokens.labels(model).inc(session.completion_tokens)
-            timing = session.timing()
-            if timing.first_token is not None:
-                self.ttft.labels(model).observe(timing.first_token)
-            if timing.per_token is not None:
-                self.tpot.labels(model).observe(timing.per_token)
-            if timing.total is not None:
-                self.e2e.labels(model).observe(timing.total)
+        self.generation_tokens.labels(model).inc(sum(session.completion_tokens for session in started))
+        timing = choices_timing(started)  # one request, one observation, whatever its n
+        if timing.first_token is not None:
+            self.ttft.labels(model).observe(timing.first_token)
+        if timing.per_token is not None:
+            self.tpot.labels(model).observe(timing.per_token)
+        if timing.total is not None:
+            self.e2e.labels(model).observe(timing.total)
 
     def aborted_total(self) -> int:
         """Requests whose client left, all endpoints and models (``/health`` shows it too)."""
