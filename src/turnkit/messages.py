@@ -9,7 +9,12 @@ plain JSON data a chat template sees, exactly as ``transformers.apply_chat_templ
   become Python numbers, and any other object becomes the inert string ``"<TypeName>"``, so a template never gets
   hold of an object with methods;
 * ``reasoning_content``, ``thinking`` and ``reasoning`` are aliased onto each other (gpt-oss templates read
-  ``thinking``).
+  ``thinking``);
+* ``content`` sent as a list of parts (``[{"type": "text", "text": "Hi"}]``, as typed OpenAI SDK messages and chat
+  UIs send it) is given in the shape the template reads, when the caller says which (``content_format``, decided from
+  the template by :func:`turnkit.template.content.content_format`): its text parts joined with ``"\n"`` for a template
+  that reads a string, the parts as sent for one that walks them. A part that is not text (``image_url``,
+  ``input_audio``, ``file`` ...) is then refused: turnkit renders text only.
 
 Along the way every message is validated, and a problem raises :class:`~turnkit.MessageError` naming the message index
 and the field. Roles are data too: a role must be a plain lowercase word, so ``"user<|im_end|>"`` or a role with a
@@ -23,11 +28,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from turnkit.errors import MessageError
 
 __all__ = [
+    "ContentFormat",
     "Conversation",
     "FunctionCall",
     "Message",
@@ -45,6 +51,13 @@ KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "ip
 ROLE_PATTERN = re.compile(r"[a-z][a-z0-9_\-]{0,63}")
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+#: How a template reads ``content``: ``"string"``, text; ``"parts"``, a list of typed parts it walks itself.
+ContentFormat: TypeAlias = Literal["string", "parts"]
+
+#: The part types that hold text, and the key their text is under (``refusal``: an assistant's refusal, as the OpenAI
+#: API returns it and clients send it back).
+TEXT_PARTS = {"text": "text", "refusal": "refusal"}
 _STRING_FIELDS = ("tool_call_id", "name", *REASONING_FIELDS)
 
 
@@ -238,8 +251,9 @@ def _check_content(content: Any, index: int) -> None:
         kind = part.get("type")
         if not isinstance(kind, str):
             raise MessageError("a content part needs a string 'type'", index=index, field=f"{where}.type")
-        if kind == "text" and not isinstance(part.get("text"), str):
-            raise MessageError("a text part needs a string 'text'", index=index, field=f"{where}.text")
+        key = TEXT_PARTS.get(kind)
+        if key is not None and not isinstance(part.get(key), str):
+            raise MessageError(f"a {kind} part needs a string {key!r}", index=index, field=f"{where}.{key}")
 
 
 def _check_tool_calls(tool_calls: Any, index: int) -> None:
@@ -307,8 +321,31 @@ def _alias_reasoning(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def normalize_conversation(messages: Conversation, *, alias_reasoning: bool = True) -> list[dict[str, Any]]:
+def _shape_content(parts: list[dict[str, Any]] | tuple[dict[str, Any], ...], form: ContentFormat, index: int) -> Any:
+    """Checked parts in the shape a template reads: their text joined by newlines (``"string"``), or text parts
+    (``"parts"``: text parts as sent, a refusal part as a text part). A part that is not text is refused."""
+    for n, part in enumerate(parts):
+        if part["type"] not in TEXT_PARTS:
+            raise MessageError(
+                f"a content part of type {part['type']!r} cannot be given to this model: it reads text only (send "
+                "{'type': 'text', 'text': ...} parts, or content as a string)",
+                index=index,
+                field=f"content[{n}]",
+            )
+    if form == "string":
+        return "\n".join(part[TEXT_PARTS[part["type"]]] for part in parts)
+    return [part if part["type"] == "text" else {"type": "text", "text": part["refusal"]} for part in parts]
+
+
+def normalize_conversation(
+    messages: Conversation, *, alias_reasoning: bool = True, content_format: ContentFormat | None = None
+) -> list[dict[str, Any]]:
     """Validate a conversation and return it as fresh plain-data dicts, ready for a template.
+
+    ``content_format`` is how the template reads ``content`` (:func:`turnkit.template.content.content_format`): a
+    content given as parts becomes their text joined by ``"\n"`` for ``"string"`` and stays parts for ``"parts"``,
+    and either way a part that is not text is refused. ``None`` leaves parts as they are (only checked), for callers
+    that normalise before they know the template.
 
     The input is never modified. Raises :class:`~turnkit.MessageError` naming the message index and the field.
     """
@@ -322,6 +359,10 @@ def normalize_conversation(messages: Conversation, *, alias_reasoning: bool = Tr
         message = {key: value for key, value in mapping.items() if value is not None}
         _check_message(message, index)
         message = plain_data(message)
+        if content_format is not None:
+            content = message.get("content")
+            if content is not None and type(content) is not str:
+                message["content"] = _shape_content(content, content_format, index)
         out.append(_alias_reasoning(message) if alias_reasoning else message)
     if not out:
         raise MessageError("the conversation is empty; give at least one message")

@@ -20,6 +20,7 @@ from turnkit.encode.options import EncodeOptions, Tools
 from turnkit.errors import EncodeError, MessageError
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.content import content_format
 from turnkit.template.render import Rendered, continuation_end, mark_continuation
 from turnkit.template.splice import MessageShapes, SplicingRenderer
 from turnkit.template.tools import tool_schemas
@@ -110,7 +111,7 @@ class Stage:
         tools, documents, template_name = options.tools, options.documents, options.template_name
         add_generation_prompt = options.add_generation_prompt
         source = self.template.source(template_name, tools=tools)
-        chat = normalize_conversation(messages)
+        chat = normalize_conversation(messages, content_format=content_format(source))
         flags = take_train_flags(chat)
         check_roles(self.binding, chat)
         final = None

@@ -1,9 +1,10 @@
 """Render a conversation through a chat template, with the semantics of ``transformers.apply_chat_template``.
 
-The steps, in transformers' order: validate and normalise the messages (:mod:`turnkit.messages`), turn tools given as
-functions into schemas, rebuild every input as plain JSON data, pass the special tokens as variables (template
-keyword arguments override them), handle ``continue_final_message`` with the same sentinel trick, and render in the
-sandbox (:mod:`turnkit.template.sandbox`) under a time limit and a size limit.
+The steps, in transformers' order: validate and normalise the messages (:mod:`turnkit.messages`; content sent as
+parts is given in the shape the template reads, :mod:`turnkit.template.content`), turn tools given as functions
+into schemas, rebuild every input as plain JSON data, pass the special tokens as variables (template keyword
+arguments override them), handle ``continue_final_message`` with the same sentinel trick, and render in the sandbox
+(:mod:`turnkit.template.sandbox`) under a time limit and a size limit.
 
 Every failure comes out as a :class:`~turnkit.TurnkitError`: the template's own ``raise_exception`` message as
 :class:`~turnkit.TemplateError`, sandbox violations as :class:`~turnkit.TemplateSecurityError`, runaway templates as
@@ -28,6 +29,7 @@ from turnkit.errors import (
     TurnkitError,
 )
 from turnkit.messages import REASONING_FIELDS, Conversation, normalize_conversation, plain_data
+from turnkit.template.content import content_format
 from turnkit.template.sandbox import (
     DEFAULT_MAX_OUTPUT_CHARS,
     RenderState,
@@ -257,7 +259,7 @@ def render_template(
             "message, the second opens a new assistant turn"
         )
     template = compile_template(source, provenance=with_data_spans)
-    chat = normalize_conversation(messages)
+    chat = normalize_conversation(messages, content_format=content_format(source))
     schemas = plain_data(tool_schemas(tools))
     if documents is not None:
         for index, document in enumerate(documents):

@@ -45,6 +45,7 @@ __all__ = [
     "RenderState",
     "TemplateRaised",
     "compile_template",
+    "parse_template",
     "render_state",
     "template_variables",
 ]
@@ -485,13 +486,22 @@ def compile_template(source: str, *, provenance: bool = False) -> jinja2.Templat
         raise TemplateSecurityError(f"the chat template was refused by the sandbox: {exc}") from None
 
 
+@lru_cache(maxsize=64)
+def parse_template(source: str) -> jinja2.nodes.Template:
+    """A template's syntax tree, parsed by the sandbox's environment and never run: what static readings of a
+    template (its variables, how it reads content) walk. Shared, so callers must not modify it.
+
+    Raises :class:`~turnkit.TemplateSyntaxError` when the text is not valid Jinja."""
+    try:
+        return _ENVIRONMENT.parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None
+
+
 @lru_cache(maxsize=256)
 def template_variables(source: str) -> frozenset[str]:
     """The top-level variables a template reads without setting them (``messages``, ``enable_thinking`` ...): the
     template is parsed by the sandbox's environment, never run.
 
     Raises :class:`~turnkit.TemplateSyntaxError` when the text is not valid Jinja."""
-    try:
-        return frozenset(jinja2.meta.find_undeclared_variables(_ENVIRONMENT.parse(source)))
-    except jinja2.TemplateSyntaxError as exc:
-        raise TemplateSyntaxError(f"the chat template is not valid Jinja: {exc.message} (line {exc.lineno})") from None
+    return frozenset(jinja2.meta.find_undeclared_variables(parse_template(source)))
