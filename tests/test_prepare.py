@@ -672,7 +672,7 @@ def test_reject_reasons_name_the_field_and_the_flag(tmp_path, qwen3_format, caps
     no_role = {"messages": [{"content": "hi"}, {"role": "assistant", "content": "x"}]}
     data = _jsonl(tmp_path / "d.jsonl", [json.dumps(QWEN3_RECORD), json.dumps(no_role)])
     out = tmp_path / "out"
-    assert main(["prepare", str(data), "--model", qwen3_format, "--out", str(out)]) == 0
+    assert main(["prepare", str(data), "--model", qwen3_format, "--out", str(out)]) == 1  # both rejected
     printed = capsys.readouterr().out
     assert "the message has no 'role'" in printed
     rejects = {r["source"]: r for r in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())}
@@ -680,3 +680,103 @@ def test_reject_reasons_name_the_field_and_the_flag(tmp_path, qwen3_format, caps
     reason = rejects["d.jsonl:1"]["reason"]
     assert "prepare with --split-turns" in reason and "split_turns=True" not in reason
     assert "prepare with --split-turns" in printed
+
+
+# -- what a run says of itself (issue 34 item 15) -------------------------------------------------------------------
+
+
+def _prepare_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["prepare", "--model", "default", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_run_that_writes_no_record_fails_after_its_summary(tmp_path, capsys):
+    """Every record rejected, every record cut by --max-length, or an empty input: the summary, one error line, exit 1
+    (it exited 0), with the manifest and rejects written as usual."""
+    no_reply = {"messages": [{"role": "user", "content": "Hi"}]}
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(no_reply), "{not json"])
+    code, out, err = _prepare_cli(capsys, str(data), "--out", str(tmp_path / "a"))
+    assert code == 1 and "records written               0" in out
+    rejects = tmp_path / "a" / "rejects.jsonl"
+    assert err == f"turnkit: error: no record was written: all 2 records read were rejected (see {rejects})\n"
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["counts"]["rejected"] == 2
+
+    long = _jsonl(tmp_path / "long.jsonl", [json.dumps(GOOD)] * 3)
+    code, out, err = _prepare_cli(capsys, str(long), "--out", str(tmp_path / "b"), "--max-length", "4")
+    assert code == 1 and "3  too long: … tokens, over max_length … (truncation=drop)" in out
+    assert err.startswith("turnkit: error: no record was written: all 3 records read were rejected")
+
+    empty = _jsonl(tmp_path / "empty.jsonl", [])
+    code, out, err = _prepare_cli(capsys, str(empty), "--out", str(tmp_path / "c"))
+    assert code == 1 and "records read                  0" in out
+    assert err == "turnkit: error: no record was written: the inputs hold no records\n"
+
+    # one record written is a run that worked
+    code, _, err = _prepare_cli(capsys, str(data), str(long), "--out", str(tmp_path / "d"))
+    assert code == 0 and err == ""
+
+
+def test_records_that_share_an_id_are_counted_and_named(tmp_path, capsys):
+    """They are written (no shard sees another's ids) but no longer silently: the summary, a warning line naming the
+    first with where each copy was read, and the manifest. Rows of one record split into turns share its id rightly."""
+    one = {"id": "r1", **GOOD}
+    two_turns = {
+        "id": "r2",
+        "messages": [*GOOD["messages"], {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6"}],
+    }
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(one), json.dumps(two_turns), json.dumps({"id": "r3", **GOOD})])
+    code, out, err = _prepare_cli(capsys, str(data), "--out", str(tmp_path / "split"), "--split-turns")
+    assert code == 0 and err == "" and "duplicate ids" not in out
+    manifest = json.loads((tmp_path / "split" / "manifest.json").read_text())
+    assert manifest["counts"]["rows"] == 4 and manifest["duplicate_ids"] == {"ids": 0, "records": 0, "examples": []}
+
+    lines = [json.dumps(one), json.dumps(two_turns), json.dumps(one), json.dumps({"id": "r2", **GOOD})]
+    lines += [json.dumps(one), json.dumps({"id": "r4", **GOOD})]
+    data = _jsonl(tmp_path / "dup.jsonl", lines)
+    # across shards (2 records a shard) and with two workers: the same answer
+    for extra in ([], ["--workers", "2"]):
+        out_dir = tmp_path / f"dup{len(extra)}"
+        code, out, err = _prepare_cli(capsys, str(data), "--out", str(out_dir), "--shard-records", "2", *extra)
+        assert code == 0 and len(list(load_rows(out_dir))) == 6
+        assert "duplicate ids                 5   records share 2 ids (first: 'r1' at dup.jsonl:1, dup.jsonl:3, " in out
+        assert err == (
+            "turnkit: warning: 5 written records share 2 ids (first: 'r1', read at dup.jsonl:1 and dup.jsonl:3 and "
+            "dup.jsonl:5): an id no longer names one record; give each record its own id, or --id-field another "
+            "field (the manifest's duplicate_ids lists more)\n"
+        )
+        assert json.loads((out_dir / "manifest.json").read_text())["duplicate_ids"] == {
+            "ids": 2,
+            "records": 5,
+            "examples": [
+                {"record_id": "r1", "sources": ["dup.jsonl:1", "dup.jsonl:3", "dup.jsonl:5"]},
+                {"record_id": "r2", "sources": ["dup.jsonl:2", "dup.jsonl:4"]},
+            ],
+        }
+    # the same input named twice would write every record twice: refused
+    again = f"{tmp_path}/./dup.jsonl"
+    code, _, err = _prepare_cli(capsys, str(data), again, "--out", str(tmp_path / "x"))
+    assert code == 2 and err == (
+        f"turnkit: error: input {again} is named twice (as {data} and {again}): each of its records would be "
+        "written twice\n"
+    )
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_rerun_with_nothing_to_do_says_so(tmp_path, capsys):
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD)] * 5)
+    out_dir = tmp_path / "out"
+    code, first, _ = _prepare_cli(capsys, str(data), "--out", str(out_dir), "--shard-records", "2")
+    assert code == 0 and first.endswith("and 3 Parquet files\n")
+    assert json.loads((out_dir / "manifest.json").read_text())["shards"] == {"total": 3, "resumed": 0}
+    code, again, _ = _prepare_cli(capsys, str(data), "--out", str(out_dir), "--shard-records", "2")
+    assert code == 0 and again.endswith(
+        f"\nnothing to do: {out_dir} holds all 3 shards from an earlier run with the same options (delete {out_dir} "
+        "to prepare it again); manifest.json and rejects.jsonl rewritten from them\n"
+    )
+    assert json.loads((out_dir / "manifest.json").read_text())["shards"] == {"total": 3, "resumed": 3}
+    # a run that finds some shards done says how many
+    (out_dir / "shards" / "shard-00001.json").unlink()
+    code, resumed, _ = _prepare_cli(capsys, str(data), "--out", str(out_dir), "--shard-records", "2")
+    assert code == 0 and resumed.endswith("and 3 Parquet files (2 of 3 shards from an earlier run)\n")
+    assert len(list(load_rows(out_dir))) == 5

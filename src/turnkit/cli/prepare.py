@@ -1,8 +1,14 @@
-"""``turnkit prepare``: datasets to tokenized training shards, every record written or rejected with a reason."""
+"""``turnkit prepare``: datasets to tokenized training shards, every record written or rejected with a reason.
+
+It exits 1, after the summary, when no record was written (every one rejected, or none read): a run that produced
+nothing to train on is a failure a script must see. Records that share an id, and a rerun that found every shard
+already written, are said on their own lines.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from turnkit.cli.common import model_path, positive_int
@@ -43,7 +49,36 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         ray_address=args.ray_address,
     )
     print(report(manifest))
-    print(f"\nwrote {args.out}/manifest.json, {args.out}/rejects.jsonl and {len(manifest['files'])} Parquet files")
+    counts, shards, out = manifest["counts"], manifest["shards"], args.out
+    if shards["total"] and shards["resumed"] == shards["total"]:
+        print(
+            f"\nnothing to do: {out} holds all {shards['total']:,} shards from an earlier run with the same options "
+            f"(delete {out} to prepare it again); manifest.json and rejects.jsonl rewritten from them"
+        )
+    else:
+        resumed = (
+            f" ({shards['resumed']:,} of {shards['total']:,} shards from an earlier run)" if shards["resumed"] else ""
+        )
+        print(f"\nwrote {out}/manifest.json, {out}/rejects.jsonl and {len(manifest['files'])} Parquet files{resumed}")
+    duplicates = manifest["duplicate_ids"]
+    if duplicates["ids"]:
+        first, ids = duplicates["examples"][0], duplicates["ids"]
+        shared = f"share {ids:,} ids (first: " if ids > 1 else "share the id "
+        more = " (the manifest's duplicate_ids lists more)" if ids > 1 else ""
+        print(
+            f"turnkit: warning: {duplicates['records']:,} written records {shared}{first['record_id']!r}, read at "
+            f"{' and '.join(first['sources'])}{')' if ids > 1 else ''}: an id no longer names one record; give each "
+            f"record its own id, or --id-field another field{more}",
+            file=sys.stderr,
+        )
+    if counts["written"] == 0:
+        why = (
+            f"all {counts['read']:,} records read were rejected (see {out}/rejects.jsonl)"
+            if counts["read"]
+            else "the inputs hold no records"
+        )
+        print(f"turnkit: error: no record was written: {why}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,11 +14,21 @@ nothing is cut mid-phrase: ``unknown speaker 'bot' (known: ['gpt', 'human', ...]
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from turnkit.errors import RecordError
 
-__all__ = ["ID_FIELD_DEFAULT", "PREPARE_ADVICE", "prepare_advice", "reason_key", "record_id", "reject"]
+__all__ = [
+    "ID_FIELD_DEFAULT",
+    "PREPARE_ADVICE",
+    "duplicate_ids",
+    "prepare_advice",
+    "reason_key",
+    "record_id",
+    "reject",
+]
 
 #: The field a record's id is taken from when ``--id-field`` is not given (used only where present).
 ID_FIELD_DEFAULT = "id"
@@ -106,3 +116,45 @@ def record_id(data: Any, source: str, id_field: str | None) -> str:
 def reject(record: str, source: str, reason: str, field: str | None) -> dict[str, Any]:
     """One line of ``rejects.jsonl``."""
     return {"record_id": record, "source": source, "reason": reason, "field": field}
+
+
+#: How many duplicated ids the manifest lists (with where each was read), of however many there are.
+_EXAMPLES = 5
+
+
+def duplicate_ids(shards: Iterable[Path]) -> dict[str, Any]:
+    """Written records that share their id with another written record, from the shards' ``record_id``, ``source``
+    and ``turn`` columns: how many ids, how many records hold one, and the first few ids in read order with where
+    each record was read.
+
+    Records are written whatever their ids (the shards are cut and written in parallel, so no shard can know another's
+    ids), but an id that names two records no longer finds one: in a trainer's logs, in ``rejects.jsonl``, in a
+    resumed run. So the run says so. A record is its first row (``turn`` 0, or null without ``split_turns``): the rows
+    of one record split into turns share its id rightly.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    parts = []
+    for path in shards:
+        table = pq.read_table(path, columns=["record_id", "source", "turn"])
+        parts.append(table.filter(pc.fill_null(pc.equal(table["turn"], 0), True)).select(["record_id", "source"]))
+    none: dict[str, Any] = {"ids": 0, "records": 0, "examples": []}
+    if not parts:
+        return none
+    records = pa.concat_tables(parts)
+    counts = records.group_by("record_id").aggregate([("record_id", "count")])
+    shared = counts.filter(pc.greater(counts["record_id_count"], 1))
+    if shared.num_rows == 0:
+        return none
+    held = records.filter(pc.is_in(records["record_id"], value_set=shared["record_id"]))
+    first = pc.unique(held["record_id"])[:_EXAMPLES]  # in order of first appearance, which is read order
+    sources: dict[str, list[str]] = {str(rid): [] for rid in first.to_pylist()}
+    for row in held.filter(pc.is_in(held["record_id"], value_set=first)).to_pylist():
+        sources[row["record_id"]].append(row["source"])
+    return {
+        "ids": shared.num_rows,
+        "records": int(pc.sum(shared["record_id_count"]).as_py()),
+        "examples": [{"record_id": rid, "sources": where[:_EXAMPLES]} for rid, where in sources.items()],
+    }

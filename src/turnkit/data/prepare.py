@@ -37,7 +37,7 @@ from typing import Any
 
 from turnkit.cache import atomic_path, write_atomically
 from turnkit.collector import FEWER_COLLECTIONS, fewer_collections
-from turnkit.data.accounting import ID_FIELD_DEFAULT
+from turnkit.data.accounting import ID_FIELD_DEFAULT, duplicate_ids
 from turnkit.data.pipeline import PrepareConfig, _format, process_records
 from turnkit.data.sources import (
     RawRecord,
@@ -235,6 +235,8 @@ class _Progress:
     def __init__(self, enabled: bool) -> None:
         self.start = time.perf_counter()
         self.tokens = 0
+        self.shards = 0  # shards of the input, and how many of them an earlier run had finished
+        self.resumed = 0
         self.bar: Any = None
         if enabled and sys.stderr.isatty():
             try:
@@ -243,7 +245,9 @@ class _Progress:
                 return
             self.bar = tqdm(desc="turnkit prepare", unit=" records", unit_scale=True, dynamic_ncols=True)
 
-    def update(self, summary: dict[str, Any]) -> None:
+    def update(self, summary: dict[str, Any], *, resumed: bool = False) -> None:
+        self.shards += 1
+        self.resumed += resumed
         self.tokens += summary["tokens"]
         if self.bar is not None:
             elapsed = max(time.perf_counter() - self.start, 1e-9)
@@ -282,7 +286,7 @@ def _undone_shards(
         if summary is None:
             yield index, shard
         else:
-            progress.update(summary)
+            progress.update(summary, resumed=True)
 
 
 def _local(inputs: Sequence[str], folder: Path, config: PrepareConfig, workers: int, size: int, progress: _Progress):
@@ -410,6 +414,7 @@ def prepare(
     folder = out / "shards"
     sources = [str(i) for i in inputs]
     _check_options(out, config, workers, engine, shard_records, ray_address)
+    _check_named_once(sources)
     try:
         check_inputs(sources)  # a missing input, or an unreachable hub, fails before any work
     except InputError as exc:
@@ -422,7 +427,8 @@ def prepare(
         else:
             _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     meter.done()
-    return _finish(out, folder, sources, config, engine, workers, time.perf_counter() - meter.start)
+    run = {"shards": meter.shards, "resumed": meter.resumed, "seconds": round(time.perf_counter() - meter.start, 2)}
+    return _finish(out, folder, sources, config, engine, workers, run)
 
 
 def _check_options(
@@ -443,6 +449,17 @@ def _check_options(
         raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
 
 
+def _check_named_once(sources: Sequence[str]) -> None:
+    """An input named twice (``a.jsonl ./a.jsonl``) would have every record written twice, under the same ids."""
+    seen: dict[str, str] = {}
+    for source in sources:
+        key = source if source.startswith("hub:") else str(Path(source).resolve())
+        if key in seen:
+            also = "" if seen[key] == source else f" (as {seen[key]} and {source})"
+            raise PrepareError(f"input {source} is named twice{also}: each of its records would be written twice")
+        seen[key] = source
+
+
 @contextmanager
 def _removed_if_nothing_done(out: Path) -> Iterator[None]:
     """On failure, remove what this run created when no shard was finished: a failed first run leaves no empty
@@ -459,8 +476,10 @@ def _removed_if_nothing_done(out: Path) -> Iterator[None]:
 
 
 def _finish(
-    out: Path, folder: Path, sources: list[str], config: PrepareConfig, engine: str, workers: int, seconds: float
+    out: Path, folder: Path, sources: list[str], config: PrepareConfig, engine: str, workers: int, run: dict[str, Any]
 ) -> dict[str, Any]:
+    """Assemble ``manifest.json`` and ``rejects.jsonl`` from the shards' done-files. ``run``: this run's shard count,
+    how many of them an earlier run had written (``resumed``; all of them: the run had nothing to do), and seconds."""
     from turnkit import __version__
 
     summaries = sorted((json.loads(p.read_text()) for p in folder.glob("shard-*.json")), key=lambda s: s["shard"])
@@ -513,7 +532,9 @@ def _finish(
         "options": config.to_dict(),
         "engine": engine,
         "workers": workers,
-        "seconds": round(seconds, 2),
+        "seconds": run["seconds"],
+        "shards": {"total": run["shards"], "resumed": run["resumed"]},
+        "duplicate_ids": duplicate_ids(out / name for name in files),
         "files": files,
     }
     write_atomically(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects).encode())
@@ -547,9 +568,21 @@ def report(manifest: dict[str, Any]) -> str:
         f"records w/ markers {manifest['records_with_markers']:>12,}",
         *(f"  {n:>6,}  {marker}" for marker, n in sorted(manifest["markers_found"].items(), key=lambda x: -x[1])),
         *_reasoning_line(manifest.get("reasoning_left_out")),
+        *_duplicates_line(manifest.get("duplicate_ids")),
         f"time               {manifest['seconds']:>11.1f}s",
     ]
     return "\n".join(lines)
+
+
+def _duplicates_line(duplicates: dict[str, Any] | None) -> list[str]:
+    """Written records whose id another written record has too (see :func:`~turnkit.data.accounting.duplicate_ids`)."""
+    if not duplicates or not duplicates.get("ids"):
+        return []
+    first, ids = duplicates["examples"][0], duplicates["ids"]
+    return [
+        f"duplicate ids      {duplicates['records']:>12,}   records share {ids:,} id{'s' if ids > 1 else ''} (first: "
+        f"{first['record_id']!r} at {', '.join(first['sources'])})"
+    ]
 
 
 def _reasoning_line(left_out: dict[str, int] | None) -> list[str]:
