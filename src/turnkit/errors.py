@@ -29,7 +29,7 @@ The hierarchy::
     ├── EmbeddedModelError                   the embedded model could not be fetched or failed its checksum
     ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
     ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
-    ├── ServeConfigError (ValueError)        a --model argument, models folder or models file that cannot be served
+    ├── ServeConfigError (ValueError)        a --model argument, models folder or file, or address that cannot be served
     ├── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
     └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
 """
@@ -236,7 +236,8 @@ class ChatMLError(TurnkitError):
 
 
 class ServeConfigError(TurnkitError, ValueError):
-    """A ``--model`` argument, a ``--models`` folder or a models file that cannot be served (says which entry)."""
+    """A ``--model`` argument, a ``--models`` folder or a models file that cannot be served (says which entry), or an
+    address (``--host``, ``--port``) the server cannot listen on."""
 
 
 class EngineError(TurnkitError):

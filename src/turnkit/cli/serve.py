@@ -7,9 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from turnkit import families
 from turnkit.cli.common import UsageError, missing_model, positive_int
 from turnkit.serve.engines import ENGINES
 from turnkit.serve.replicas import INGRESSES
+
+#: How long running replies may go on after SIGTERM, unless --drain-seconds says otherwise.
+_DRAIN_SECONDS = 30.0
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -28,6 +32,8 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
         if len(specs) != 1:
             raise UsageError("--model-id names a single model; with several, write --model NAME=PATH")
         specs = [replace(specs[0], name=args.model_id)]
+    if args.template is not None or args.family is not None:
+        specs = [_template_override(args, specs)]
     if args.engine:  # for every model whose models-file entry names no engine of its own
         specs = [replace(spec, engine=spec.engine or args.engine) for spec in specs]
     for spec in specs:
@@ -38,6 +44,80 @@ def _model_specs(args: argparse.Namespace) -> list[Any]:
     return modelspec.unique(specs)
 
 
+def _template_override(args: argparse.Namespace, specs: list[Any]) -> Any:
+    """``--template FILE`` or ``--family NAME``: the one model served with that template in place of its own (as in
+    ``generate`` and ``chat``); its tokenizer stays. Several models each take their own (a models file's ``template``
+    or ``family``, or ``--model NAME=PATH:FAMILY``)."""
+    from dataclasses import replace
+
+    flag = "--template" if args.template is not None else "--family"
+    if len(specs) != 1:
+        raise UsageError(
+            f"{flag} replaces one model's template; with several, give each its own (template = FILE or family = "
+            "NAME in a models file, or --model NAME=PATH:FAMILY)"
+        )
+    (spec,) = specs
+    if spec.family is not None or spec.template is not None:
+        own = f"family {spec.family}" if spec.family is not None else f"template {spec.template}"
+        raise UsageError(f"{flag} and the {own} the model {spec.name!r} is given already exclude each other")
+    if args.family is not None:
+        return replace(spec, family=args.family)
+    template = Path(args.template)
+    if not template.is_file():
+        raise UsageError(f"--template {args.template} does not exist")
+    return replace(spec, template=str(template.resolve()))  # absolute: Ray replicas run in another folder
+
+
+def _engine_of(spec: Any) -> str:
+    from turnkit.embedded import resolve_model
+    from turnkit.serve.engines import default_engine
+
+    return str(spec.engine or default_engine(resolve_model(spec.path)))
+
+
+def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
+    """A flag that would do nothing beside the others given is refused, naming what it needs: a user who sets
+    ``--replicas 4`` without ``--ray``, or ``--kv-tokens`` for a torch model, would otherwise believe it took."""
+    if not args.ray:
+        given = [
+            flag
+            for flag, value in (
+                ("--replicas", args.replicas),
+                ("--autoscale", args.autoscale),
+                ("--ray-address", args.ray_address),
+                ("--ray-ingress", args.ray_ingress),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(f"{given[0]} goes with --ray (replicas on Ray Serve): add --ray, or drop {given[0]}")
+    else:
+        if args.replicas is not None and args.autoscale is not None:
+            raise UsageError(
+                "--replicas and --autoscale exclude each other: a fixed number of replicas, or Ray Serve scaling "
+                "between MIN and MAX"
+            )
+        if args.drain_seconds is not None:
+            raise UsageError(
+                "--drain-seconds is for turnkit serve without --ray (Ray Serve drains its replicas itself): drop it"
+            )
+    if args.metrics_public and args.api_key is None:
+        raise UsageError("--metrics-public exempts /metrics from --api-key; without --api-key it is public already")
+    llama_only = [
+        flag for flag, value in (("--kv-tokens", args.kv_tokens), ("--prefill-threads", args.prefill_threads)) if value
+    ]
+    if llama_only and all(_engine_of(spec) == "torch" for spec in specs):
+        which = "the model runs" if len(specs) == 1 else "every model here runs"
+        raise UsageError(
+            f"{llama_only[0]} is a llama.cpp engine setting and {which} on torch, where it would do nothing: drop it, "
+            "or serve a .gguf file with --engine llama.cpp"
+        )
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import logging
     import os
@@ -45,17 +125,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     specs = _model_specs(args)
+    _refuse_idle_flags(args, specs)
     if args.ray:
         return _serve_on_ray(args, specs)
+    from turnkit.serve.app import lifecycle
+
+    sockets = lifecycle.bind(args.host, args.port)  # before any model loads: a port in use fails at once
+    try:
+        return _serve(args, specs, sockets)
+    finally:
+        for sock in sockets:  # uvicorn closes them when it ran; here too when reading a model failed
+            sock.close()
+
+
+def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> int:
+    """Read the models (the default one's weights unless ``--lazy``), then serve on the bound ``sockets``."""
+    import os
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     threads = args.threads or max(1, cores - 1)
     # Prompts are compute-bound: every core, unless --threads was given (then as many, as llama-server's -tb).
     prefill_threads = args.prefill_threads or args.threads or cores
 
-    from turnkit.embedded import resolve_model
     from turnkit.serve.app import lifecycle
     from turnkit.serve.app.routes import Server
-    from turnkit.serve.engines import EngineOptions, default_engine
+    from turnkit.serve.engines import EngineOptions
     from turnkit.serve.models import ModelRegistry
 
     options = EngineOptions(
@@ -70,7 +164,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
     first = registry.default_name
     spec = registry.spec(first)
-    engine = spec.engine or default_engine(resolve_model(spec.path))
+    engine = _engine_of(spec)
     print(f"turnkit: reading {first} ({engine} engine, {cores} cores present)", file=sys.stderr, flush=True)
     from turnkit.serve.protocol import APIError
 
@@ -97,11 +191,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         metrics_public=args.metrics_public,
     )
     names = ", ".join(repr(name) for name in registry.names)
-    print(f"turnkit: serving {names} on http://{args.host}:{args.port}/v1 (OpenAI API)", file=sys.stderr)
+    port = sockets[0].getsockname()[1]  # --port 0: the one the system chose
+    print(f"turnkit: serving {names} on {_url(args.host, port)}/v1 (OpenAI API)", file=sys.stderr)
     if not args.no_ui:
-        print(f"turnkit: playground at http://{args.host}:{args.port}/ (--no-ui turns it off)", file=sys.stderr)
+        print(f"turnkit: playground at {_url(args.host, port)}/ (--no-ui turns it off)", file=sys.stderr)
+    drain = _DRAIN_SECONDS if args.drain_seconds is None else args.drain_seconds
     try:
-        lifecycle.run(server, host=args.host, port=args.port, drain_seconds=args.drain_seconds)
+        lifecycle.run(server, host=args.host, port=port, drain_seconds=drain, sockets=sockets)
     finally:
         registry.close()
     print("turnkit: stopped", file=sys.stderr)
@@ -112,13 +208,14 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     """``--ray``: the same app in every replica of a Ray Serve deployment (:mod:`turnkit.serve.replicas`)."""
     import functools
 
+    from turnkit.serve.app import lifecycle
     from turnkit.serve.engines import EngineOptions
     from turnkit.serve.models import ModelRegistry
     from turnkit.serve.protocol import APIError
     from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
 
     options = ReplicaOptions(
-        replicas=args.replicas,
+        replicas=args.replicas or 1,
         autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
         threads=args.threads or 1,
         max_ongoing_requests=args.max_batch,
@@ -126,8 +223,13 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         host=args.host,
         port=args.port,
         address=args.ray_address,
-        ingress=args.ray_ingress,
+        ingress=args.ray_ingress or "haproxy",
     )
+    if not 1 <= args.port <= 65535:  # 0 too: the endpoint Ray Serve announces needs a port of its own
+        raise UsageError(f"--port must be between 1 and 65535 for --ray's endpoint, not {args.port}")
+    if args.ray_address is None:  # a local instance: its endpoint is this machine's port, so a taken one fails now
+        for sock in lifecycle.bind(args.host, args.port):
+            sock.close()
     engine = EngineOptions(
         threads=options.threads,
         prefill_threads=args.prefill_threads,
@@ -206,7 +308,13 @@ def register(commands: Any) -> None:
         metavar="ADDRESS",
         help="the address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)",
     )
-    serve.add_argument("--port", type=int, default=8000, metavar="N", help="the port to listen on (default 8000)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        metavar="N",
+        help="the port to listen on (default 8000); 0 takes a free one, which the start names",
+    )
     serve.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
     serve.add_argument(
         "--engine",
@@ -224,7 +332,7 @@ def register(commands: Any) -> None:
         type=positive_int,
         metavar="N",
         help="llama.cpp threads for prompts and batches of streams (default: --threads if given, else every core; "
-        "on a machine busy with other work, 1 can be faster)",
+        "on a machine busy with other work, 1 can be faster; llama.cpp only)",
     )
     serve.add_argument(
         "--context",
@@ -241,6 +349,11 @@ def register(commands: Any) -> None:
         "within a sixteenth of the machine's memory)",
     )
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
+    override = serve.add_mutually_exclusive_group()
+    override.add_argument(
+        "--template", metavar="FILE", help="the one model's chat template: a Jinja file instead of the model's own"
+    )
+    override.add_argument("--family", choices=families.names(), help="the one model's template: a built-in family's")
     serve.add_argument(
         "--max-batch", type=positive_int, default=16, metavar="N", help="sequences generated together (default 16)"
     )
@@ -257,12 +370,13 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--drain-seconds",
         type=float,
-        default=30.0,
         metavar="S",
         help="on SIGTERM/SIGINT, how long running replies may take to finish before they end with an error "
-        "(default 30)",
+        f"(default {_DRAIN_SECONDS:g}; not with --ray, whose replicas Ray Serve drains)",
     )
-    serve.add_argument("--metrics-public", action="store_true", help="serve /metrics without the API key (--api-key)")
+    serve.add_argument(
+        "--metrics-public", action="store_true", help="with --api-key: serve /metrics without the API key"
+    )
     serve.add_argument(
         "--default-max-tokens",
         type=positive_int,
@@ -277,13 +391,12 @@ def register(commands: Any) -> None:
     serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
     serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
     serve.add_argument(
-        "--replicas", type=positive_int, default=1, metavar="N", help="--ray: replicas (threads each: --threads)"
+        "--replicas", type=positive_int, metavar="N", help="--ray: replicas (default 1; threads each: --threads)"
     )
     serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
     serve.add_argument(
         "--ray-ingress",
         choices=INGRESSES,
-        default="haproxy",
         help="--ray: Ray Serve's HAProxy ingress (replicas serve HTTP themselves; the default) or its Python proxy",
     )
     serve.set_defaults(handler=_cmd_serve)

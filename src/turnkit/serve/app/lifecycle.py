@@ -1,4 +1,8 @@
-"""Running the server until it is told to stop, and stopping with a deadline.
+"""Listening, running the server until it is told to stop, and stopping with a deadline.
+
+:func:`bind` takes the port before anything else happens: ``turnkit serve`` binds it before it reads a model, so a port
+in use or out of range is one line at once (not a uvicorn log line after a minute of loading, with exit status 3),
+and the address it announces is the one it holds (``--port 0`` announces the port the system chose).
 
 :func:`run` serves the app with uvicorn and owns SIGTERM and SIGINT. The first signal starts the drain
 (:meth:`~.routes.Server.drain`):
@@ -19,23 +23,67 @@ slots held never exited), and re-raise the signal at the end, so the exit code w
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import signal
+import socket
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from turnkit.errors import ServeConfigError
+
 if TYPE_CHECKING:
     from turnkit.serve.app.routes import Server
 
-__all__ = ["run"]
+__all__ = ["bind", "run"]
 
 log = logging.getLogger("turnkit.serve")
 
 #: Seconds uvicorn gives connections to finish after the drain (the error events of step 3 going out).
 GRACE_SECONDS = 3.0
+
+
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` (not yet listening: a client is refused until :func:`run` starts), one per
+    address ``host`` resolves to, as asyncio's ``create_server`` would bind them; ``port`` 0 takes a free one (the same
+    on every address). :class:`~turnkit.errors.ServeConfigError` names the flag and the cause: a port out of range,
+    one in use, one that needs privileges, a host that is not this machine's or does not resolve."""
+    if not 0 <= port <= 65535:
+        raise ServeConfigError(f"--port must be between 1 and 65535 (or 0: a free port), not {port}")
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServeConfigError(f"--host {host}: no such address or name ({exc.strerror})") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+            if family == socket.AF_INET6:  # "::" would take IPv4 too, and the IPv4 address after it would collide
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ServeConfigError(_bind_failure(host, port, exc)) from None
+    return sockets
+
+
+def _bind_failure(host: str, port: int, exc: OSError) -> str:
+    where = f"cannot listen on {host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where}: the port is in use (another server, or a turnkit serve still running); pick another --port"
+    if exc.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need privileges); pick another --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: {host} is not an address of this machine (127.0.0.1: this machine only; 0.0.0.0: every one)"
+    return f"{where}: {exc.strerror or exc}"
 
 
 class _Uvicorn(uvicorn.Server):
@@ -64,8 +112,17 @@ class _Uvicorn(uvicorn.Server):
             self.should_exit = True
 
 
-def run(server: Server, *, host: str, port: int, drain_seconds: float = 30.0, log_level: str = "warning") -> None:
-    """Serve ``server`` on ``host:port`` until SIGTERM or SIGINT, then drain (see the module) and return.
+def run(
+    server: Server,
+    *,
+    host: str,
+    port: int,
+    drain_seconds: float = 30.0,
+    log_level: str = "warning",
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve ``server`` on ``host:port`` (or on ``sockets`` from :func:`bind`, which uvicorn then closes) until SIGTERM
+    or SIGINT, then drain (see the module) and return.
 
     What was built at start (modules, the models' tokenizers and templates) is frozen out of the garbage collector's
     full passes first: a full pass over it stopped every thread, the event loop included, for about 100 ms at a time
@@ -76,4 +133,4 @@ def run(server: Server, *, host: str, port: int, drain_seconds: float = 30.0, lo
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=int(GRACE_SECONDS)
     )
-    _Uvicorn(config, server, drain_seconds).run()
+    _Uvicorn(config, server, drain_seconds).run(sockets=sockets)

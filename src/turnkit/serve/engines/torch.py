@@ -318,14 +318,15 @@ def _converted_gguf(path: Path) -> Path:
         from transformers import AutoModelForCausalLM
 
         log.info("converting %s to a safetensors folder (once)", path.name)
-        with progress_bars(shown=True):  # dequantizing takes long: a bar on a terminal helps
+        # dequantizing and writing take long: bars on a terminal help; a log file or a pipe gets none
+        with progress_bars(shown=True):
             model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
-        # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
-        model.hf_quantizer = None  # type: ignore[assignment]
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.config.architectures = [type(model).__name__]
-        model.save_pretrained(scratch)
+            # A model read from GGUF is flagged as quantized; the dequantized weights are plain ones.
+            model.hf_quantizer = None  # type: ignore[assignment]
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.config.architectures = [type(model).__name__]
+            model.save_pretrained(scratch)
 
     return build_folder(cache_dir() / "models" / file_key(path), convert)
 
