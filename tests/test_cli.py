@@ -297,6 +297,13 @@ def test_a_hub_name_is_told_to_download_first(conversation, capsys):
     assert "not from the hub: download it first (hf download Qwen/Qwen2.5-7B-Instruct --local-dir DIR)" in err
     assert main(["generate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--prompt", "hi"]) == 2
     assert "hf download Qwen/Qwen2.5-7B-Instruct" in capsys.readouterr().err
+    assert main(["doctor", "Qwen/Qwen2.5-7B-Instruct"]) == 2
+    assert capsys.readouterr().err == (
+        "turnkit: error: Qwen/Qwen2.5-7B-Instruct does not exist; turnkit reads checkpoints from disk, not from the "
+        "hub: download it first (hf download Qwen/Qwen2.5-7B-Instruct --local-dir DIR) and give DIR\n"
+    )
+    assert main(["doctor", "--data", "prepared", "--model", "Qwen/Qwen2.5-7B-Instruct"]) == 2
+    assert "error: --model Qwen/Qwen2.5-7B-Instruct does not exist" in capsys.readouterr().err
 
 
 def test_a_message_without_content_names_the_field(tmp_path, capsys):

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,6 +113,9 @@ def test_the_embedded_gguf_has_no_error(smollm2_gguf):
     assert {"eos-not-end-marker", "double-bos", "vocab-exceeds-model", "marker-not-single-token"} <= set(
         report.checks_run
     )
+    # its file lies in the cache: the fix names it by its full path, or the command would run from nowhere else
+    (pad,) = [finding for finding in report.findings if finding.check == "pad-is-end-marker"]
+    assert f"`gguf-new-metadata {smollm2_gguf} fixed.gguf --special-token padding '<|endoftext|>'`" in pad.fix
 
 
 # -- one broken checkpoint per check ------------------------------------------------------------------------------
@@ -494,3 +500,24 @@ def test_a_broken_gguf_file(tmp_path, monkeypatch, smollm2_gguf):
     assert "tokenizer.ggml.add_bos_token" in found["double-bos"].message
     assert "token_embd has 49000 rows" in found["vocab-exceeds-model"].message
     assert {f.file for f in report.findings if f.file} == {"variant.gguf"}
+
+
+def test_gguf_fixes_are_commands_that_run_from_anywhere(tmp_path, monkeypatch, smollm2_gguf):
+    """Each gguf-new-metadata fix, run as printed from another folder, writes a GGUF its finding no longer fires on:
+    the file is named by its full path although doctor was given a relative one, and each flag is one the tool
+    knows (it ignores an unknown token name with a warning and writes an unchanged copy)."""
+    monkeypatch.setenv("TURNKIT_CACHE", str(tmp_path / "cache"))  # conversions of throwaway files stay out of the cache
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    _gguf_variant(smollm2_gguf, Path("model") / "variant.gguf", **{"tokenizer.ggml.eos_token_id": 0})
+    found = {finding.check: finding for finding in doctor.run("model/variant.gguf").findings}
+    for check in ("eos-not-end-marker", "pad-is-end-marker"):
+        match = re.search(r"`(gguf-new-metadata [^`]+)`", found[check].fix)
+        assert match is not None, found[check].fix
+        command = shlex.split(match.group(1))
+        assert command[1:3] == [str(Path.cwd() / "model" / "variant.gguf"), "fixed.gguf"]
+        elsewhere = tmp_path / check
+        elsewhere.mkdir()
+        tool = str(Path(sys.executable).parent / command[0])
+        subprocess.run([tool, *command[1:]], cwd=elsewhere, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+        assert check not in doctor.run(elsewhere / "fixed.gguf").fired(), check

@@ -150,6 +150,32 @@ def test_limit_and_bad_data_input(tmp_path, shards, clean_model, capsys):  # noq
     assert "pass --model PATH" in capsys.readouterr().err
 
 
+def test_raw_conversations_are_pointed_to_prepare(tmp_path, capsys, monkeypatch):
+    """Conversations where prepared rows belong (JSONL or Parquet) are one line giving the turnkit prepare command;
+    that command, run as given, makes data doctor --data audits."""
+    monkeypatch.chdir(tmp_path)
+    Path("chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))
+    assert main(["doctor", "--data", "chats.jsonl", "--model", "default"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "turnkit: error: chats.jsonl row 1 is a raw conversation record ('messages'), not prepared data (input_ids "
+        "and labels): prepare the conversations first (turnkit prepare chats.jsonl --model default --out DIR), then "
+        "audit the result (turnkit doctor --data DIR)"
+    )
+    assert main(["prepare", "chats.jsonl", "--model", "default", "--out", "prepared"]) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--data", "prepared"]) == 0
+    _write_parquet(Path("chats.parquet"), CONVERSATIONS)
+    assert main(["doctor", "--data", "chats.parquet"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "turnkit: error: chats.parquet holds raw conversation records ('messages'), not prepared data (input_ids "
+        "and labels): prepare the conversations first (turnkit prepare chats.parquet --model MODEL --out DIR)"
+    )
+    Path("other.jsonl").write_text('{"text": "no conversation either"}\n')
+    assert main(["doctor", "--data", "other.jsonl", "--model", "default"]) == 2
+    assert capsys.readouterr().err.strip() == "turnkit: error: other.jsonl row 1 has no input_ids and labels"
+
+
 def test_replies_that_hold_only_the_end_marker(tmp_path, capsys):
     """A turn whose tool calls the template leaves out, prepared anyway (--allow-dropped): flagged, exit 1."""
     record = {

@@ -81,15 +81,21 @@ def load_conversation(path: str) -> tuple[list[Any], list[Any] | None, dict[str,
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
+def hub_name(text: str) -> bool:
+    """Whether ``text`` is shaped like a hub model name (``Qwen/Qwen2.5-7B-Instruct``)."""
+    return _HUB_NAME.fullmatch(text) is not None
+
+
 def missing_model(path: str, flag: str = "--model") -> UsageError:
-    """The error for a model that is not on disk; a hub name (``Qwen/Qwen2.5-7B-Instruct``) is told how to get it."""
+    """The error for a model that is not on disk; a hub name (``Qwen/Qwen2.5-7B-Instruct``) is told how to get it.
+    ``flag`` empty: a positional argument (``turnkit doctor PATH``)."""
     hint = "give a Hugging Face model folder, a .gguf file, or 'default'"
-    if _HUB_NAME.fullmatch(path):
+    if hub_name(path):
         hint = (
             f"turnkit reads checkpoints from disk, not from the hub: download it first (hf download {path} "
             "--local-dir DIR) and give DIR"
         )
-    return UsageError(f"{flag} {path} does not exist; {hint}")
+    return UsageError(f"{flag} {path}".lstrip() + f" does not exist; {hint}")
 
 
 def model_path(value: str, flag: str = "--model") -> Path:

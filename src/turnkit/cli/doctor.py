@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError, positive_int
+from turnkit.cli.common import UsageError, hub_name, missing_model, positive_int
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -16,6 +17,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     if (args.path is None) == (args.data is None):
         raise UsageError("give a checkpoint (turnkit doctor PATH) or prepared data (turnkit doctor --data DIR)")
+    for flag, value in (("", args.path), ("--model", args.model), ("--base", args.base)):
+        if value is not None and hub_name(value) and not Path(value).exists():  # told how to download it
+            raise missing_model(value, flag)
     if args.data is not None:
         report = doctor.run_data(args.data, model=args.model, ignore=args.ignore or [], limit=args.limit)
     else:

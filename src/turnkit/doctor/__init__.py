@@ -77,7 +77,7 @@ def run_data(
     skip = validate_ignore(ignore)
     if limit < 1:
         raise DoctorInputError(f"--limit must be at least 1, not {limit}")
-    dataset = read_dataset(data, limit=limit)
+    dataset = read_dataset(data, limit=limit, model=None if model is None else str(model))
     model = model if model is not None else dataset.model
     if model is None:
         raise DoctorInputError(f"{data} has no turnkit manifest naming its model: pass --model PATH")

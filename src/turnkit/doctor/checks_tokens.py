@@ -5,6 +5,8 @@ The template is rendered and the render tokenized for real; ids are always looke
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any
 
 from turnkit.doctor.checks_adapter import saves_embeddings
@@ -13,6 +15,7 @@ from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem, Severity
 from turnkit.doctor.forgery import run_forgery
 from turnkit.doctor.probe import tool_markers
+from turnkit.doctor.target import Target
 
 __all__ = [
     "check_double_bos",
@@ -25,6 +28,12 @@ __all__ = [
     "check_pad",
     "check_vocab",
 ]
+
+
+def _gguf_new_metadata(target: Target, change: str) -> str:
+    """gguf-py's ``gguf-new-metadata`` command that writes a fixed copy of the target GGUF, named by its full path (the
+    embedded model's lies in the cache, and a bare file name runs only from the file's own folder)."""
+    return f"`gguf-new-metadata {shlex.quote(os.path.abspath(target.path))} fixed.gguf {change}`"
 
 
 def _tokenizer_file(ctx: Context) -> str:
@@ -108,7 +117,7 @@ def check_eos(ctx: Context) -> list[Problem]:
         return []
     target = ctx.target
     if target.gguf is not None:
-        fix = f"`gguf-new-metadata {target.path.name} fixed.gguf --special-token eot {marker!r}`"
+        fix = _gguf_new_metadata(target, f"--special-token eot {shlex.quote(marker)}")
         where = target.path.name
     else:
         listed = sorted({i for _, ids in sources for i in ids})
@@ -163,8 +172,9 @@ def check_double_bos(ctx: Context) -> list[Problem]:
                 f"the template starts the prompt with BOS {bos!r} (id {bos_id}) and {target.path.name} sets "
                 "tokenizer.ggml.add_bos_token, so llama.cpp adds a second one: the prompt starts "
                 f"[{bos_id}, {bos_id}, ...]",
-                "drop {{ bos_token }} from the template (gguf-new-metadata IN.gguf OUT.gguf --chat-template-file "
-                "fixed.jinja) or set tokenizer.ggml.add_bos_token to false",
+                "drop {{ bos_token }} from the template ("
+                + _gguf_new_metadata(target, "--chat-template-file fixed.jinja")
+                + ") or set tokenizer.ggml.add_bos_token to false",
                 target.path.name,
             )
         ]
@@ -283,7 +293,7 @@ def check_pad(ctx: Context) -> list[Problem]:
     spare = _spare_pad(ctx, marker)
     file, field = _pad_source(ctx)
     if ctx.target.gguf is not None:
-        how = f"`gguf-new-metadata {file} fixed.gguf --special-token pad {spare or '<token>'!r}`"
+        how = _gguf_new_metadata(ctx.target, f"--special-token padding {shlex.quote(spare or '<token>')}")
     else:
         how = f"set pad_token {spare!r}" if spare else "add a pad token of its own ('<|pad|>') and set pad_token"
         how += f" in {file}"

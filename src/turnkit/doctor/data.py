@@ -3,12 +3,16 @@
 Accepted: a ``turnkit prepare`` output folder (``manifest.json`` lists its Parquet shards), any folder of ``.parquet``
 / ``.jsonl`` files, or one such file. Only the ``input_ids`` and ``labels`` columns are needed (``record_id`` names a
 row when present, else ``file:row``). Reading stops after ``limit`` rows: the checks report how many they saw.
+
+Raw conversations (the ``messages`` records that ``turnkit prepare`` reads) are the likeliest wrong input: they are
+told apart from a broken row, and the error gives the ``turnkit prepare`` command that makes prepared data of them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import shlex
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,9 @@ from turnkit.doctor.target import JsonFile, read_json_file
 __all__ = ["Dataset", "Example", "read_dataset"]
 
 _SUFFIXES = (".parquet", ".jsonl", ".json")
+
+#: The fields a raw record of each format ``turnkit prepare`` reads has (OpenAI, ShareGPT, Alpaca).
+_RAW_FIELDS = ("messages", "conversations", "instruction", "output")
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,20 @@ def _files(path: Path) -> tuple[list[Path], JsonFile | None]:
     return files, manifest
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any, Any]]:
+def _raw_records(path: Path, what: str, fields: Collection[str], model: str | None) -> DoctorInputError | None:
+    """The error for raw conversation records where prepared rows belong (``what``: the row or file, said to be them),
+    or None when ``fields`` are not a raw record's."""
+    raw = next((name for name in _RAW_FIELDS if name in fields), None)
+    if raw is None or "input_ids" in fields:
+        return None
+    command = f"turnkit prepare {shlex.quote(str(path))} --model {shlex.quote(model or 'MODEL')} --out DIR"
+    return DoctorInputError(
+        f"{what} ({raw!r}), not prepared data (input_ids and labels): prepare the conversations "
+        f"first ({command}), then audit the result (turnkit doctor --data DIR)"
+    )
+
+
+def _parquet_rows(path: Path, model: str | None) -> Iterator[tuple[str, Any, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -79,7 +99,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any, Any]]:
     names = handle.schema_arrow.names
     missing = [c for c in ("input_ids", "labels") if c not in names]
     if missing:
-        raise DoctorInputError(f"{path} has no {' or '.join(missing)} column (its columns: {', '.join(names)})")
+        raw = _raw_records(path, f"{path} holds raw conversation records", names, model)
+        raise raw or DoctorInputError(f"{path} has no {' or '.join(missing)} column (its columns: {', '.join(names)})")
     columns = ["input_ids", "labels", *(["record_id"] if "record_id" in names else [])]
     row = 0
     for batch in handle.iter_batches(columns=columns, batch_size=256):
@@ -90,7 +111,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any, Any]]:
             row += 1
 
 
-def _json_rows(path: Path) -> Iterator[tuple[str, Any, Any]]:
+def _json_rows(path: Path, model: str | None) -> Iterator[tuple[str, Any, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -112,19 +133,22 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any, Any]]:
                 raise DoctorInputError(f"{path} line {number} is not valid JSON: {exc.msg}") from None
     for number, row in lines:
         if not isinstance(row, dict) or "input_ids" not in row or "labels" not in row:
-            raise DoctorInputError(f"{path} row {number} has no input_ids and labels")
+            fields = row if isinstance(row, dict) else ()
+            raw = _raw_records(path, f"{path} row {number} is a raw conversation record", fields, model)
+            raise raw or DoctorInputError(f"{path} row {number} has no input_ids and labels")
         yield str(row.get("record_id") or f"{path.name}:{number}"), row["input_ids"], row["labels"]
 
 
-def read_dataset(path: str | Path, *, limit: int) -> Dataset:
-    """Up to ``limit`` rows of prepared data; :class:`DoctorInputError` naming the file on unreadable input."""
+def read_dataset(path: str | Path, *, limit: int, model: str | None = None) -> Dataset:
+    """Up to ``limit`` rows of prepared data; :class:`DoctorInputError` naming the file on unreadable input (``model``:
+    the one named on the command line, for the ``turnkit prepare`` command that raw conversations are pointed to)."""
     path = Path(path)
     files, manifest = _files(path)
     dataset = Dataset(path, manifest=manifest)
     for file in files:
         if not file.is_file():
             raise DoctorInputError(f"{file} (listed in {path / 'manifest.json'}) does not exist")
-        rows = _parquet_rows(file) if file.suffix.lower() == ".parquet" else _json_rows(file)
+        rows = _parquet_rows(file, model) if file.suffix.lower() == ".parquet" else _json_rows(file, model)
         for record, input_ids, labels in rows:
             if len(dataset.examples) >= limit:
                 dataset.truncated = True
