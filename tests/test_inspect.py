@@ -9,6 +9,7 @@ load it. The browser checks of the same pages are in ``test_inspect_browser.py``
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -349,3 +350,85 @@ def test_no_ui_and_the_api_key(replay_app):
     assert guarded.post("/ui/tokens", json={"tokens": [1]}).status_code == 401
     key = {"Authorization": "Bearer sekrit"}
     assert guarded.post("/ui/tokens", json={"tokens": [1]}, headers=key).status_code == 200
+
+
+# -- the format from the flags encode takes, or from the shards' manifest (issue 34 item 16) -------------------------
+
+
+def _inspect(capsys, *argv: str) -> tuple[int, str, str]:
+    from turnkit.cli import main
+
+    code = main(["inspect", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_command_line_takes_a_family_or_template_with_a_tokenizer(tool_model, tool_format, tmp_path, capsys):
+    """--family and --template (with --tokenizer and --token) as encode takes them; the same chips as --model."""
+    conversation = tmp_path / "weather.json"
+    conversation.write_text(json.dumps({"messages": CONVERSATION, "tools": TOOLS}))
+    expected = tool_format.encode(CONVERSATION, tools=TOOLS, split_turns=False)
+    template = tmp_path / "qwen.jinja"
+    template.write_text(families.get("qwen2.5").template, encoding="utf-8")
+    for source in (
+        ["--model", str(tool_model)],
+        ["--family", "qwen2.5", "--tokenizer", str(tool_model)],
+        ["--template", str(template), "--tokenizer", str(tool_model), "--token", "eos_token=<|im_end|>"],
+    ):
+        code, page, _ = _inspect(capsys, str(conversation), *source)
+        found = chips(parse(page))
+        assert code == 0 and [int(c["data-token-id"]) for c in found] == expected.input_ids.tolist(), source
+        assert [c["data-trained"] == "1" for c in found] == (expected.labels != -100).tolist()
+    code, _, err = _inspect(capsys, str(conversation), "--family", "qwen2.5")
+    assert code == 2 and err == (
+        "turnkit: error: --template and --family give no tokenizer: add --tokenizer PATH (a model folder or a .gguf "
+        "file), or use --model PATH\n"
+    )
+    code, _, err = _inspect(capsys, str(conversation))
+    assert code == 2 and err.startswith("turnkit: error: give the format to read CONVERSATION.json with: --model")
+
+
+def test_data_takes_its_model_from_the_manifest(shards, tool_model, tmp_path, capsys):
+    code, from_manifest, _ = _inspect(capsys, "--data", str(shards), "--sample", "3")
+    assert code == 0 and chips(parse(from_manifest))
+    code, named, _ = _inspect(capsys, "--data", str(shards), "--sample", "3", "--model", str(tool_model))
+    assert code == 0 and named == from_manifest
+    # one shard of the folder finds the manifest two levels up, as the tokenizer check does
+    one = sorted((shards / "shards").rglob("*.parquet"))[0]
+    assert _inspect(capsys, "--data", str(one), "--sample", "1")[0] == 0
+    # shards away from their manifest, or a manifest whose model is gone: say so, and name --model
+    alone = tmp_path / "alone.parquet"
+    alone.write_bytes(one.read_bytes())
+    code, _, err = _inspect(capsys, "--data", str(alone))
+    assert code == 2 and err == (
+        f"turnkit: error: --data {alone}: no manifest names the model to read the shards with "
+        f"({tmp_path.parent / 'manifest.json'} is not there): give --model PATH (or default)\n"
+    )
+    moved = tmp_path / "moved"
+    shutil.copytree(shards, moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["options"]["model"] = str(tmp_path / "gone")
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = _inspect(capsys, "--data", str(moved))
+    assert code == 2 and err == (
+        f"turnkit: error: --data {moved}: its manifest names the model {tmp_path / 'gone'}, which is not here: give "
+        "--model PATH (the same tokenizer)\n"
+    )
+
+
+def test_advice_on_the_page_names_the_flag_and_the_flag_trains(tmp_path, capsys):
+    """SmolLM2's template writes no tool calls: the page says why the turn is untrained and names --allow-dropped (it
+    said allow_dropped=True, a Python argument); with the flag the turn's end marker is trained, as encode does."""
+    conversation = tmp_path / "call.json"
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    conversation.write_text(json.dumps(messages))
+    code, page, _ = _inspect(capsys, str(conversation), "--model", "default")
+    text = " ".join("".join(parse(page).itertext()).split())
+    assert code == 0 and "or pass --allow-dropped to train it anyway" in text and "allow_dropped" not in text
+    assert not [c for c in chips(parse(page)) if c["data-trained"] == "1"]
+    code, page, _ = _inspect(capsys, str(conversation), "--model", "default", "--allow-dropped")
+    trained = [c["text"] for c in chips(parse(page)) if c["data-trained"] == "1"]
+    assert code == 0 and trained == ["<|im_end|>"]
+    code, _, err = _inspect(capsys, str(conversation), "--model", "default", "--var", "allow_dropped=true")
+    assert code == 2 and "--var allow_dropped: this command sets allow_dropped itself; use --allow-dropped" in err

@@ -10,8 +10,9 @@ on a terminal, a table otherwise, ``--json`` for machines); ``--check-prefix`` r
 ``turnkit parse --model PATH REPLY`` reads a reply (text, or ids with ``--ids``) back into a message and says which
 reply format read it and why; ``--stream N`` parses in chunks as a server streams.
 
-``turnkit inspect CONV.json --model PATH [-o PAGE.html]`` writes one self-contained HTML page of its tokens;
-``--data SHARDS`` does the same for rows sampled from ``turnkit prepare``'s shards.
+``turnkit inspect CONV.json --model PATH [-o PAGE.html]`` (or ``--family``/``--template`` with ``--tokenizer``) writes
+one self-contained HTML page of its tokens; ``--data SHARDS`` does the same for rows sampled from ``turnkit prepare``'s
+shards (the model: the one their manifest names, unless given).
 
 ``turnkit add-chatml BASE --out DIR`` gives a base model folder the ChatML format and audits the result with doctor.
 

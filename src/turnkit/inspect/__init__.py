@@ -11,7 +11,7 @@ The server's playground (:mod:`turnkit.serve.app.ui`) shows its tokens with the 
 from turnkit.inspect.conversation import conversation_page
 from turnkit.inspect.page import Block, Chip, Example, Page, TurnComparison
 from turnkit.inspect.render import render_html
-from turnkit.inspect.shards import shards_page
+from turnkit.inspect.shards import prepared_model, shards_page
 from turnkit.inspect.tokens import ForgedMarker, Piece, TokenTexts
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "TokenTexts",
     "TurnComparison",
     "conversation_page",
+    "prepared_model",
     "render_html",
     "shards_page",
 ]

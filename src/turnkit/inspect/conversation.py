@@ -28,8 +28,12 @@ def conversation_page(
     tools: Tools | None = None,
     variables: Mapping[str, Any] | None = None,
     source: str = "",
+    allow_dropped: bool = False,
 ) -> Page:
     """The page model of a conversation encoded with ``fmt`` (see :func:`turnkit.inspect.render_html`).
+
+    ``allow_dropped``: train an assistant turn whose tool calls or content the template leaves out, as ``fmt.encode``
+    does with it (without it, such a conversation is shown untrained, with the reason).
 
     Raises what ``fmt.encode`` raises for a malformed conversation (:class:`~turnkit.errors.MessageError` naming the
     message and field, template errors).
@@ -54,7 +58,9 @@ def conversation_page(
         )
     else:
         try:
-            encoded = fmt.encode(messages, tools=tools, split_turns=not stable, **variables)
+            encoded = fmt.encode(
+                messages, tools=tools, split_turns=not stable, allow_dropped=allow_dropped, **variables
+            )
             if not stable:
                 notes.append(
                     "This template is not prefix-stable for this conversation (see train vs serve): one example "

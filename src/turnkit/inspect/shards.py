@@ -14,13 +14,14 @@ import hashlib
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 from turnkit.errors import InputError
 from turnkit.format import ChatFormat
 from turnkit.inspect.page import Page, example_from_arrays
 from turnkit.inspect.tokens import TokenTexts
 
-__all__ = ["shards_page"]
+__all__ = ["prepared_model", "shards_page"]
 
 
 def _parquet_files(path: Path) -> list[Path]:
@@ -35,16 +36,44 @@ def _parquet_files(path: Path) -> list[Path]:
     return files
 
 
-def _check_tokenizer(path: Path, fmt: ChatFormat) -> str:
-    """The manifest's note for the page; raises when the shards were made with another tokenizer."""
+def _manifest(path: Path) -> tuple[Path, dict[str, Any] | None]:
+    """Where the manifest of the shards under ``path`` is (the ``--out`` folder, or two levels above one of its
+    ``.parquet`` files), and what it holds (None when it is not there)."""
     manifest_path = path / "manifest.json" if path.is_dir() else path.parent.parent / "manifest.json"
     if not manifest_path.is_file():
-        return "No manifest.json beside the shards: the tokenizer they were made with is not checked."
+        return manifest_path, None
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {manifest_path}: {exc}") from None
-    expected = manifest.get("tokenizer_sha256") if isinstance(manifest, dict) else None
+    return manifest_path, manifest if isinstance(manifest, dict) else {}
+
+
+def prepared_model(path: str | Path) -> str:
+    """The model ``turnkit prepare`` made the shards under ``path`` with, as its manifest names it (a folder, a
+    ``.gguf`` file, or ``default``).
+
+    Raises:
+        InputError: No manifest names one (shards from elsewhere, or moved away from their manifest).
+    """
+    manifest_path, manifest = _manifest(Path(path))
+    options = (manifest or {}).get("options")
+    model = options.get("model") if isinstance(options, dict) else None
+    if not isinstance(model, str) or not model:
+        where = "names none" if manifest is not None else "is not there"
+        raise InputError(
+            f"--data {path}: no manifest names the model to read the shards with ({manifest_path} {where}): give "
+            "--model PATH (or default)"
+        )
+    return model
+
+
+def _check_tokenizer(path: Path, fmt: ChatFormat) -> str:
+    """The manifest's note for the page; raises when the shards were made with another tokenizer."""
+    _, manifest = _manifest(path)
+    if manifest is None:
+        return "No manifest.json beside the shards: the tokenizer they were made with is not checked."
+    expected = manifest.get("tokenizer_sha256")
     if expected:
         actual = hashlib.sha256(fmt.tokenizer.backend.to_str().encode()).hexdigest()
         if actual != expected:
