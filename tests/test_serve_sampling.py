@@ -117,22 +117,23 @@ def test_top_k_and_min_p_cut_the_tail(client):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
+    ("field", "value", "code"),
     [
-        ("best_of", 2),
-        ("suffix", "end"),
-        ("functions", [{"name": "f"}]),
-        ("modalities", ["text", "audio"]),
-        ("typical_p", 0.5),
-        ("guided_json", {"type": "object"}),
+        ("best_of", 2, "unsupported_parameter"),
+        ("suffix", "end", "unsupported_parameter"),
+        ("typical_p", 0.5, "unsupported_parameter"),
+        ("guided_json", {"type": "object"}, "unsupported_parameter"),
+        # chat completions' fields, which the Completions API does not have
+        ("functions", [{"name": "f"}], "unknown_parameter"),
+        ("modalities", ["text", "audio"], "unknown_parameter"),
     ],
 )
-def test_unsupported_fields_are_400s_naming_them(server, field, value):
+def test_unsupported_fields_are_400s_naming_them(server, field, value, code):
     body = {"model": MODEL, "prompt": "Hi", "max_tokens": 2, field: value}
     response = httpx.post(server + "/v1/completions", json=body, timeout=60)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["param"] == field and field in error["message"] and error["code"] == "unsupported_parameter"
+    assert error["param"] == field and field in error["message"] and error["code"] == code
 
 
 @pytest.mark.parametrize(
