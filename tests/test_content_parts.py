@@ -25,7 +25,7 @@ from corpus import (
 )
 from serve_harness import serving
 
-from turnkit import ChatFormat, Message, MessageError, TextPart
+from turnkit import ChatFormat, Message, MessageError, TemplateError, TextPart
 from turnkit.cli import main
 from turnkit.data import load_rows
 from turnkit.serve import ReplayBackend
@@ -232,30 +232,55 @@ def test_a_forged_turn_inside_a_text_part_stays_text(template, request):
     assert FORGED in fmt.tokenizer.decode(ids)  # the text is all there, as text
 
 
-@pytest.mark.parametrize(
-    "part",
-    [
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-        {"type": "file", "file": {"file_id": "file-1"}},
-    ],
-)
+MEDIA = [
+    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    {"type": "file", "file": {"file_id": "file-1"}},
+    {"type": "image"},  # transformers' own name, as multimodal processors take it
+]
+
+
+def _refused(call) -> MessageError:
+    with pytest.raises(MessageError) as caught:
+        call()
+    return caught.value
+
+
+@pytest.mark.parametrize("part", MEDIA, ids=[p["type"] for p in MEDIA])
 @pytest.mark.parametrize("template", ["smollm2", "qwen35"])
-def test_a_part_that_is_not_text_is_refused_naming_message_part_and_type(template, part, request):
+def test_a_media_part_is_refused_wherever_ids_are_made(template, part, request):
     fmt = request.getfixturevalue(template)
     chat = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]},
     ]
-    for call in (
-        lambda: fmt.render(chat, add_generation_prompt=True),
-        lambda: fmt.encode(chat, add_generation_prompt=True),
-    ):
-        with pytest.raises(MessageError) as caught:
-            call()
-        error = caught.value
+    calls = [lambda: fmt.encode(chat, add_generation_prompt=True), lambda: fmt.encode_batch([{"messages": chat}])]
+    if template == "smollm2":  # a template that reads a string cannot even show it
+        calls.append(lambda: fmt.render(chat, add_generation_prompt=True))
+    for call in calls:
+        error = _refused(call)
         assert (error.index, error.field, error.location) == (1, "content[1]", "messages[1].content[1]")
-        assert f"of type {part['type']!r}" in str(error) and "reads text only" in str(error)
+        assert f"of type {part['type']!r} cannot be given to this model: it reads text only" in str(error)
+
+
+def test_a_render_shows_a_picture_as_a_template_that_walks_parts_writes_it(qwen35, qwen35_tokenizer):
+    """Rendering is transformers' text: Qwen3.5 writes its vision placeholder for an image part. Only the ids, which
+    a text model cannot give a picture, refuse it (above)."""
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
+    expected = qwen35_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert "<|vision_start|><|image_pad|><|vision_end|>What is this?" in expected
+    assert qwen35.render(chat, add_generation_prompt=True) == expected
+
+
+def test_a_part_a_string_template_cannot_join_is_refused(smollm2, qwen35):
+    """A part that is neither text nor media (GLM's ``tool_reference``) is the template's to read when it walks
+    parts; a template that reads a string has no place for it."""
+    chat = [{"role": "user", "content": [{"type": "tool_reference", "tool_name": "get_weather"}]}]
+    error = _refused(lambda: smollm2.render(chat))
+    assert error.location == "messages[0].content[0]" and "reads content as a string" in str(error)
+    # Qwen3.5's own template refuses a part it does not know, in its own words
+    with pytest.raises(TemplateError, match="Unexpected item type in content"):
+        qwen35.render(chat)
 
 
 def test_an_assistants_refusal_part_is_its_text(smollm2, qwen35):

@@ -160,13 +160,16 @@ def test_content_parts_take_the_shape_the_template_reads():
 
 
 @pytest.mark.parametrize("content_format", ["string", "parts"])
-def test_a_part_that_is_not_text_is_refused_once_the_template_is_known(content_format):
+def test_a_media_part_is_refused_once_the_template_is_known(content_format):
     image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"}, image]}]
     assert normalize_conversation(messages)[1]["content"][1] == image
     with pytest.raises(MessageError, match="'image_url' cannot be given to this model: it reads text only") as caught:
         normalize_conversation(messages, content_format=content_format)
     assert caught.value.location == "messages[1].content[1]"
+    if content_format == "parts":  # a render passes it on to a template that walks parts, as transformers does
+        shown = normalize_conversation(messages, content_format="parts", media=True)
+        assert shown[1]["content"][1] == image
     with pytest.raises(MessageError) as caught:
         normalize_conversation([{"role": "assistant", "content": [{"type": "refusal"}]}], content_format="string")
     assert caught.value.location == "messages[0].content[0].refusal"

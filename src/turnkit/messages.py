@@ -12,9 +12,10 @@ plain JSON data a chat template sees, exactly as ``transformers.apply_chat_templ
   ``thinking``);
 * ``content`` sent as a list of parts (``[{"type": "text", "text": "Hi"}]``, as typed OpenAI SDK messages and chat
   UIs send it) is given in the shape the template reads, when the caller says which (``content_format``, decided from
-  the template by :func:`turnkit.template.content.content_format`): its text parts joined with ``"\n"`` for a template
-  that reads a string, the parts as sent for one that walks them. A part that is not text (``image_url``,
-  ``input_audio``, ``file`` ...) is then refused: turnkit renders text only.
+  the template by :func:`turnkit.template.content.content_format`): its text parts joined with ``"\\n"`` for a
+  template that reads a string, the parts as sent for one that walks them. A picture, sound, video or file part
+  (``image_url``, ``input_audio``, ``file`` ...) is refused wherever token ids are made, since turnkit's models read
+  text only; a render passes it on to a template that walks parts, as transformers does.
 
 Along the way every message is validated, and a problem raises :class:`~turnkit.MessageError` naming the message index
 and the field. Roles are data too: a role must be a plain lowercase word, so ``"user<|im_end|>"`` or a role with a
@@ -58,6 +59,23 @@ ContentFormat: TypeAlias = Literal["string", "parts"]
 #: The part types that hold text, and the key their text is under (``refusal``: an assistant's refusal, as the OpenAI
 #: API returns it and clients send it back).
 TEXT_PARTS = {"text": "text", "refusal": "refusal"}
+
+#: The part types that carry media, OpenAI's and transformers' names: a text model cannot read them.
+MEDIA_PARTS = frozenset(
+    {
+        "image_url",
+        "input_image",
+        "image",
+        "input_audio",
+        "audio",
+        "audio_url",
+        "video",
+        "video_url",
+        "file",
+        "input_file",
+    }
+)
+
 _STRING_FIELDS = ("tool_call_id", "name", *REASONING_FIELDS)
 
 
@@ -321,31 +339,42 @@ def _alias_reasoning(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def _shape_content(parts: list[dict[str, Any]] | tuple[dict[str, Any], ...], form: ContentFormat, index: int) -> Any:
-    """Checked parts in the shape a template reads: their text joined by newlines (``"string"``), or text parts
-    (``"parts"``: text parts as sent, a refusal part as a text part). A part that is not text is refused."""
+def _shape_content(
+    parts: list[dict[str, Any]] | tuple[dict[str, Any], ...], form: ContentFormat, index: int, *, media: bool
+) -> Any:
+    """Checked parts in the shape a template reads: their text joined by newlines (``"string"``: any other part is
+    refused, there is no text to join it as), or the parts (``"parts"``: a refusal part as a text part, a media part
+    refused unless ``media``; other parts, such as GLM's ``tool_reference``, are the template's to read)."""
     for n, part in enumerate(parts):
-        if part["type"] not in TEXT_PARTS:
-            raise MessageError(
-                f"a content part of type {part['type']!r} cannot be given to this model: it reads text only (send "
-                "{'type': 'text', 'text': ...} parts, or content as a string)",
-                index=index,
-                field=f"content[{n}]",
-            )
+        kind = part["type"]
+        if kind in TEXT_PARTS or (form == "parts" and (media or kind not in MEDIA_PARTS)):
+            continue
+        if kind in MEDIA_PARTS:
+            why = "it reads text only (send {'type': 'text', 'text': ...} parts, or content as a string)"
+        else:
+            why = "its chat template reads content as a string, and only text parts are joined into it"
+        raise MessageError(
+            f"a content part of type {kind!r} cannot be given to this model: {why}", index=index, field=f"content[{n}]"
+        )
     if form == "string":
         return "\n".join(part[TEXT_PARTS[part["type"]]] for part in parts)
-    return [part if part["type"] == "text" else {"type": "text", "text": part["refusal"]} for part in parts]
+    return [{"type": "text", "text": part["refusal"]} if part["type"] == "refusal" else part for part in parts]
 
 
 def normalize_conversation(
-    messages: Conversation, *, alias_reasoning: bool = True, content_format: ContentFormat | None = None
+    messages: Conversation,
+    *,
+    alias_reasoning: bool = True,
+    content_format: ContentFormat | None = None,
+    media: bool = False,
 ) -> list[dict[str, Any]]:
     """Validate a conversation and return it as fresh plain-data dicts, ready for a template.
 
     ``content_format`` is how the template reads ``content`` (:func:`turnkit.template.content.content_format`): a
-    content given as parts becomes their text joined by ``"\n"`` for ``"string"`` and stays parts for ``"parts"``,
-    and either way a part that is not text is refused. ``None`` leaves parts as they are (only checked), for callers
-    that normalise before they know the template.
+    content given as parts becomes their text joined by ``"\\n"`` for ``"string"`` (a part that is not text is
+    refused), and stays parts for ``"parts"`` (a picture, sound, video or file part refused unless ``media``: a
+    render shows it as transformers does, token ids for a text model cannot hold it). ``None`` leaves parts as they
+    are (only checked), for callers that normalise before they know the template.
 
     The input is never modified. Raises :class:`~turnkit.MessageError` naming the message index and the field.
     """
@@ -362,7 +391,7 @@ def normalize_conversation(
         if content_format is not None:
             content = message.get("content")
             if content is not None and type(content) is not str:
-                message["content"] = _shape_content(content, content_format, index)
+                message["content"] = _shape_content(content, content_format, index, media=media)
         out.append(_alias_reasoning(message) if alias_reasoning else message)
     if not out:
         raise MessageError("the conversation is empty; give at least one message")

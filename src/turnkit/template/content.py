@@ -21,8 +21,10 @@ every template that transformers lets write a text part's text is read as ``"par
 :func:`turnkit.messages.normalize_conversation` then gives the template what it reads: for ``"string"``, each
 message's text parts joined with ``"\\n"`` (as vLLM joins them, and as the Responses and Messages APIs join their
 text blocks; transformers' own server joins with a space, and the templates that walk parts put nothing between
-them); for ``"parts"``, the parts as sent, so the render is ``transformers.apply_chat_template``'s. Either way a part
-that is not text (an image, audio, a file) is refused: turnkit renders and serves text only.
+them); for ``"parts"``, the parts as sent, so the render is ``transformers.apply_chat_template``'s. A picture, sound,
+video or file part is refused wherever token ids are made (encode, ``turnkit prepare``, the server: turnkit's models
+read text only), and by a render for a template that reads a string, which has no place for it; a render for a
+template that walks parts shows it as transformers does (Qwen3.5's ``<|vision_start|><|image_pad|><|vision_end|>``).
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ def render_template(
             "message, the second opens a new assistant turn"
         )
     template = compile_template(source, provenance=with_data_spans)
-    chat = normalize_conversation(messages, content_format=content_format(source))
+    # a picture's part is the template's to show, as transformers shows it; encode refuses it (no ids can hold it)
+    chat = normalize_conversation(messages, content_format=content_format(source), media=True)
     schemas = plain_data(tool_schemas(tools))
     if documents is not None:
         for index, document in enumerate(documents):
