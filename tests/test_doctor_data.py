@@ -198,3 +198,33 @@ def test_replies_that_hold_only_the_end_marker(tmp_path, capsys):
     assert "labels-empty-reply" in printed
     assert "1 of 5 trained replies in 4 examples hold nothing but the end-of-turn marker '<|im_end|>'" in printed
     assert "first in record data.jsonl:4" in printed
+
+
+def test_shards_of_conversations_that_open_with_the_assistant_pass_doctor(tmp_path, capsys, smollm2_hf_folder):
+    """A bot's greeting first, a greeting alone, a tool result first: prepare trains each reply and its end marker
+    only (it had trained the default system prompt and the header before a greeting), so doctor finds no error in
+    turnkit's own shards."""
+    records = [
+        {
+            "messages": [
+                {"role": "assistant", "content": "Hi! How can I help?"},
+                {"role": "user", "content": "Name a colour."},
+                {"role": "assistant", "content": "Blue."},
+            ]
+        },
+        {"messages": [{"role": "assistant", "content": "Welcome back."}]},
+        {"messages": [{"role": "tool", "content": '{"temperature": 21}'}, {"role": "assistant", "content": "Mild."}]},
+    ]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "out"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(out)]) == 0
+    tokenizer = ChatFormat.from_pretrained(smollm2_hf_folder).tokenizer
+    trained = {
+        row["record_id"]: tokenizer.decode([label for label in row["labels"] if label != -100]) for row in _rows(out)
+    }
+    assert sorted(trained.values()) == sorted(
+        ["Hi! How can I help?<|im_end|>Blue.<|im_end|>", "Welcome back.<|im_end|>", "Mild.<|im_end|>"]
+    )
+    capsys.readouterr()
+    assert main(["doctor", "--data", str(out)]) == 0, capsys.readouterr().out

@@ -72,6 +72,49 @@ def test_every_assistant_turn_is_trained_with_its_end_marker(fmt):
     assert np.all(encoding.labels[encoding.assistant_mask == 1] == encoding.input_ids[encoding.assistant_mask == 1])
 
 
+GREETING_FIRST = [
+    {"role": "assistant", "content": "Hi! How can I help?"},
+    {"role": "user", "content": "Name a colour."},
+    {"role": "assistant", "content": "Blue."},
+]
+OPENINGS = {
+    "assistant first": GREETING_FIRST,
+    "assistant only": GREETING_FIRST[:1],
+    "tool first": [{"role": "tool", "content": '{"temperature": 21}'}, {"role": "assistant", "content": "21 degrees."}],
+    "system first": [{"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "Hi!"}],
+}
+
+
+@pytest.mark.parametrize("family", [None, "qwen2.5", "chatml"])
+@pytest.mark.parametrize("opening", list(OPENINGS))
+def test_a_conversation_that_opens_with_the_assistant_trains_only_the_replies(fmt, opening, family):
+    """A bot's greeting first (common in chat datasets) trained the default system prompt and the header before it
+    (SmolLM2's and Qwen2.5's templates write a system prompt when the first message is not a system message; ChatML
+    only the header); every opening now trains each reply and its end marker, with turns="all" and "last"."""
+    if family is not None:
+        fmt = ChatFormat.from_family(family, tokenizer=fmt.tokenizer)
+    messages = OPENINGS[opening]
+    replies = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
+    assert fmt.encode(messages).trained_text(fmt.tokenizer.decode) == replies
+    assert fmt.encode(messages, turns="last").trained_text(fmt.tokenizer.decode) == replies[-1:]
+    assert [e.trained_text(fmt.tokenizer.decode) for e in fmt.encode(messages, split_turns=True)] == [
+        [reply] for reply in replies
+    ]
+
+
+def test_the_encode_command_trains_only_the_replies_of_a_greeting_first(fmt, tmp_path, capsys):
+    import json
+
+    from turnkit.cli import main
+
+    conversation = tmp_path / "conversation.json"
+    conversation.write_text(json.dumps(GREETING_FIRST))
+    assert main(["encode", "--model", "default", "--json", str(conversation)]) == 0
+    encoding = json.loads(capsys.readouterr().out)
+    trained = [label for label in encoding["labels"] if label != IGNORE_INDEX]
+    assert fmt.tokenizer.decode(trained) == "Hi! How can I help?<|im_end|>Blue.<|im_end|>"
+
+
 def test_turn_options(fmt):
     messages = [
         {"role": "user", "content": "a"},

@@ -21,12 +21,13 @@ followed by later messages), so where the job's data needed no marker broken the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from turnkit.encode.job import render_context
 from turnkit.encode.prefix import TurnCheck, as_generated, compare_turn, serving_prompt
-from turnkit.errors import EncodeError, TemplateError
+from turnkit.errors import EncodeError, TemplateError, TurnkitError
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.splice import SplicingRenderer
 
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from turnkit.encode.job import Job
 
 __all__ = ["History"]
+
+#: The conversation whose generation prompt gives the header where the turn's own earlier messages cannot.
+_PROBE = [{"role": "user", "content": "Hello."}]
 
 
 class History:
@@ -67,23 +71,34 @@ class History:
         ).text
 
     def header(self, job: Job, index: int) -> str | None:
-        """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up."""
+        """The generation-prompt header (``<|im_start|>assistant\\n``), from the template, cached per set-up.
+
+        It is what the generation prompt adds to the messages before the turn; for a turn with none before it (a
+        conversation that opens with the assistant's greeting) or whose messages before it do not render alone (a
+        tool result first), what it adds to one user message. Not what it adds to no message at all: a template that
+        writes a default system prompt when the first message is not a system message writes none for an empty
+        conversation, so that difference would hold the system prompt (and train it).
+        """
         tools, variables = job.tools, job.variables
         key = (job.source, tools is not None, repr(sorted(variables.items())) if variables else "")
         if key in self._headers:
             return self._headers[key]
-        header = None
-        prefix = job.chat[:index]
-        if prefix:
+        rendered = False
+        for prefix in (job.chat[:index], _PROBE):
+            if not prefix:
+                continue
             try:
                 with_prompt = self.render(job, prefix, add_generation_prompt=True)
                 without = self.render(job, prefix)
             except TemplateError:
-                return None  # this prefix is not renderable alone; try again with another turn
+                continue  # not renderable alone; the probe, or another turn, may be
+            rendered = True
             if with_prompt.startswith(without) and len(with_prompt) > len(without):
-                header = with_prompt[len(without) :]
-        self._headers[key] = header
-        return header
+                self._headers[key] = header = with_prompt[len(without) :]
+                return header
+        if rendered:
+            self._headers[key] = None  # the generation prompt is not an addition: the serving prompt locates turns
+        return None
 
     def prompt_start(self, job: Job, index: int) -> int:
         """Where turn ``index`` starts: the end of its serving prompt, which must be a prefix of the full render."""
@@ -104,6 +119,56 @@ class History:
                 f"with split_turns=True (see check_prefix_stable); {_where(check)}"
             )
         return len(prompt)
+
+    def opening_reply_start(self, job: Job, after_header: int | None, first: int | None) -> int:
+        """Where the reply of a conversation that opens with the assistant (a bot's greeting) starts: right after its
+        generation-prompt header (``after_header``, where it was found), never before the reply's first character
+        (``first``) when that is all that can be told.
+
+        The text before an opening reply is not how the model is ever served for it: a template may write its default
+        system prompt before the first message (SmolLM2, Qwen2.5), or into the first message whatever its role
+        (Gemma-based ones, which have no system turn), or no header at all before a first assistant message; none of
+        it is the reply's. What the template writes between the header and the reply when a user message comes first
+        (Qwen3's empty ``<think></think>``) is the reply's, and stays trained.
+        """
+        text = job.text
+        if after_header is None:
+            after_header = self._empty_prompt_end(job)
+        if first is None:
+            if after_header is not None:
+                return after_header
+            raise EncodeError(
+                "cannot tell where the reply of message 0 starts: the conversation opens with an assistant message "
+                "that holds no text, and the template's generation prompt is not found before it; leave the turn out "
+                '("train": false) or start the conversation with a user or system message'
+            )
+        if after_header is None or after_header > first:
+            return first
+        gap = text[after_header:first]
+        if not gap.strip():
+            return after_header
+        header = self.header(job, 0)
+        reference = None
+        with contextlib.suppress(TurnkitError):
+            reference = self.render(job, [*_PROBE, job.chat[0]])
+        if reference is not None and header:
+            after = reference.rfind(header)
+            at = reference.find(text[first : first + 16], after + len(header)) if after >= 0 else -1
+            if at >= 0:
+                written = reference[after + len(header) : at]
+                if gap.endswith(written):
+                    return first - len(written)
+        return first
+
+    def _empty_prompt_end(self, job: Job) -> int | None:
+        """The end of the empty conversation's serving prompt where the full render begins with it (and it is more
+        than the empty render: a generation prompt), else ``None``."""
+        try:
+            prompt = self.render(job, [], add_generation_prompt=True)
+            empty = self.render(job, [])
+        except TurnkitError:
+            return None
+        return len(prompt) if prompt != empty and job.text.startswith(prompt) else None
 
     def ending(self, job: Job, index: int) -> str:
         """The render of the conversation up to turn ``index``: where the template ends the turn when it is last."""

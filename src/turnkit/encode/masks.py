@@ -8,7 +8,9 @@ Two sources, picked per template (``masks="auto"``):
   generation-prompt header before it to its end-of-turn marker, inclusive (the marker is how the model learns to
   stop); the separator after the marker is not trained, since the model never generates it. Where the header or
   the marker cannot be found, renders of the conversation cut short locate the turn (:mod:`turnkit.encode.history`),
-  and a template that is not prefix-stable there is refused rather than trained in the wrong context.
+  and a template that is not prefix-stable there is refused rather than trained in the wrong context. A reply that
+  opens the conversation (a greeting first) trains from its header, or its first character, never the text a template
+  writes before a first message (:meth:`~turnkit.encode.history.History.opening_reply_start`).
 
 Which turns are selected: ``turns`` (all, the last, none), overridden by each message's own ``train`` flag. Nothing
 selected and nothing trained raises :class:`~turnkit.errors.EmptyMaskError` (transformers only logs a warning and
@@ -97,7 +99,9 @@ class Masks:
             at = text.rfind(header, lower, first)
             if at >= 0:
                 start = at + len(header)
-        if start is None:
+        if index == 0:
+            start = self.history.opening_reply_start(job, start, first)
+        elif start is None:
             start = self.history.prompt_start(job, index)
         after = max(start, last if last is not None else start)
         limit = turns.next_message_start(index)
