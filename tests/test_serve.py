@@ -293,6 +293,35 @@ def test_the_torch_engine_takes_a_longer_context_with_yarn(smollm2_gguf):
         engine.close()
 
 
+def test_the_torch_engine_never_samples_a_row_past_the_tokenizers_ids():
+    """A model whose output layer has more rows than the tokenizer has ids (padded, as Qwen's): those rows have no
+    token, so the engine leaves them out of every choice, however they score (here: biased far above the rest)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from turnkit.serve import GenerationRequest
+    from turnkit.serve.engines.torch import TorchBackend
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    padded = {token: 100.0 for token in range(48, 64)}
+
+    async def tokens(engine, **sampling):
+        request = GenerationRequest([1, 2, 3], max_tokens=6, logit_bias=padded, **sampling)
+        return [event.token_id async for event in engine.submit(request, asyncio.get_running_loop())]
+
+    for vocabulary, expected in ((None, lambda ids: all(t >= 48 for t in ids)), (48, lambda ids: max(ids) < 48)):
+        engine = TorchBackend(LlamaForCausalLM(config), name="tiny", context_length=64, vocabulary=vocabulary)
+        try:
+            for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 3}):
+                assert expected(asyncio.run(tokens(engine, **sampling))), (vocabulary, sampling)
+        finally:
+            engine.close()
+
+
 # -- the replay backend: tool calls, API key, busy -------------------------------------------------------------------
 
 

@@ -51,7 +51,10 @@ class TorchBackend:
         max_batch: int = 16,
         max_queue: int = 64,
         queue_timeout: float | None = 60.0,
+        vocabulary: int | None = None,
     ):
+        """``vocabulary``: the tokenizer's ids (one past its largest); a model whose output layer has more rows
+        (padded for speed, as Qwen's 151,936 for 151,665 ids) never samples the rows no token has."""
         import torch
 
         self.torch = torch
@@ -61,6 +64,7 @@ class TorchBackend:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.device = next(model.parameters()).device
+        self.vocabulary = vocabulary
         self._inbox = Inbox(max_batch, max_queue, queue_timeout=queue_timeout)
         self._active: list[_Sequence] = []
         self._cache: Any = None
@@ -101,6 +105,7 @@ class TorchBackend:
         if cuda:
             model = model.to("cuda")  # type: ignore[arg-type]  # transformers types .to() through a wrapper
         name = path.stem if path.is_file() else path.name
+        kwargs.setdefault("vocabulary", _tokenizer_ids(folder))
         return cls(model, name=name, context_length=context or trained, **kwargs)
 
     # -- the server's side --------------------------------------------------------------------------------------
@@ -230,6 +235,8 @@ class TorchBackend:
     def _sample(self, sequences: list[_Sequence], logits: Any) -> list[TokenEvent]:
         torch = self.torch
         logits = logits.float()
+        if self.vocabulary is not None and logits.shape[-1] > self.vocabulary:
+            logits = logits[:, : self.vocabulary]  # rows past the tokenizer's ids: no token to sample
         logprobs = (
             torch.log_softmax(logits, dim=-1) if any(s.request.top_logprobs is not None for s in sequences) else None
         )
@@ -348,3 +355,14 @@ def _pad_left_mask(mask: Any, size: int) -> Any:
     if missing <= 0:
         return mask
     return torch.cat([torch.zeros((mask.shape[0], missing), dtype=mask.dtype, device=mask.device), mask], dim=1)
+
+
+def _tokenizer_ids(folder: Path) -> int | None:
+    """One past the largest id of the folder's ``tokenizer.json`` (added tokens included), ``None`` without one."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    vocabulary = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+    return max(vocabulary.values()) + 1 if vocabulary else None
