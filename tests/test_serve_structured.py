@@ -130,3 +130,69 @@ def test_tools_on_a_template_that_ignores_them_are_a_400(client, server):
     # the same weights with a template that shows tools accept them
     shown = client.chat.completions.create(model="qwen-tools", messages=ASK, tools=TOOLS, max_tokens=2)
     assert shown.choices[0].finish_reason in ("length", "stop", "tool_calls")
+
+
+#: An ordinary tool schema: it names its keys and says nothing of others (JSON Schema leaves the object open).
+OPEN_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 16}, "days": {"type": "integer", "maximum": 7}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_sampled_forced_calls_of_an_ordinary_schema_add_no_keys(client):
+    """A forced call decodes an object schema as OpenAI's strict mode does: no key the schema does not name. Sampled,
+    such calls had grown keys of their own (``{"city": "Oslo", "temperature": {"temperature": ...``) until the budget
+    cut them, arguments not JSON."""
+    closed = {**OPEN_WEATHER["function"]["parameters"], "additionalProperties": False}
+    reply = client.chat.completions.create(
+        model="qwen-tools",
+        messages=[{"role": "user", "content": "What is the weather in Oslo this week?"}],
+        tools=[OPEN_WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=1.0,
+        seed=11,
+        n=8,
+        max_tokens=96,
+    )
+    for choice in reply.choices:
+        (call,) = choice.message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), closed)
+        assert choice.finish_reason in ("tool_calls", "stop"), choice
+
+
+def test_strict_objects_closes_what_names_its_keys_and_nothing_else():
+    from turnkit.serve.structured import strict_objects
+
+    item = {"type": "object", "properties": {"x": {"type": "number"}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "point": item,
+            "points": {"type": "array", "items": item},
+            "either": {"anyOf": [item, {"type": "string"}]},
+            "ref": {"$ref": "#/$defs/thing"},
+            "open": {"type": "object"},
+            "mapping": {"type": "object", "additionalProperties": item},
+            "said": {**item, "additionalProperties": True},
+            "merged": {"allOf": [item, {"properties": {"y": {"type": "number"}}}]},
+        },
+        "$defs": {"thing": item},
+    }
+    out = strict_objects(schema)
+    closed = {**item, "additionalProperties": False}
+    props = out["properties"]
+    assert out["additionalProperties"] is False and out["$defs"]["thing"] == closed
+    assert props["point"] == closed and props["points"]["items"] == closed and props["either"]["anyOf"][0] == closed
+    assert props["open"] == {"type": "object"}  # it asked for any object
+    assert props["mapping"]["additionalProperties"] == closed and "properties" not in props["mapping"]
+    assert props["said"]["additionalProperties"] is True  # what a schema says stands
+    assert all("additionalProperties" not in member for member in props["merged"]["allOf"])  # each names a share
+    assert schema["properties"]["point"] == item  # the caller's schema is not changed

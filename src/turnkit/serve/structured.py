@@ -12,7 +12,8 @@ from wandering into endless blank space.
 * A forced tool call (``tool_choice`` ``required`` or a named function, Anthropic's ``any`` or ``tool``):
   :func:`forced_call` writes the start of the call for the model (the start marker and ``{"name": ``), and the rest
   is decoded under a grammar: one of the offered names, then arguments under *that* tool's JSON schema, then the end
-  marker. So a forced call always parses and its arguments validate against the schema. Only the tagged-JSON formats
+  marker, with every object that names its properties closed to other keys (:func:`strict_objects`, OpenAI's strict
+  mode). So a forced call parses and its arguments validate against the schema. Only the tagged-JSON formats
   (``<tool_call>{...}</tool_call>``: ``hermes``, ``qwen3``) have a call to write; any other is a 400.
 """
 
@@ -28,7 +29,7 @@ from turnkit.format import ChatFormat
 from turnkit.parse.formats import Lit
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest
 
-__all__ = ["ForcedCall", "JsonConstraint", "checked", "constraint_for", "forced_call"]
+__all__ = ["ForcedCall", "JsonConstraint", "checked", "constraint_for", "forced_call", "strict_objects"]
 
 #: Compact JSON: no whitespace the grammar leaves free (see the module's docstring).
 _COMPACT: Any = {"whitespace_flexible": False}
@@ -150,10 +151,55 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
 
 
 def _schema(schema: Any) -> str:
-    """A tool's parameters as an llguidance ``%json`` item, compact; no schema (or an empty one) is any object."""
-    schema = dict(schema) if isinstance(schema, dict) and schema else {"type": "object"}
+    """A tool's parameters as an llguidance ``%json`` item, compact and strict (:func:`strict_objects`); no schema (or
+    an empty one) is any object."""
+    schema = strict_objects(dict(schema)) if isinstance(schema, dict) and schema else {"type": "object"}
     schema["x-guidance"] = {**schema.get("x-guidance", {}), **_COMPACT}
     return "%json " + json.dumps(schema)
+
+
+#: Keywords whose value is one subschema, or a list or a map of them, that a forced call's object may be inside.
+_ONE, _LISTS, _MAPS = (
+    ("items", "additionalItems", "contains", "not", "if", "then", "else"),
+    (
+        "prefixItems",
+        "anyOf",
+        "oneOf",
+    ),
+    ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"),
+)
+
+
+def strict_objects(schema: Any, *, in_all_of: bool = False) -> Any:
+    """The schema with every object that names its properties closed to other keys (``additionalProperties: false``
+    where it says nothing), as OpenAI's strict mode decodes tools.
+
+    JSON Schema leaves an object open by default, so a grammar from an ordinary tool schema lets the model add keys
+    of any shape, and a small model sampled that way runs on (``{"city": "Oslo", "temperature": {"temperature": ...``)
+    until the token budget cuts the call. A schema that says ``additionalProperties`` keeps what it says; an object
+    with no named properties stays open (it asked for any object); the members of an ``allOf`` stay open, since each
+    names only its share of the keys and closing them would allow no object at all.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _ONE:
+        if key in out:
+            out[key] = strict_objects(out[key])
+    for key in _LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [strict_objects(item) for item in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [strict_objects(item, in_all_of=True) for item in out["allOf"]]
+    for key in _MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: strict_objects(item) for name, item in out[key].items()}
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = strict_objects(out["additionalProperties"])
+    names_keys = isinstance(out.get("properties"), dict) and out["properties"]
+    if names_keys and not in_all_of and "additionalProperties" not in out and "allOf" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def constraint_for(fmt: ChatFormat, req: ChatRequest) -> Callable[[], JsonConstraint] | None:
