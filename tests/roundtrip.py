@@ -111,13 +111,36 @@ class Outcome:
     rest: str = ""
 
 
+def with_named_ids(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with its calls' ids as Kimi K2 writes them (``functions.get_weather:0``)."""
+    calls = [
+        {**call, "id": f"functions.{call['function']['name']}:{index}"}
+        for index, call in enumerate(message.get("tool_calls", []))
+    ]
+    return {**message, "tool_calls": calls}
+
+
 def render_rest(fmt: ChatFormat, probe: Probe) -> tuple[str, str] | None:
     """``(prompt, rest)``, or None when the template refuses the probe or the full render does not continue the
-    prompt."""
-    messages = [USER, probe.message]
+    prompt. Calls take Mistral's nine-character ids; a template that writes a call's id but not its name (Kimi's
+    ``tool_call['id']`` alone) is given the ids Kimi's models write, which hold the name."""
+    rendered = _render_rest(fmt, probe.message, probe.tools)
+    calls = probe.message.get("tool_calls", [])
+    if (
+        rendered is not None
+        and calls
+        and not all(mark in rendered[1] for mark in probe.marks)
+        and any(call["id"] in rendered[1] for call in calls)
+    ):
+        return _render_rest(fmt, with_named_ids(probe.message), probe.tools) or rendered
+    return rendered
+
+
+def _render_rest(fmt: ChatFormat, message: dict[str, Any], tools: Any) -> tuple[str, str] | None:
+    messages = [USER, message]
     try:
-        prompt = fmt.render(messages[:1], tools=probe.tools, add_generation_prompt=True)
-        full = fmt.render(messages, tools=probe.tools)
+        prompt = fmt.render(messages[:1], tools=tools, add_generation_prompt=True)
+        full = fmt.render(messages, tools=tools)
     except TurnkitError:
         return None
     if not full.startswith(prompt):

@@ -14,8 +14,9 @@ the text around them is the syntax:
   before the first call (the block's start), the call's end and the block's end (the common start of "after the
   first call" and "after the last"); from two arguments: each argument's literals (a type attribute where a string
   and an integer argument differ); from a call without arguments: where the name ends. Text that differs between
-  the two calls where nothing varies (Kimi's ``:0`` and ``:1``) becomes a hole that is read and dropped; the call's
-  id, where the template writes it, becomes the call id.
+  the two calls where nothing varies becomes a hole that is read and dropped; the call's id, where the template
+  writes it, becomes the call id; an id that holds the name (Kimi's ``functions.NAME:INDEX``, where the probes had
+  to be given such ids for the template to show a name at all) is one hole that gives both.
 
 The result is checked like any other reading, by parsing the probes back (:mod:`.select`); a derivation that does
 not fit is simply not chosen.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from turnkit.parse import probes as p
 from turnkit.parse.formats import Arguments, Element, Hole, Lit, Reasoning, ReplyFormat, ToolSyntax
@@ -366,6 +367,38 @@ def _mark_ids(text: str) -> str:
 
 
 def _tool_syntax(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
+    syntax = _calls(rendered, lead, ends)
+    if syntax is not None and any(rendered[n].probe.named_ids for n in ("one_call", "two_calls")):
+        syntax = replace(syntax, call=_named_id(syntax.call))
+    return syntax
+
+
+_INDEX = re.compile(re.escape(p.NAMED_ID_INDEX) + r"\d+")
+
+
+def _named_id(call: tuple[Element, ...]) -> tuple[Element, ...]:
+    """Where the probes' ids were Kimi's ``functions.NAME:INDEX`` and the name was found inside one (a template that
+    writes ``tool_call['id']`` alone), the whole id is one ``named_id`` hole: it is the call's id, and the name is
+    read from it. The index is a ``skip`` hole after ``:`` where two calls' indexes differ, or ``:0`` in a literal
+    where only one call is written."""
+    at = next((n for n, e in enumerate(call) if e == Hole("name")), None)
+    if at is None or at == 0:
+        return call
+    before, after = call[at - 1], list(call[at + 1 :])
+    if not isinstance(before, Lit) or not before.text.endswith(p.NAMED_ID_PREFIX):
+        return call
+    if after[:2] == [Lit(p.NAMED_ID_INDEX), Hole("skip")]:
+        after = after[2:]
+    elif after and isinstance(after[0], Lit) and (index := _INDEX.match(after[0].text)):
+        left = after[0].text[index.end() :]
+        after = [*([Lit(left)] if left else []), *after[1:]]
+    else:
+        return call
+    head = before.text[: -len(p.NAMED_ID_PREFIX)]
+    return (*call[: at - 1], *([Lit(head)] if head else []), Hole("named_id"), *after)
+
+
+def _calls(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
     one, two = rendered["one_call"], rendered["two_calls"]
     if not two.written or two.rest is None:
         return _single_call(one, lead, ends) if one.written else None

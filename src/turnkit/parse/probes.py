@@ -8,12 +8,17 @@ the template writes for that reply. Names and values are sentinels that no templ
 * ``reasoning``: ``reasoning_content`` and content;
 * ``one_call``: a call with a string and an integer argument; ``two_calls``: it and a second call with a boolean;
   ``bare_call``: a call with no arguments (where a name ends when nothing follows it).
+
+Call ids take the shapes real models write, since some templates write the id and nothing else: first Mistral's nine
+letters and digits (Mistral's templates refuse any other id); where a template writes a call but not its name, again
+with Kimi K2's ``functions.NAME:INDEX`` (Kimi's templates that write ``tool_call['id']`` alone: the name is in the
+id, and the reading takes it from there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.errors import TurnkitError
@@ -28,11 +33,14 @@ __all__ = [
     "SECOND",
     "Probe",
     "Rendered",
+    "named_id",
     "render_probes",
 ]
 
 FIRST, SECOND = "probe_alpha", "probe_beta"
 FIRST_ID, SECOND_ID = "aB3dE5gH7", "Zq9Wx8Vu7"  # nine letters and digits: Mistral's templates check call ids
+#: How Kimi K2 writes a call id (``functions.get_weather:0``): the name is in it.
+NAMED_ID_PREFIX, NAMED_ID_INDEX = "functions.", ":"
 TEXT_KEY, COUNT_KEY, FLAG_KEY = "probe_text", "probe_count", "probe_flag"
 TEXT_VALUE, COUNT_VALUE = "probe value one", 42
 CONTENT = 'Probe answer: {"k": 1} <i>x</i>.'
@@ -65,6 +73,11 @@ PROBE_TOOLS: list[dict[str, Any]] = [
 _FIRST_CALL = {"name": FIRST, "arguments": {TEXT_KEY: TEXT_VALUE, COUNT_KEY: COUNT_VALUE}}
 
 
+def named_id(name: str, index: int) -> str:
+    """A call id as Kimi K2 writes it."""
+    return f"{NAMED_ID_PREFIX}{name}{NAMED_ID_INDEX}{index}"
+
+
 def _call(call_id: str, function: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": dict(function)}
 
@@ -80,6 +93,19 @@ class Probe:
     @property
     def calls(self) -> list[tuple[str, dict[str, Any]]]:
         return [(c["function"]["name"], c["function"]["arguments"]) for c in self.message.get("tool_calls", [])]
+
+    @property
+    def named_ids(self) -> bool:
+        """The calls' ids are Kimi's ``functions.NAME:INDEX``."""
+        return any(c["id"].startswith(NAMED_ID_PREFIX) for c in self.message.get("tool_calls", []))
+
+    def with_named_ids(self) -> Probe:
+        """The same reply with each call's id as Kimi K2 writes it: ``functions.NAME:INDEX``."""
+        calls = [
+            {**call, "id": named_id(call["function"]["name"], index)}
+            for index, call in enumerate(self.message.get("tool_calls", []))
+        ]
+        return replace(self, message={**self.message, "tool_calls": calls})
 
     @property
     def marks(self) -> tuple[str, ...]:
@@ -138,28 +164,41 @@ class Rendered:
 
 
 def render_probes(template: ChatTemplate) -> dict[str, Rendered]:
-    """Every probe rendered through ``template``, by name."""
+    """Every probe rendered through ``template``, by name: a call whose render shows its id but not its name is
+    rendered again with ids that hold the name (Kimi's), and kept so where the template writes it then."""
     out = {}
     for probe in PROBES:
-        messages = [_USER, probe.message]
-        try:
-            prompt = template.render(messages[:1], tools=probe.tools, add_generation_prompt=True).text
-            full = template.render(messages, tools=probe.tools).text
-        except TurnkitError:
-            out[probe.name] = Rendered(probe, None, None, refused=True)
-            continue
-        if full.startswith(prompt):
-            out[probe.name] = Rendered(probe, prompt, full[len(prompt) :], prompt)
-            continue
-        # A template whose generation prompt differs from its render of a final reply (a thinking prompt ending
-        # "<think>\n" while the reply is rendered "<think></think>..."): the reply is what follows the part both
-        # share, as long as that holds the user's turn.
-        shared = _shared_prefix(prompt, full)
-        if _USER["content"] in full[:shared]:
-            out[probe.name] = Rendered(probe, prompt[:shared], full[shared:], prompt)
-        else:
-            out[probe.name] = Rendered(probe, prompt, None, prompt)
+        rendered = _render(template, probe)
+        if _id_without_name(rendered):
+            named = _render(template, probe.with_named_ids())
+            if named.written:
+                rendered = named
+        out[probe.name] = rendered
     return out
+
+
+def _id_without_name(rendered: Rendered) -> bool:
+    rest = rendered.rest
+    calls = rendered.probe.message.get("tool_calls", [])
+    return rest is not None and not rendered.written and any(call["id"] in rest for call in calls)
+
+
+def _render(template: ChatTemplate, probe: Probe) -> Rendered:
+    messages = [_USER, probe.message]
+    try:
+        prompt = template.render(messages[:1], tools=probe.tools, add_generation_prompt=True).text
+        full = template.render(messages, tools=probe.tools).text
+    except TurnkitError:
+        return Rendered(probe, None, None, refused=True)
+    if full.startswith(prompt):
+        return Rendered(probe, prompt, full[len(prompt) :], prompt)
+    # A template whose generation prompt differs from its render of a final reply (a thinking prompt ending
+    # "<think>\n" while the reply is rendered "<think></think>..."): the reply is what follows the part both share,
+    # as long as that holds the user's turn.
+    shared = _shared_prefix(prompt, full)
+    if _USER["content"] in full[:shared]:
+        return Rendered(probe, prompt[:shared], full[shared:], prompt)
+    return Rendered(probe, prompt, None, prompt)
 
 
 def _shared_prefix(a: str, b: str) -> int:
