@@ -246,12 +246,14 @@ def test_what_codex_sends_is_accepted_and_the_rest_refused(client):
         prompt_cache_key="session-1",
         parallel_tool_calls=True,
         reasoning={"summary": "auto"},
+        tools=[{"type": "web_search", "external_web_access": False}],  # Codex's default: served without it
         extra_body={"client_metadata": {"x-codex-window-id": "w"}},
     )
     assert agent.status == "completed" and agent.output_text
+    assert [tool["type"] for tool in agent.model_extra["turnkit_dropped_tools"]] == ["web_search"]
     assert plain.output_text
     for bad, param in (
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "websearch"}]}, "tools[0].type"),  # no one's tool type
         ({"background": True}, "background"),
         ({"reasoning": {"effort": "high"}}, "reasoning.effort"),  # qwen2.5's template has no thinking switch
         (

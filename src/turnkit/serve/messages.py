@@ -17,14 +17,18 @@ unknown tool) cannot be a ``tool_use`` block; it is sent as the text the model w
 
 The body's fields are :data:`FIELDS`: fields that do not change the output (``metadata``, ``cache_control``,
 ``service_tier``, the ``keep: "all"`` thinking edit of ``context_management`` ...) are accepted; a field that would
-change the result and cannot be honoured (an image block, a server tool, an MCP server ...) is a 400 naming it, and so
-is a field the API does not have (``seed``). Errors have Anthropic's shape (:func:`error_body`) and name the body's own
+change the result and cannot be honoured (an image block, an MCP server ...) is a 400 naming it, and so is a field the
+API does not have (``seed``). The tools Anthropic defines (:data:`BUILTIN_TOOLS`: server tools such as
+``web_search_20250305``, and client tools whose schema is built into Claude, such as ``bash_20250124``) are left out of
+the prompt and named in the reply's ``turnkit_dropped_tools``, or refused with a 400 where the server is told to
+(``refuse_builtin``). Errors have Anthropic's shape (:func:`error_body`) and name the body's own
 places (``messages[1].content[2].input``), also for errors found once the conversation was translated.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -34,7 +38,9 @@ from turnkit.parse.reply import CallStatus, EndReason
 from turnkit.serve.protocol import (
     TEMPLATE_FIELDS,
     APIError,
+    BuiltinTools,
     ChatRequest,
+    DroppedTool,
     Fields,
     Thinking,
     Wording,
@@ -46,7 +52,16 @@ from turnkit.serve.protocol import (
 )
 from turnkit.serve.session import Session
 
-__all__ = ["FIELDS", "Event", "MessagesRequest", "error_body", "fold_message", "message_events", "parse_messages"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "FIELDS",
+    "Event",
+    "MessagesRequest",
+    "error_body",
+    "fold_message",
+    "message_events",
+    "parse_messages",
+]
 
 Event = dict[str, Any]
 
@@ -121,6 +136,27 @@ _FIELD_NAMES = {"response_format": "output_config.format"}
 _UNREADABLE = {"image", "document", "search_result", "container_upload"}
 _SERVER_BLOCKS = {"server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result"}
 
+#: The tools Anthropic defines (:class:`~.protocol.BuiltinTools`), each a type with a version date
+#: (``web_search_20250305``): server tools, run on Anthropic's servers, and client tools the client runs whose input
+#: schema is built into Claude (the request gives none). A dated type not listed is one of Anthropic's too.
+BUILTIN_TOOLS = BuiltinTools(
+    "Anthropic",
+    hosted=frozenset(
+        {
+            "web_search",
+            "web_fetch",
+            "code_execution",
+            "tool_search_tool_regex",
+            "tool_search_tool_bm25",
+            "mcp_toolset",
+            "advisor",
+        }
+    ),
+    client=frozenset({"bash", "text_editor", "computer", "memory", "browser_toolset", "computer_toolset"}),
+    dated=re.compile(r"_\d{8}$"),
+    any_dated=True,
+)
+
 
 def error_body(error: APIError) -> dict[str, Any]:
     """An :class:`~.protocol.APIError` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
@@ -150,10 +186,13 @@ class MessagesRequest:
 
     chat: ChatRequest
     show_thinking: bool = True
+    dropped_tools: tuple[DroppedTool, ...] = ()  # built-in tools left out of the prompt
 
 
-def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesRequest:
-    """A Messages body (or a ``count_tokens`` body, which has no ``max_tokens``), checked field by field."""
+def parse_messages(body: dict[str, Any], *, counting: bool = False, refuse_builtin: bool = False) -> MessagesRequest:
+    """A Messages body (or a ``count_tokens`` body, which has no ``max_tokens``), checked field by field. A tool
+    Anthropic defines (:data:`BUILTIN_TOOLS`) is left out of the prompt and listed in ``dropped_tools``, or with
+    ``refuse_builtin`` a 400."""
     FIELDS.check(body)
     max_tokens = read_field(body, "max_tokens", int)
     if max_tokens is None and not counting:
@@ -171,7 +210,7 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesR
     raw_tools = read_field(body, "tools", list, [])
     messages, places, referenced = _conversation(body)
     wording = Wording(_FIELD_NAMES, places)
-    tools = _tools(raw_tools, referenced)
+    tools, dropped = _tools(raw_tools, referenced, refuse_builtin)
     tool_choice = _tool_choice(read_field(body, "tool_choice", dict))
     chat_body = {"messages": messages, "tools": tools or None, "tool_choice": tool_choice, **template_fields(body)}
     try:
@@ -182,7 +221,7 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False) -> MessagesR
     chat_input = replace(chat_input, continue_final=messages[-1]["role"] == "assistant", thinking=thinking)
     sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=1.0, stop=stops, top_k=top_k)
     chat = ChatRequest(**sampling, chat_input=chat_input, response_format=_output_format(body), wording=wording)
-    return MessagesRequest(chat, show_thinking=shown)
+    return MessagesRequest(chat, show_thinking=shown, dropped_tools=tuple(dropped))
 
 
 def _check_context_management(value: dict[str, Any] | None) -> None:
@@ -389,20 +428,27 @@ def _assistant(blocks: list[Any], where: str) -> tuple[dict[str, Any], dict[str,
     return message, place
 
 
-def _tools(raw: list[Any], referenced: set[str]) -> list[dict[str, Any]]:
-    """Client tools as function tools. A tool with ``defer_loading`` (tool search) is shown only once a
-    ``tool_reference`` has loaded it; Anthropic's server tools are a 400."""
+def _tools(
+    raw: list[Any], referenced: set[str], refuse_builtin: bool
+) -> tuple[list[dict[str, Any]], list[DroppedTool]]:
+    """Custom tools as function tools, and the tools Anthropic defines left out (a 400 with ``refuse_builtin``). A
+    tool with ``defer_loading`` (tool search) is shown only once a ``tool_reference`` has loaded it."""
     out = []
+    dropped: list[DroppedTool] = []
     for index, tool in enumerate(raw):
         where = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        left_out = BUILTIN_TOOLS.leave_out(kind, where, refuse=refuse_builtin)
+        if left_out is not None:
+            dropped.append(left_out)
+            continue
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
             raise APIError(400, "a tool must be an object with a name and an input_schema", param=where)
-        kind = tool.get("type", "custom")
-        if kind != "custom":
+        if kind not in (None, "custom"):
             raise APIError(
                 400,
-                f"the tool type {kind!r} (an Anthropic server or built-in tool) is not supported; give the tool's "
-                "name, description and input_schema",
+                f"the tool type {kind!r} is not supported: a tool here is a custom tool (type 'custom' or none) with "
+                "its name, description and input_schema",
                 param=f"{where}.type",
                 code="unsupported_parameter",
             )
@@ -415,7 +461,7 @@ def _tools(raw: list[Any], referenced: set[str]) -> list[dict[str, Any]]:
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
-    return out
+    return out, dropped
 
 
 def _tool_choice(choice: dict[str, Any] | None) -> str | dict[str, Any]:
@@ -442,11 +488,14 @@ def _tool_choice(choice: dict[str, Any] | None) -> str | dict[str, Any]:
 # -- the reply ---------------------------------------------------------------------------------------------------------
 
 
-async def message_events(session: Session, model: str, *, show_thinking: bool = True) -> AsyncGenerator[Event, None]:
-    """The stream events of one reply: ``message_start``, a ``ping``, the content blocks as the text and thinking
-    grow, then the tool calls (each one ``tool_use`` block), ``message_delta`` (stop reason, usage) and
+async def message_events(
+    session: Session, model: str, *, show_thinking: bool = True, dropped_tools: Sequence[DroppedTool] = ()
+) -> AsyncGenerator[Event, None]:
+    """The stream events of one reply: ``message_start`` (its message names the ``dropped_tools`` in
+    ``turnkit_dropped_tools``, a field Anthropic's clients keep and ignore), a ``ping``, the content blocks as the text
+    and thinking grow, then the tool calls (each one ``tool_use`` block), ``message_delta`` (stop reason, usage) and
     ``message_stop``."""
-    yield {
+    start: Event = {
         "type": "message_start",
         "message": {
             "id": f"msg_{session.request_id}",
@@ -464,6 +513,9 @@ async def message_events(session: Session, model: str, *, show_thinking: bool = 
             },
         },
     }
+    if dropped_tools:
+        start["message"]["turnkit_dropped_tools"] = [tool.to_dict() for tool in dropped_tools]
+    yield start
     yield {"type": "ping"}
     blocks = _Blocks()
     async with aclosing(session.steps()) as steps:

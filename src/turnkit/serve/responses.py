@@ -22,14 +22,18 @@ bounded, expiring), so ``previous_response_id`` continues it and ``GET``/``DELET
 
 The body's fields are :data:`FIELDS`: fields that do not change the output (``metadata``, ``prompt_cache_key``,
 ``client_metadata``, ``include`` of encrypted reasoning, ``user``...) are accepted; a field that would change it and
-cannot be honoured (a hosted tool, ``background``, ``truncation: "auto"``...) is a 400 naming it, and so is a field the
-API does not have (``max_tokens``: it is ``max_output_tokens`` here). Errors name the body's own places (``input[3]``,
+cannot be honoured (``background``, ``truncation: "auto"``...) is a 400 naming it, and so is a field the API does not
+have (``max_tokens``: it is ``max_output_tokens`` here). OpenAI's built-in tools (:data:`BUILTIN_TOOLS`: hosted ones
+such as ``web_search``, which Codex offers by default, and the client-run ones its models call in their own format)
+are left out of the prompt and named in the response's ``turnkit_dropped_tools``, or refused with a 400 where the
+server is told to (``refuse_builtin``). Errors name the body's own places (``input[3]``,
 ``max_output_tokens``), also for errors found once the input was translated into a chat request.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 import uuid
@@ -43,7 +47,9 @@ from turnkit.parse.reply import CallStatus, EndReason
 from turnkit.serve.protocol import (
     TEMPLATE_FIELDS,
     APIError,
+    BuiltinTools,
     ChatRequest,
+    DroppedTool,
     Fields,
     Wording,
     read_chat_input,
@@ -54,7 +60,7 @@ from turnkit.serve.protocol import (
 )
 from turnkit.serve.session import Session
 
-__all__ = ["FIELDS", "ResponseEvents", "ResponseStore", "ResponsesRequest", "parse_responses"]
+__all__ = ["BUILTIN_TOOLS", "FIELDS", "ResponseEvents", "ResponseStore", "ResponsesRequest", "parse_responses"]
 
 Event = dict[str, Any]
 
@@ -119,6 +125,27 @@ _FIELD_NAMES = {"messages": "input", "max_tokens": "max_output_tokens", "respons
 _MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
+#: OpenAI's built-in tool types (:class:`~.protocol.BuiltinTools`): hosted ones, run on OpenAI's servers, and the ones
+#: the client runs but OpenAI's models call as output items of their own (``computer_call``, ``local_shell_call``,
+#: ``custom_tool_call`` ...), never as function calls.
+BUILTIN_TOOLS = BuiltinTools(
+    "OpenAI",
+    hosted=frozenset(
+        {
+            "web_search",
+            "web_search_preview",
+            "file_search",
+            "code_interpreter",
+            "image_generation",
+            "mcp",
+            "tool_search",
+            "programmatic_tool_calling",
+        }
+    ),
+    client=frozenset({"computer", "computer_use_preview", "local_shell", "shell", "apply_patch", "custom"}),
+    dated=re.compile(r"_\d{4}_\d{2}_\d{2}$"),
+)
+
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
@@ -181,11 +208,13 @@ class ResponsesRequest:
     store: bool
     echo: dict[str, Any] = field(default_factory=dict)
     namespaces: dict[str, str] = field(default_factory=dict)  # function name -> the namespace it came in
+    dropped_tools: list[DroppedTool] = field(default_factory=list)  # built-in tools left out of the prompt
 
 
-def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequest:
+def parse_responses(body: dict[str, Any], store: ResponseStore, *, refuse_builtin: bool = False) -> ResponsesRequest:
     """A Responses body, checked field by field (400s name the field); ``previous_response_id`` is looked up in
-    ``store``."""
+    ``store``. A built-in tool (:data:`BUILTIN_TOOLS`) is left out of the prompt and listed in ``dropped_tools``, or
+    with ``refuse_builtin`` a 400."""
     FIELDS.check(body)
     max_tokens = read_field(body, "max_output_tokens", int)
     if max_tokens is not None and max_tokens < 1:
@@ -204,7 +233,7 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + conversation
     if not messages:
         raise APIError(400, "input must be a string or a non-empty list of items", param="input")
-    tools, namespaces = _tools(read_field(body, "tools", list, []))
+    tools, namespaces, dropped = _tools(read_field(body, "tools", list, []), refuse_builtin)
     chat_body = {"messages": messages, "tools": tools or None, "tool_choice": _tool_choice(body)}
     try:
         chat_input = read_chat_input({**chat_body, **template_fields(body)})
@@ -236,7 +265,9 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ResponsesRequ
         "truncation": "disabled",
         "user": body.get("user"),
     }
-    return ResponsesRequest(chat, conversation, read_field(body, "store", bool, True), echo, namespaces)
+    if dropped:
+        echo["turnkit_dropped_tools"] = [tool.to_dict() for tool in dropped]
+    return ResponsesRequest(chat, conversation, read_field(body, "store", bool, True), echo, namespaces, dropped)
 
 
 def _text_format(text: dict[str, Any]) -> dict[str, Any] | None:
@@ -270,18 +301,24 @@ def _tool_choice(body: dict[str, Any]) -> str | dict[str, Any]:
     )
 
 
-def _tools(raw: list[Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Function tools in chat's shape (a ``namespace``'s functions under their own names); hosted tools are a 400."""
+def _tools(raw: list[Any], refuse_builtin: bool) -> tuple[list[dict[str, Any]], dict[str, str], list[DroppedTool]]:
+    """Function tools in chat's shape (a ``namespace``'s functions under their own names), and the built-in tools
+    left out (a 400 with ``refuse_builtin``); any other type is a 400."""
     out: list[dict[str, Any]] = []
     namespaces: dict[str, str] = {}
+    dropped: list[DroppedTool] = []
 
     def function(tool: Any, where: str, namespace: str | None) -> None:
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        left_out = BUILTIN_TOOLS.leave_out(kind, where, refuse=refuse_builtin)
+        if left_out is not None:
+            dropped.append(left_out)
+            return
+        if kind != "function":
             raise APIError(
                 400,
-                f"the tool type {kind!r} is not supported: this server runs function tools only (hosted tools such "
-                "as web search need OpenAI's servers)",
+                f"the tool type {kind!r} is not supported: this server offers a model function tools (type "
+                "'function', or a 'namespace' of them)",
                 param=f"{where}.type",
                 code="unsupported_parameter",
             )
@@ -305,7 +342,7 @@ def _tools(raw: list[Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     names = [t["function"]["name"] for t in out]
     if len(set(names)) != len(names):
         raise APIError(400, "tool names must be unique (across namespaces too)", param="tools")
-    return out, namespaces
+    return out, namespaces, dropped
 
 
 def _call_ids(conversation: list[dict[str, Any]]) -> set[str]:

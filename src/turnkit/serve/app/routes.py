@@ -42,7 +42,16 @@ from turnkit.serve.completions import completion_chunks, fold_completion, parse_
 from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
 from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
-from turnkit.serve.protocol import APIError, ChatInput, ChatRequest, Sampling, parse_detokenize, parse_tokenize
+from turnkit.serve.protocol import (
+    DROPPED_TOOLS_HEADER,
+    APIError,
+    ChatInput,
+    ChatRequest,
+    DroppedTool,
+    Sampling,
+    parse_detokenize,
+    parse_tokenize,
+)
 from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
 from turnkit.serve.session import (
     Session,
@@ -72,6 +81,9 @@ class Server:
         default_max_tokens: The reply budget when a request sets none.
         ui: Serve the playground page at ``/`` (:mod:`.ui`), which tokenizes with the default model.
         metrics_public: Serve ``/metrics`` without the API key (for a Prometheus that has none).
+        refuse_builtin_tools: Answer a 400 to a Responses or Messages request that offers one of the provider's
+            built-in tools (``web_search`` ...), instead of serving it without them (the default: the response names
+            them in a ``turnkit-dropped-tools`` header and a ``turnkit_dropped_tools`` field, and the log says so).
     """
 
     def __init__(
@@ -85,6 +97,7 @@ class Server:
         default_max_tokens: int = 512,
         ui: bool = True,
         metrics_public: bool = False,
+        refuse_builtin_tools: bool = False,
     ) -> None:
         if isinstance(models, ChatFormat):
             if backend is None or model_id is None:
@@ -96,6 +109,8 @@ class Server:
         self.default_max_tokens = default_max_tokens
         self.ui = ui
         self.metrics_public = metrics_public
+        self.refuse_builtin_tools = refuse_builtin_tools
+        self._dropped_seen: set[tuple[str, str]] = set()  # (path, tool type) already warned about
         self.created = int(time.time())
         self.metrics: Metrics | None = None
         self.inflight: InFlight | None = None
@@ -265,25 +280,32 @@ class Server:
 
     async def messages(self, request: Request) -> Response:
         """Anthropic's Messages API on the same sessions (:mod:`..messages`)."""
-        parsed = await read_request(request, parse_messages)
+        refuse = self.refuse_builtin_tools
+        parsed = await read_request(request, lambda body: parse_messages(body, refuse_builtin=refuse))
+        headers = self._dropped(request, parsed.dropped_tools)
         sessions, name = await self._start_chat(parsed.chat)
-        events = message_events(sessions[0], name, show_thinking=parsed.show_thinking)
+        events = message_events(
+            sessions[0], name, show_thinking=parsed.show_thinking, dropped_tools=parsed.dropped_tools
+        )
         if parsed.chat.stream:
-            return StreamingResponse(typed_event_stream(events, on_error=error_body), media_type="text/event-stream")
-        return JSONResponse(fold_message(await collect(events)))
+            stream = typed_event_stream(events, on_error=error_body)
+            return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+        return JSONResponse(fold_message(await collect(events)), headers=headers)
 
     async def responses(self, request: Request) -> Response:
         """OpenAI's Responses API on the same sessions (:mod:`..responses`); stored responses are kept in memory."""
-        req = await read_request(request, lambda body: parse_responses(body, self.stored))
+        refuse = self.refuse_builtin_tools
+        req = await read_request(request, lambda body: parse_responses(body, self.stored, refuse_builtin=refuse))
+        headers = self._dropped(request, req.dropped_tools)
         sessions, name = await self._start_chat(req.chat)
         built = ResponseEvents(sessions[0], name, req)
         if req.store:
             built.on_done = lambda response: self.stored.put(response, built.conversation())
         if req.chat.stream:
             stream = typed_event_stream(built.events(), on_error=built.error_event)
-            return StreamingResponse(stream, media_type="text/event-stream")
+            return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
         await collect(built.events())
-        return JSONResponse(built.response)
+        return JSONResponse(built.response, headers=headers)
 
     async def stored_response(self, request: Request) -> Response:
         """``GET`` a stored response, or ``DELETE`` it."""
@@ -296,13 +318,35 @@ class Server:
 
     async def count_tokens(self, request: Request) -> Response:
         """The prompt tokens a Messages request would have (its ``usage.input_tokens``, nothing cached)."""
-        chat = (await read_request(request, lambda body: parse_messages(body, counting=True))).chat
+        refuse = self.refuse_builtin_tools
+        parsed = await read_request(request, lambda body: parse_messages(body, counting=True, refuse_builtin=refuse))
+        chat, headers = parsed.chat, self._dropped(request, parsed.dropped_tools)
         try:
             fmt = self._format_for(self.models.format(chat.model), chat.chat_input)
             prompt = await asyncio.to_thread(_counted_prompt, fmt, chat.chat_input)
         except APIError as error:
             raise chat.wording.reword(error) from None
-        return JSONResponse({"input_tokens": len(prompt)})
+        body: dict[str, Any] = {"input_tokens": len(prompt)}
+        if parsed.dropped_tools:
+            body["turnkit_dropped_tools"] = [tool.to_dict() for tool in parsed.dropped_tools]
+        return JSONResponse(body, headers=headers)
+
+    def _dropped(self, request: Request, tools: Sequence[DroppedTool]) -> dict[str, str]:
+        """The built-in tools a request offered and the prompt leaves out: one log line for the request (a warning
+        the first time this endpoint drops a tool of that type, then info), and the response header naming them."""
+        if not tools:
+            return {}
+        path = request.url.path
+        new = {(path, tool.type) for tool in tools} - self._dropped_seen
+        self._dropped_seen |= new
+        log.log(
+            logging.WARNING if new else logging.INFO,
+            "%s: served without the built-in tools the request offered, which this server cannot run: %s "
+            "(--refuse-builtin-tools answers such requests with a 400)",
+            path,
+            "; ".join(f"{tool.param} {tool.type} ({tool.reason})" for tool in tools),
+        )
+        return {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(tool.type for tool in tools))}
 
     async def _start_chat(self, req: ChatRequest) -> tuple[list[Session], str]:
         """The one path of every chat-shaped API: the model's format (or the request's own template), the checks,
