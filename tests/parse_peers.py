@@ -100,7 +100,6 @@ LLAMACPP_DECISIONS = {
     "steps:') to the reasoning; turnkit returns what the model wrote",
     "builtin_recipient": "a Harmony message to a built-in recipient (container.exec, python) is kept as a call with "
     "its status rather than dropped (never silent loss); llama.cpp drops it",
-    "cdata": "MiniCPM5's <![CDATA[...]]> sections in parameter values are not unwrapped (not done)",
     "repeated_reasoning_start": "a reasoning start the model repeats after the prompt opened reasoning (<think> "
     "again) is absorbed, as vLLM's parsers do; llama.cpp keeps it as reasoning text",
 }
@@ -121,7 +120,6 @@ LLAMACPP_DIFFERENCES = {
     "meta-llama-Llama-3.1-8B-Instruct.jinja:6302#402": "response_format_fence",
     "openai-gpt-oss-120b.jinja:6547#428": "builtin_recipient",
     "openai-gpt-oss-120b.jinja:6556#429": "builtin_recipient",
-    "openbmb-MiniCPM5-1B.jinja:6903#459": "cdata",
 }
 
 

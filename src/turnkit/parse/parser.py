@@ -151,6 +151,13 @@ class StreamParser:
             if not 0 <= token_id < known or token_id in gaps:
                 self._check_known(token_id, position)
             stop = stops.get(token_id)
+            if (
+                stop is not None
+                and token_id in symbols
+                and _ends_reasoning(engine, symbols[token_id], pending, decoder)
+            ):
+                pending.append(symbols[token_id])  # it may open the switch that ends reasoning: what follows decides
+                continue
             if stop is not None:
                 pending.append(decoder.flush())
                 engine.feed("".join(pending))
@@ -215,6 +222,18 @@ class StreamParser:
         if self.strict and not reply.ended_cleanly:
             _raise_unclean(reply)
         return reply
+
+
+def _ends_reasoning(engine: Engine, symbol: str, pending: list[str], decoder: TextDecoder) -> bool:
+    """Whether an end id just read may instead start the end of open reasoning (a template that closes the thinking
+    with a role switch, ``<|im_end|>\n<|im_start|>assistant\n``): the engine is given the text so far and asked.
+    Then the id goes on as its marker, and the engine ends the reply there unless the switch follows."""
+    if not engine.reasoning_end_starts_with(symbol):
+        return False
+    pending.append(decoder.flush())
+    engine.feed("".join(pending))
+    pending.clear()
+    return engine.in_reasoning
 
 
 def _known_ids(byte_table: ByteTable | None, backend: Any) -> tuple[int, frozenset[int]]:

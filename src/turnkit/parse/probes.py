@@ -158,6 +158,13 @@ class Rendered:
     refused: bool = False
 
     @property
+    def python_literals(self) -> bool:
+        """The rest holds a call's arguments as Python's repr (``{'probe_text': 'probe value one', ...}``): a template
+        that writes ``{{ arguments }}`` without ``tojson``."""
+        rest = self.rest
+        return rest is not None and any(args and repr(args) in rest for _, args in self.probe.calls)
+
+    @property
     def written(self) -> bool:
         """The template writes this reply: the rest continues the prompt and holds the probe's marks."""
         return self.rest is not None and all(mark in self.rest for mark in self.probe.marks)

@@ -6,7 +6,8 @@ reasoning exact up to surrounding whitespace, calls as names and arguments compa
 order:
 
 1. the format a built-in family declares;
-2. the first catalog format (:mod:`.catalog`) that fits every probe the template writes;
+2. the first catalog format (:mod:`.catalog`) that fits every probe the template writes (reading Python literals
+   where JSON would be when the renders show the probe's arguments as Python's repr);
 3. the format derived from the renders themselves (:mod:`.derive`), when it fits them all;
 4. otherwise the reading that fits the most probes, with the ones it cannot read named in the reason; when those
    include tool calls, :attr:`Choice.tools_unreadable` is set (the server refuses requests with ``tools`` rather
@@ -23,7 +24,7 @@ from typing import Any
 
 from turnkit.parse import catalog
 from turnkit.parse.derive import derive, end_texts, first_marker, is_marker, marker_pieces
-from turnkit.parse.formats import ReplyFormat, ToolSyntax
+from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.probes import PROBE_TOOLS, Rendered, render_probes
 from turnkit.template.chat_template import ChatTemplate
@@ -139,14 +140,19 @@ def _chosen(template: ChatTemplate, rendered: dict[str, Rendered], known: bool) 
         fmt = catalog.get("plain").ending_with(ends)
         return Choice(fmt.because("plain: the template writes none of the probe replies"), {})
     texts = "".join(r.rest or "" for r in rendered.values() if r.written)
+    # a template that writes {{ arguments }} without tojson: its JSON slots hold Python literals
+    python = any(r.python_literals for r in rendered.values() if r.written)
+    literals = "; its arguments are Python literals where JSON would be" if python else ""
     best: tuple[int, ReplyFormat, dict[str, bool]] | None = None
     for entry in catalog.REPLY_FORMATS.values() if known else ():
         if any(marker not in texts for marker in _required_markers(entry)):
             continue
-        candidate = _with_tool_ends(entry.ending_with(ends), rendered)
+        reading = entry.with_python_literals() if python else entry
+        candidate = _with_tool_ends(reading.ending_with(ends), rendered)
         read = fits(candidate, rendered, eos)
         if all(read.values()):
-            return Choice(candidate.because(f"{entry.name}: reads back every probe reply the template writes"), read)
+            reason = f"{entry.name}: reads back every probe reply the template writes{literals}"
+            return Choice(candidate.because(reason), read)
         score = sum(read.values())
         if best is None or score > best[0]:
             best = (score, candidate, read)
@@ -175,6 +181,8 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
       writes, pre-written by the generation prompt when that prompt ends with its start.
     * Tool calls the template cannot render at all (it raises on them, as Kimi K2 Thinking's does in a sandbox):
       the first catalog syntax whose markers the template's text writes.
+    * Values the template wraps in ``<![CDATA[...]]>`` when they hold ``<``, ``&`` or a newline (MiniCPM5), which
+      the probes' plain values never show: tagged arguments unwrap such sections.
 
     A completion that would stop a written probe from reading back is not made.
     """
@@ -200,6 +208,9 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
                 tools = entry.tools
                 notes.append(f"tool calls as {entry.name} from the template's text (it raises on rendering one)")
                 break
+    if _CDATA in text and any(s.arguments.encoding == "tagged" and not s.arguments.cdata for s in tools):
+        tools = tuple(replace(s, call=tuple(_with_cdata(e) for e in s.call)) for s in tools)
+        notes.append(f"values in {_CDATA}...]]> from the template's text")
     if not notes:
         return choice
     completed = replace(fmt, reasoning=reasoning, tools=tools)
@@ -207,6 +218,15 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
         return choice  # what the renders do show wins over the template's text
     reason = f"{choice.format.reason}; {'; '.join(notes)}"
     return Choice(completed.because(reason), choice.read, choice.tools_unreadable)
+
+
+_CDATA = "<![CDATA["
+
+
+def _with_cdata(element: Element) -> Element:
+    if isinstance(element, Arguments) and element.encoding == "tagged":
+        return replace(element, cdata=True)
+    return element
 
 
 def _writes_markers(text: str, syntax: ToolSyntax) -> bool:

@@ -1,5 +1,5 @@
 """Argument values from the text a model wrote, when that text is not JSON: raw parameter text typed by the tool's
-JSON schema, Python call literals, and Gemma 4's literals.
+JSON schema, Python call literals (and a Python literal where JSON would be), and Gemma 4's literals.
 
 The schema decides, as the template that wrote the value would have it read back: a ``string`` stays a string even
 when it looks like a number (``"007"``); ``integer``/``number``/``boolean``/``null`` parse (Python's ``True`` and
@@ -26,6 +26,8 @@ __all__ = [
     "is_plain_string",
     "param_schema",
     "python_arguments",
+    "python_literal",
+    "python_literal_at",
     "schema_types",
     "typed_value",
 ]
@@ -195,6 +197,23 @@ def _guess(raw: str) -> Any:
 
 
 # -- Python call syntax ------------------------------------------------------------------------------------------
+
+
+def python_literal(text: str) -> Any:
+    """One Python literal (``{'city': 'São Paulo', 'metric': True}``: what a template that writes ``{{ arguments }}``
+    without ``tojson`` prints) as JSON data; JSON's own syntax reads too, so a model that writes JSON in that slot is
+    read as well. Anything after the literal is an error."""
+    value, end = python_literal_at(text, 0)
+    if text[end:].strip():
+        raise ValueSyntaxError(f"unexpected text after the arguments: {text[end : end + 30]!r}")
+    return value
+
+
+def python_literal_at(text: str, start: int) -> tuple[Any, int]:
+    """The Python literal at ``start`` of ``text`` (see :func:`python_literal`) and where it ends."""
+    reader = _PythonLiterals(text)
+    reader.pos = start
+    return reader.value(), reader.pos
 
 
 def python_arguments(text: str) -> dict[str, Any]:
