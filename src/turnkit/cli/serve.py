@@ -205,6 +205,7 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         default_max_tokens=args.default_max_tokens,
         ui=not args.no_ui,
         metrics_public=args.metrics_public,
+        refuse_builtin_tools=args.refuse_builtin_tools,
     )
     names = ", ".join(repr(name) for name in registry.names)
     port = sockets[0].getsockname()[1]  # --port 0: the one the system chose
@@ -268,6 +269,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         "default_max_tokens": args.default_max_tokens,
         "ui": not args.no_ui,
         "metrics_public": args.metrics_public,
+        "refuse_builtin_tools": args.refuse_builtin_tools,
     }
     factory = functools.partial(_replica_app, specs, args.max_loaded, engine, server, args.lazy)
     run_on_ray(factory, options, announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True))
@@ -412,6 +414,13 @@ def register(commands: Any) -> None:
     )
     serve.add_argument(
         "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
+    )
+    serve.add_argument(
+        "--refuse-builtin-tools",
+        action="store_true",
+        help="answer 400 to a Responses or Messages request that offers one of OpenAI's or Anthropic's built-in "
+        "tools (web search, code execution, computer use ...), which this server cannot run (default: serve it "
+        "without them, named in the turnkit-dropped-tools header)",
     )
     serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
     serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
