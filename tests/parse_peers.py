@@ -659,19 +659,20 @@ def harmony_oracle(ids: list[int], encoding: Any, initial_role: str | None) -> d
 HARMONY_DIFFERENCES: dict[str, str] = {
     "tool_response_parsing": "tool_message",
     "streamable_parser_file": "tool_message",
-    "parse_completion_with_invalid_content_token_errors_on_eos": "cut_character",
+    "parse_completion_with_invalid_content_token_errors_on_eos": "unknown_id",
 }
 HARMONY_DECISIONS = {
     "tool_message": "the completion holds a tool's message (<|start|>browser.search to=assistant ...), which is not "
     "the assistant's reply: the reply parser has no place for it",
-    "cut_character": "a reply whose last token ends inside a UTF-8 character: openai-harmony keeps a U+FFFD; what "
-    "turnkit's decoder does at such an end is detokenize.py's rule (issue 28's fix)",
+    "unknown_id": "an id the tokenizer has no token for (u32::MAX) is an error naming it (issue 34 item 8: a reply "
+    "of another tokenizer's ids must not read as clean); openai-harmony decodes it as U+FFFD",
 }
 
 
 def harmony_cases(verbose: bool = False) -> Iterator[Result]:
     from harmony_vocab import harmony_vocab
 
+    from turnkit.errors import TokenizerError
     from turnkit.parse import StreamParser, catalog
 
     vocab = harmony_vocab()
@@ -680,7 +681,11 @@ def harmony_cases(verbose: bool = False) -> Iterator[Result]:
         ids = harmony_tokens(case, vocab.encoding)
         expected = harmony_oracle(ids, vocab.encoding, case.get("initial_role"))
         parser = StreamParser(fmt, added_tokens=vocab.specials, byte_table=vocab.byte_table, call_id=lambda i: f"c{i}")
-        streamed = [d for token in ids for d in parser.feed([token])]
+        try:
+            streamed = [d for token in ids for d in parser.feed([token])]
+        except TokenizerError as exc:
+            yield Result("harmony", case["name"], False, str(exc), HARMONY_DIFFERENCES.get(case["name"]))
+            continue
         reply = parser.finish()
         got = {
             "content": reply.content,
