@@ -162,6 +162,9 @@ def test_tokenize_counts_what_chat_renders(url):
     declined = httpx.post(url + "/tokenize", json={**body, "tool_choice": "none"}).json()
     plain = httpx.post(url + "/tokenize", json={"messages": QUESTION}).json()
     assert with_tools["count"] > plain["count"] == declined["count"]  # tool_choice none renders no tools, as chat
+    # the very body a client will send counts as it will be sent (its sampling fields are taken without effect)
+    whole_body = {**CHAT, "max_tokens": 4, "temperature": 0, "stream": True, "logprobs": True, "n": 2}
+    assert httpx.post(url + "/tokenize", json=whole_body).json()["count"] == plain["count"]
     chat = httpx.post(url + "/v1/chat/completions", json={**CHAT, "tools": TOOLS}).json()
     assert chat["usage"]["prompt_tokens"] == with_tools["count"]
 

@@ -752,8 +752,14 @@ def read_reasoning_effort(effort: str | None, param: str) -> Thinking:
     return Thinking(effort=effort, param=param)
 
 
-#: ``/tokenize`` (vLLM's): a raw ``prompt``, or a chat input read as chat completions read it.
-TOKENIZE_FIELDS = Fields("/tokenize", CHAT_INPUT_FIELDS | {"model", "prompt"})
+#: ``/tokenize`` (vLLM's): a raw ``prompt``, or a chat input read as chat completions read it. The rest of a chat or
+#: completions body is taken without effect, so that the very body a client will send counts as it will be sent.
+TOKENIZE_FIELDS = Fields(
+    "/tokenize",
+    CHAT_INPUT_FIELDS | {"model", "prompt"},
+    without_effect=(SAMPLING_FIELDS - CHAT_INPUT_FIELDS - {"model"})
+    | {"max_completion_tokens", "logprobs", "top_logprobs", "response_format", "echo", "user", "metadata", "store"},
+)
 #: ``/detokenize``.
 DETOKENIZE_FIELDS = Fields("/detokenize", frozenset({"model", "tokens"}))
 
