@@ -194,7 +194,8 @@ class Load:
 
     ``kv_capacity`` is the key/value cache in tokens (None: the engine has no shared cache budget); ``kv_reserved``
     what it has promised to admitted requests (prompt plus ``max_tokens`` each, at most the context); ``kv_cached``
-    what finished requests' prefixes hold for reuse (freed whenever space is needed).
+    what finished requests' prefixes hold for reuse (freed whenever space is needed). ``drafted`` and ``accepted``
+    count speculative decoding's tokens since the engine started: drafted, and of them accepted.
     """
 
     running: int
@@ -202,6 +203,8 @@ class Load:
     kv_capacity: int | None = None
     kv_reserved: int = 0
     kv_cached: int = 0
+    drafted: int = 0
+    accepted: int = 0
 
     @property
     def kv_free(self) -> int | None:
