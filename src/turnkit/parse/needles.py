@@ -1,0 +1,193 @@
+"""The needles a state looks for: which markers, literals and stops can end the text the engine is reading now.
+
+The :class:`~.lexer.Lexer` finds the earliest needle of a set; this module says which set, per state of the
+reading, so ``>`` ends a function name in ``<function=NAME>`` without ever ending content. :func:`state_key` is what
+the set depends on, so the engine builds each set once per state (:func:`needles_for`) rather than once per piece.
+Everything here reads the :class:`~.state.ReadingState` and changes nothing (but for a flag set and restored).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnkit.parse.callstate import CallState
+from turnkit.parse.compiled import SymArgs, SymLit, first_cores, opening
+from turnkit.parse.formats import Hole
+from turnkit.parse.state import ReadingState
+
+__all__ = ["CDATA", "needles_for", "resync_needles", "state_key"]
+
+#: A value's CDATA section: its end is the only needle inside it.
+CDATA = ("<![CDATA[", "]]>")
+#: Characters the arguments' own syntax uses: an end literal starting with one does not cut a reader short.
+_SYNTAX_CHARS = frozenset("]}),:;\"'0123456789")
+
+
+def state_key(s: ReadingState) -> tuple[Any, ...]:
+    """What the needle set depends on, so that it is built once per state rather than once per piece."""
+    mode = s.mode
+    if mode == "content":
+        fresh = not s.content.started and not s.calls and s.call is None
+        return (mode, s.calls_allowed, fresh)
+    if mode == "reasoning":
+        return (mode, s.calls_allowed)
+    if mode == "call":
+        call = s.call
+        assert call is not None
+        candidates = call.candidates
+        syntax = candidates[0]
+        return (
+            mode,
+            id(syntax),
+            len(call.seq) - len(syntax.call),
+            tuple(map(id, candidates)) if len(candidates) > 1 else None,
+            call.pos,
+            call.core,
+            call.param_pos,
+            call.param_core,
+            call.cdata,
+            call.closing,
+            call.fresh,
+            id(s.block),
+        )
+    if mode == "between":
+        return (mode, id(s.block))
+    if mode == "expect":
+        return (mode, s.expect[0])
+    return (mode,)
+
+
+def needles_for(s: ReadingState) -> list[str]:
+    """The needles of the state the reading is in: the stops always, and what can end this state's text."""
+    found = list(s.stops)
+    mode = s.mode
+    compiled = s.compiled
+    if mode == "content":
+        found += compiled.content_markers
+        if compiled.reasoning is not None:
+            found.append(compiled.reasoning[0])
+            found.append(compiled.reasoning[1])  # a stray end marker is dropped
+        found += _triggers(s)
+        if compiled.lead and not s.content.started and not s.calls:
+            found.append(compiled.lead)
+        if compiled.channels is not None:
+            found += compiled.channels.boundaries
+    elif mode == "reasoning":
+        found += compiled.content_markers  # stray markers are dropped here too
+        if compiled.reasoning is not None:
+            found.append(compiled.reasoning[1])
+            found.append(compiled.reasoning[0])  # a repeated start (a model that writes the prompt's <think>)
+        if s.calls_allowed:
+            found += [syn.trigger for syn in compiled.syntaxes if not syn.spec.bare]
+        if compiled.channels is not None:
+            found += compiled.channels.boundaries
+    elif mode == "call":
+        found += _call_needles(s)
+    elif mode == "between":
+        found += _between_needles(s)
+    elif mode == "expect":
+        found.append(s.expect[0])
+    elif mode == "header":
+        channels = compiled.channels
+        found += [channels.header_end, *channels.boundaries]
+    elif mode == "after_call":
+        found += compiled.channels.boundaries
+    return found
+
+
+def _triggers(s: ReadingState) -> list[str]:
+    if not s.calls_allowed:
+        return []
+    at_start = not s.content.started and not s.calls and s.call is None
+    return [syn.trigger for syn in s.compiled.syntaxes if at_start or not syn.spec.bare]
+
+
+def _call_needles(s: ReadingState) -> list[str]:
+    call = s.call
+    assert call is not None
+    if call.closing:
+        return resync_needles(s, call)
+    element = call.element
+    if call.fresh and call.pos >= 1 and s.block is not None and s.block.block_end is not None:
+        return [*_fresh_needles(s, call), s.block.block_end.cores[0]]
+    if call.param_pos is not None:
+        assert isinstance(element, SymArgs)
+        return list(_param_needles(call, element))
+    if isinstance(element, SymLit):
+        cores = {element.cores[call.core]}
+        for candidate in call.candidates[1:]:
+            other = call.seq_of(candidate)
+            there = other[call.pos] if call.pos < len(other) else None
+            if isinstance(there, SymLit) and there.cores:
+                cores.add(there.cores[min(call.core, len(there.cores) - 1)])
+        if call.closing_only:  # a call whose end marker the model left out: the next call ends it
+            cores.update(syn.trigger for syn in s.compiled.syntaxes if not syn.spec.bare)
+            first = opening(call.syntax.call)
+            if isinstance(first, SymLit):
+                cores.add(first.cores[0])
+        return list(cores)
+    if isinstance(element, Hole):
+        found: set[str] = set()
+        for candidate in call.candidates:
+            seq = call.seq_of(candidate)
+            found |= first_cores(seq, call.pos + 1, frozenset())
+        return list(found)
+    if isinstance(element, SymArgs) and element.spec.encoding == "tagged":
+        return list(first_cores(element.param, 0, frozenset()) | first_cores(call.seq, call.pos + 1, frozenset()))
+    if isinstance(element, SymArgs) and element.spec.encoding == "xml":  # read up to what follows the arguments
+        return list(first_cores(call.seq, call.pos + 1, frozenset()))
+    if isinstance(element, SymArgs):  # a reader: the call's end marker cuts it short (outside a string)
+        return [n for n in resync_needles(s, call) if n[0] not in _SYNTAX_CHARS]
+    return []
+
+
+def _fresh_needles(s: ReadingState, call: CallState) -> list[str]:
+    """The needles of the call's element as if more than its block's opening had been read."""
+    call.fresh = False
+    try:
+        return _call_needles(s)
+    finally:
+        call.fresh = True
+
+
+def _param_needles(call: CallState, args: SymArgs) -> set[str]:
+    assert call.param_pos is not None
+    element = args.param[call.param_pos]
+    if isinstance(element, SymLit):
+        return {element.cores[call.param_core]}
+    if call.cdata:  # only the section's end ends a CDATA section
+        return {CDATA[1]}
+    follow = first_cores(args.param, 0, frozenset()) | first_cores(call.seq, call.pos + 1, frozenset())
+    own = set(first_cores(args.param, call.param_pos + 1, follow))
+    if isinstance(element, Hole) and element.kind == "value":  # a value left unclosed ends where the next begins
+        return own | follow | ({CDATA[0]} if args.spec.cdata else set())
+    return own
+
+
+def resync_needles(s: ReadingState, call: CallState) -> list[str]:
+    """Where a call ends whatever its arguments hold: its end literal, its block's end, a message's end (and, for a
+    broken call, another call's start)."""
+    found = []
+    if call.closing:  # a broken call also ends where another call starts
+        found += [syn.trigger for syn in s.compiled.syntaxes if not syn.spec.bare]
+    if s.compiled.channels is not None:
+        found += s.compiled.channels.message_ends
+    if call.syntax.end_core:
+        found.append(call.syntax.end_core)
+    if s.block is not None and s.block.block_end is not None:
+        found.append(s.block.block_end.cores[-1])
+    return found
+
+
+def _between_needles(s: ReadingState) -> list[str]:
+    block = s.block
+    assert block is not None
+    found = list(block.separator.cores)
+    if block.block_end is not None:
+        found.append(block.block_end.cores[0])
+    first = opening(block.call)
+    if isinstance(first, SymLit):
+        found.append(first.cores[0])
+    elif isinstance(first, SymArgs) and first.spec.encoding in ("json", "json_call", "gemma"):
+        found.append("{")
+    return found
