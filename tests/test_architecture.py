@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "inspect": 6,
     "serve": 7,
     "chatml": 7,
+    "vllm_plugin": 7,
     "cli": 8,
     "__init__": 8,
 }
