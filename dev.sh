@@ -126,6 +126,9 @@ setup
 if [ "${1:-}" = "test" ]; then
     shift
     browser
+    # turnkit doctor --runtimes' engines: @huggingface/jinja from npm and llama.cpp's Jinja engine built from the pinned
+    # llama-cpp-python sdist, once, into the cache folder (about a minute the first time, nothing after)
+    "$VENV/bin/python" -m turnkit.doctor.runtimes setup || echo "dev.sh: doctor --runtimes' engines not set up" >&2
     "$VENV/bin/ruff" check src tests benchmarks examples
     "$VENV/bin/ruff" format --check src tests benchmarks examples
     "$VENV/bin/mypy"

@@ -1,0 +1,70 @@
+"""A long-lived child process spoken to in JSON lines: how the engines that are not Python are run.
+
+One process per check (not one per render): ``@huggingface/jinja``'s node start and llama.cpp's program start cost
+more than a render, and the corpus table renders tens of thousands of times. Each request is one line of JSON
+(``{"template", "context"}``), each answer one line (``{"text"}`` or ``{"error"}``). A render that passes its time
+limit, or a process that dies (a template that crashes the engine), fails that render only: the process is killed
+and started again for the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from turnkit.doctor.runtimes.base import RENDER_TIMEOUT_S, EngineFailure
+
+__all__ = ["LineProcess"]
+
+
+class LineProcess:
+    """``command`` started on first use, asked one JSON line at a time."""
+
+    def __init__(self, command: Sequence[str], what: str) -> None:
+        self.command = list(command)
+        self.what = what
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        return self._process
+
+    def ask(self, template: str, context: dict[str, Any], timeout: float = RENDER_TIMEOUT_S) -> str | EngineFailure:
+        """The render of ``template`` with ``context``, or the engine's error."""
+        process = self._start()
+        assert process.stdin is not None and process.stdout is not None
+        line = json.dumps({"template": template, "context": context}, ensure_ascii=False) + "\n"
+        try:
+            process.stdin.write(line.encode("utf-8"))
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], timeout)
+            answer = process.stdout.readline() if ready else b""
+        except (BrokenPipeError, OSError):
+            answer = b""
+        if not answer:
+            return self._lost(process, timeout)
+        reply = json.loads(answer)
+        return reply["text"] if "text" in reply else EngineFailure(reply["error"])
+
+    def _lost(self, process: subprocess.Popen[bytes], timeout: float) -> EngineFailure:
+        """The process gave no answer: killed (past the time limit) or dead (the engine crashed); restarted next."""
+        alive = process.poll() is None
+        process.kill()
+        _, err = process.communicate()
+        self._process = None
+        if alive:
+            return EngineFailure(f"{self.what} did not finish the render in {timeout:g} s (stopped)")
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {process.returncode}"]
+        return EngineFailure(f"{self.what} crashed: {tail[0]}")
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.communicate()
+            self._process = None
