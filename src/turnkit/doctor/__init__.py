@@ -17,13 +17,24 @@ writes, :mod:`~turnkit.doctor.registry` is the table of checks (``checks_*`` mod
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from turnkit.doctor.checks_data import DataContext
 from turnkit.doctor.context import Context
 from turnkit.doctor.data import read_dataset
 from turnkit.doctor.findings import DoctorInputError, Finding, Report, Severity, Skipped
-from turnkit.doctor.registry import CHECKPOINT_CHECKS, CHECKS, DATA_CHECKS, Check, run_checks, validate_ignore
+from turnkit.doctor.registry import (
+    CHECKPOINT_CHECKS,
+    CHECKS,
+    DATA_CHECKS,
+    RUNTIME_CHECK,
+    Check,
+    run_checks,
+    validate_ignore,
+)
+from turnkit.doctor.runtimes import renderers
+from turnkit.doctor.runtimes.check import RuntimeDivergence
 from turnkit.doctor.target import Target, load_target
 
 __all__ = [
@@ -50,20 +61,32 @@ def _report(target: Target, label: str) -> Report:
     return Report(label, target.description, extra={"root": str(root)})
 
 
-def run(path: str | Path, *, ignore: Iterable[str] = (), base: str | Path | None = None) -> Report:
+def run(
+    path: str | Path,
+    *,
+    ignore: Iterable[str] = (),
+    base: str | Path | None = None,
+    runtimes: Iterable[str] | None = None,
+) -> Report:
     """Audit a checkpoint: a Hugging Face folder, a ``.gguf`` file, ``"default"``, or a PEFT adapter folder.
 
-    ``base`` is an adapter's base model folder, when its ``base_model_name_or_path`` is a hub name.
+    ``base`` is an adapter's base model folder, when its ``base_model_name_or_path`` is a hub name. ``runtimes``
+    (engine names, or ``["all"]``) also runs ``runtime-divergence``: the template in those other Jinja engines.
 
     Raises:
         DoctorInputError: The path cannot be audited (missing, unreadable JSON, no tokenizer, truncated GGUF).
     """
     skip = validate_ignore(ignore)
+    engines = None if runtimes is None else renderers(runtimes)
     target = load_target(path, base=base)
     context = Context(target)
     report = run_checks(context, CHECKPOINT_CHECKS, _report(target, str(path)), skip)
     if context.forgery is not None:
         report.extra["forgery"] = context.forgery
+    if engines is not None:
+        divergence = RuntimeDivergence(engines)
+        run_checks(context, [replace(RUNTIME_CHECK, run=divergence)], report, skip)
+        report.extra["runtimes"] = divergence.to_list()
     return report
 
 

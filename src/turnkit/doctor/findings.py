@@ -8,6 +8,9 @@ machines::
      "findings": [{"check", "severity", "message", "fix", "file"}],
      "not_evaluated": [{"check", "why"}]}
 
+and, with ``--runtimes``, ``"runtimes": [{"engine", "version", "served_by", "status", "why", "probes", "ids_changed",
+"differences", "failures"}]`` (one entry per engine, ``status`` identical, differs, fails or not checked).
+
 A check that cannot run on a target (no template to render, no ``config.json`` to compare with) is listed in
 ``not_evaluated`` with the reason, never dropped silently: an empty findings list must mean "checked, and fine".
 """
@@ -115,9 +118,12 @@ class Report:
         return 1 if self.errors or (strict and self.warnings) else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "target": self.target,
             "checks_run": list(self.checks_run),
             "findings": [f.to_dict() for f in self.findings],
             "not_evaluated": [s.to_dict() for s in self.not_evaluated],
         }
+        if "runtimes" in self.extra:  # --runtimes: each engine's result (turnkit.doctor.runtimes.compare)
+            out["runtimes"] = self.extra["runtimes"]
+        return out

