@@ -39,7 +39,8 @@ import pytest
 from corpus import all_templates, require, smollm2_tokenizer_folder, template_markers, tokenizer_with_markers
 
 from turnkit.cli import main
-from turnkit.doctor.runtimes import hfjs, llama_cpp
+from turnkit.doctor.runtimes import EngineFailure, hfjs, llama_cpp
+from turnkit.doctor.runtimes.minijinja_engine import MinijinjaRenderer
 
 ROOT = Path(__file__).resolve().parents[1]
 TURNKIT = Path(sys.executable).with_name("turnkit")
@@ -199,3 +200,23 @@ def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
         assert f"| {name} | {row['version']} | {row['templates'].get('identical', 0)} |" in done.stdout
     assert sum(table["engines"]["minijinja"]["causes"].values()) >= 1
     assert "Most common causes, minijinja" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("engine", "says"),
+    [
+        (hfjs.HfJinjaRenderer, "did not finish the render in 1 s (stopped)"),
+        (llama_cpp.LlamaCppRenderer, "did not finish the render in 1 s (stopped)"),
+        (MinijinjaRenderer, "engine ran out of fuel"),
+    ],
+)
+def test_a_render_that_runs_away_fails_alone(engine, says, engines):
+    """A template that loops for minutes is stopped (node and llama.cpp's program killed past the time limit and
+    started again, minijinja out of fuel): that render fails, and the next one runs."""
+    renderer = engine()
+    renderer.timeout_s = 1.0
+    with renderer:
+        endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+        stopped = renderer.render(endless, {})
+        assert isinstance(stopped, EngineFailure) and says in stopped.message
+        assert renderer.render("{{ messages[0].content }}!", {"messages": [{"content": "again"}]}) == "again!"

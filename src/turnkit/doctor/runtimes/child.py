@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import select
 import subprocess
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from turnkit.doctor.runtimes.base import RENDER_TIMEOUT_S, EngineFailure
+from turnkit.doctor.runtimes.base import RENDER_TIMEOUT_S, EngineFailure, Renderer
 
-__all__ = ["LineProcess"]
+__all__ = ["ChildRenderer", "LineProcess"]
 
 
 class LineProcess:
@@ -67,4 +68,28 @@ class LineProcess:
         if self._process is not None:
             self._process.kill()
             self._process.communicate()
+            self._process = None
+
+
+class ChildRenderer(Renderer):
+    """A renderer whose engine is a program spoken to in JSON lines: started on the first render, stopped by close."""
+
+    #: How long one render may take before the process is killed (and started again for the next).
+    timeout_s = RENDER_TIMEOUT_S
+
+    def __init__(self) -> None:
+        self._process: LineProcess | None = None
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The program and its arguments."""
+
+    def render(self, template: str, context: dict[str, Any]) -> str | EngineFailure:
+        if self._process is None:
+            self._process = LineProcess(self.command(), self.version())
+        return self._process.ask(template, context, self.timeout_s)
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.close()
             self._process = None

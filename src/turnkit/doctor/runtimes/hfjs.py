@@ -12,11 +12,9 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from turnkit.cache import cache_dir
-from turnkit.doctor.runtimes.base import EngineFailure, Renderer
-from turnkit.doctor.runtimes.child import LineProcess
+from turnkit.doctor.runtimes.child import ChildRenderer
 
 __all__ = ["VERSION", "HfJinjaRenderer", "install"]
 
@@ -56,14 +54,11 @@ def install() -> Path:
     return entry()
 
 
-class HfJinjaRenderer(Renderer):
+class HfJinjaRenderer(ChildRenderer):
     """``@huggingface/jinja`` in one long-lived node process."""
 
     name = "hf-jinja"
     served_by = "transformers.js and apps built on @huggingface/jinja"
-
-    def __init__(self) -> None:
-        self._process: LineProcess | None = None
 
     def missing(self) -> str | None:
         if shutil.which("node") is None:
@@ -79,13 +74,5 @@ class HfJinjaRenderer(Renderer):
             installed = f"{VERSION} (not installed)"
         return f"{PACKAGE} {installed}"
 
-    def render(self, template: str, context: dict[str, Any]) -> str | EngineFailure:
-        if self._process is None:
-            node = shutil.which("node") or "node"
-            self._process = LineProcess([node, str(SCRIPT), str(entry())], f"{PACKAGE} (node)")
-        return self._process.ask(template, context)
-
-    def close(self) -> None:
-        if self._process is not None:
-            self._process.close()
-            self._process = None
+    def command(self) -> list[str]:
+        return [shutil.which("node") or "node", str(SCRIPT), str(entry())]

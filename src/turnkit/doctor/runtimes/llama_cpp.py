@@ -24,11 +24,9 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from turnkit.cache import cache_dir
-from turnkit.doctor.runtimes.base import EngineFailure, Renderer
-from turnkit.doctor.runtimes.child import LineProcess
+from turnkit.doctor.runtimes.child import ChildRenderer
 
 __all__ = ["LLAMA_CPP_PYTHON", "LlamaCppRenderer", "build"]
 
@@ -97,14 +95,11 @@ def build() -> Path:
     return target
 
 
-class LlamaCppRenderer(Renderer):
+class LlamaCppRenderer(ChildRenderer):
     """llama.cpp's ``common/jinja`` engine, in one long-lived child process."""
 
     name = "llama.cpp"
     served_by = "llama-server, llama-cli and apps built on llama.cpp"
-
-    def __init__(self) -> None:
-        self._process: LineProcess | None = None
 
     def missing(self) -> str | None:
         if not binary().is_file():
@@ -117,12 +112,5 @@ class LlamaCppRenderer(Renderer):
     def version(self) -> str:
         return f"llama.cpp's common/jinja from llama-cpp-python {LLAMA_CPP_PYTHON}"
 
-    def render(self, template: str, context: dict[str, Any]) -> str | EngineFailure:
-        if self._process is None:
-            self._process = LineProcess([str(binary())], "llama.cpp's Jinja engine")
-        return self._process.ask(template, context)
-
-    def close(self) -> None:
-        if self._process is not None:
-            self._process.close()
-            self._process = None
+    def command(self) -> list[str]:
+        return [str(binary())]
