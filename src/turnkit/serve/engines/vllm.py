@@ -9,14 +9,23 @@ sent: a prompt the engine changed ends the request with an error rather than a r
 
 ``AsyncLLM`` runs on an event loop of its own, in a thread of its own: its output handler is bound to the loop it
 starts on, and the server's loop is not the only caller (``turnkit generate`` runs and closes loops of its own). The
-server's loop submits through an :class:`Inbox` (the same admission, 429 and 503 as the other engines, with
-``max_batch`` given to vLLM as ``max_num_seqs``), a feeder thread starts admitted requests on the engine's loop, and
-a request whose client left is cancelled there within 50 ms, which aborts it in vLLM (``AsyncLLM.generate`` aborts a
-cancelled request itself).
+server's loop submits through an :class:`Inbox` (the same 429 and 503 as the other engines, with ``max_batch``
+given to vLLM as ``max_num_seqs``), a feeder thread starts admitted requests on the engine's loop, and a request whose
+client left is cancelled there within 50 ms, which aborts it in vLLM (``AsyncLLM.generate`` aborts a cancelled request
+itself).
+
+Admission follows vLLM's own load, as its scheduler reports it after every step (running and waiting requests, the
+share of its key/value cache in use; a stat logger of turnkit's own, so vLLM's periodic log lines stay off): a request
+is handed to vLLM only while vLLM has nothing waiting (a request vLLM holds back waits for cache room, and one more
+would wait behind it, out of turnkit's sight and its queue deadline); ``Retry-After`` is the recent time a request
+runs, times the batches ahead of a retry (turnkit's queue and vLLM's waiting, over what vLLM runs at once). ``/health``
+and ``/metrics`` show vLLM's counts and its cache (``kv_cache``: vLLM's blocks in tokens; ``used``: what its requests
+hold now), and the start line what vLLM was given.
 
 Each request is one vLLM request with ``n=1`` (``n`` choices are separate requests, as on the other engines), and
-vLLM's own end-of-sequence handling off (``ignore_eos``): turnkit's stop ids decide. Not here yet: grammar constraints
-(``response_format``, forced tool calls) and prompt log-probabilities, refused with a 400 naming the field.
+vLLM's own end-of-sequence handling off (``ignore_eos``): turnkit's stop ids decide. ``response_format`` and forced
+tool calls decode under turnkit's own grammar, run by a logits processor in vLLM's engine process (why not vLLM's
+structured outputs: :mod:`.vllm_grammar`).
 """
 
 from __future__ import annotations
@@ -29,11 +38,15 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import EngineError, ServeConfigError
 from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationRequest, Inbox, Load, TokenEvent
+
+if TYPE_CHECKING:
+    from turnkit.serve.structured import JsonConstraint
 
 __all__ = ["VllmBackend", "parse_vllm_args"]
 
@@ -44,6 +57,9 @@ TESTED = "0.32.0"
 
 #: vLLM options turnkit sets itself: a ``--vllm-arg`` may not change them (vLLM would detokenize, or read a tokenizer).
 _OWN = frozenset({"model", "skip_tokenizer_init"})
+
+#: turnkit's grammar as vLLM loads it in its engine process (``logits_processors``: :mod:`.vllm_grammar`).
+_GRAMMAR = "turnkit.serve.engines.vllm_grammar:TurnkitGrammar"
 
 _ids = itertools.count()
 
@@ -66,12 +82,36 @@ def parse_vllm_args(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class VllmLoad:
+    """vLLM's scheduler after its latest step: requests running and waiting in vLLM, and the share of its key/value
+    cache they hold."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+
+
+class _VllmInbox(Inbox):
+    """turnkit's admission desk, told vLLM's load: ``Retry-After`` counts vLLM's own queue too."""
+
+    def __init__(self, backend: VllmBackend, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._backend = backend
+
+    def _retry_after(self, waiting: int) -> float:
+        """The recent time a request runs, times the batches ahead of a retry: turnkit's queue and the requests vLLM
+        holds back, over what vLLM runs at once (fewer than ``max_num_seqs`` when its cache is full)."""
+        vllm = self._backend.vllm_load()
+        at_once = max(1, vllm.running or self.max_batch)
+        return min(60.0, max(1.0, self._service * (1 + (waiting + vllm.waiting) / at_once)))
+
+
 class VllmBackend:
     """Serves a Hugging Face folder (or a GGUF file, converted once to one) on vLLM's ``AsyncLLM``. Build it with
     :meth:`load`."""
 
-    #: Grammar constraints and prompt log-probabilities are not wired to vLLM yet: a request asking for them is a 400.
-    unsupported_fields = frozenset({"constraint", "prompt_logprobs"})
+    unsupported_fields: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -82,9 +122,11 @@ class VllmBackend:
         max_batch: int = 16,
         max_queue: int = 64,
         queue_timeout: float | None = 60.0,
+        tokenizer: Path | None = None,
     ) -> None:
         """Start vLLM on ``folder`` with ``engine_args`` (``AsyncEngineArgs`` keywords); returns once it is ready
-        (on CPU the first start compiles for minutes)."""
+        (on CPU the first start compiles for minutes). ``tokenizer``: the model file or folder turnkit reads the
+        tokenizer from (a GGUF's converted folder has none), for grammars in vLLM's engine process."""
         try:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -95,7 +137,10 @@ class VllmBackend:
             ) from None
         self.name = name
         self.max_batch = max_batch
-        self._inbox = Inbox(max_batch, max_queue, queue_timeout=queue_timeout)
+        self.tokenizer = tokenizer or folder
+        self._vllm = VllmLoad()
+        self._closed = False
+        self._inbox = _VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout)
         self._tasks: dict[Generation, asyncio.Task[None]] = {}
         self._running = 0
         self._room = threading.Event()
@@ -104,10 +149,11 @@ class VllmBackend:
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="turnkit-vllm-loop", daemon=True)
         self._loop_thread.start()
         self.args = dict(engine_args, model=str(folder), skip_tokenizer_init=True, max_num_seqs=max_batch)
-        self.args.setdefault("disable_log_stats", True)
+        self.args["logits_processors"] = [*(self.args.get("logits_processors") or ()), _GRAMMAR]
+        self.args.setdefault("disable_log_stats", True)  # vLLM's log lines; its load reaches turnkit's logger anyway
 
         async def start() -> Any:
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.args))
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.args), stat_loggers=[self._stat_logger()])
 
         try:
             self.engine = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
@@ -115,6 +161,10 @@ class VllmBackend:
             self._loop.call_soon_threadsafe(self._loop.stop)
             raise
         self.context_length = int(self.engine.model_config.max_model_len)
+        cache = self.engine.vllm_config.cache_config
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        #: vLLM's key/value cache in tokens (None where vLLM did not say)
+        self.kv_capacity: int | None = int(blocks) * int(cache.block_size) if blocks else None
         self._poller = asyncio.run_coroutine_threadsafe(self._watch_cancelled(), self._loop)
         self._feeder = threading.Thread(target=self._feed, name="turnkit-vllm-feed", daemon=True)
         self._feeder.start()
@@ -141,6 +191,7 @@ class VllmBackend:
             name = path.stem
         else:
             folder, name = path, path.name
+        kwargs.setdefault("tokenizer", path)
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         if threads:
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -159,9 +210,45 @@ class VllmBackend:
                 break
             except PackageNotFoundError:
                 release = "?"
-        shown = {k: v for k, v in sorted(self.args.items()) if k not in ("model", "skip_tokenizer_init")}
+        shown = {
+            k: v for k, v in sorted(self.args.items()) if k not in ("model", "skip_tokenizer_init", "logits_processors")
+        }
         given = ", ".join(f"{k}={v}" for k, v in shown.items())
-        return f"vLLM {release} on {self.args['model']}, max_model_len {self.context_length}; {given}"
+        cache = f"{self.kv_capacity} key/value cache tokens" if self.kv_capacity else "key/value cache size unknown"
+        return f"vLLM {release} on {self.args['model']}, max_model_len {self.context_length}, {cache}; {given}"
+
+    # -- vLLM's load --------------------------------------------------------------------------------------------------
+
+    def _stat_logger(self) -> Any:
+        """A factory of vLLM stat loggers that keep the scheduler's latest reading here (called on vLLM's output
+        handler, in this process)."""
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        backend = self
+
+        class Reading(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any) -> None:
+                if scheduler_stats is not None:
+                    backend._vllm = VllmLoad(
+                        int(scheduler_stats.num_running_reqs),
+                        int(scheduler_stats.num_waiting_reqs) + int(scheduler_stats.num_skipped_waiting_reqs),
+                        float(scheduler_stats.kv_cache_usage),
+                    )
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return Reading
+
+    def vllm_load(self) -> VllmLoad:
+        """vLLM's scheduler after its latest step; all zero while turnkit has nothing in vLLM (the last step's
+        reading would otherwise stay, as vLLM reports nothing while idle)."""
+        with self._count_lock:
+            running = self._running
+        return self._vllm if running else VllmLoad()
 
     # -- the server's side ------------------------------------------------------------------------------------------
 
@@ -169,7 +256,13 @@ class VllmBackend:
         return self._inbox.submit(request, loop)
 
     def load_now(self) -> Load:
-        return self._inbox.load_now()
+        """turnkit's queue and vLLM's: requests vLLM holds back (no cache room) count as waiting, not running; the
+        cache is vLLM's, its ``used`` what vLLM's requests hold now."""
+        ours = self._inbox.load_now()
+        vllm = self.vllm_load()
+        held_back = min(vllm.waiting, ours.running)
+        used = round(vllm.kv_usage * self.kv_capacity) if self.kv_capacity else 0
+        return Load(ours.running - held_back, ours.waiting + held_back, self.kv_capacity, used)
 
     def stop_admitting(self, refusal: BackendBusyError) -> None:
         self._inbox.stop_admitting(refusal)
@@ -178,6 +271,9 @@ class VllmBackend:
         self._inbox.abort(error)
 
     def close(self) -> None:
+        if self._closed:
+            return  # one engine may be closed by each name it is served under
+        self._closed = True
         self._inbox.close()
         self._room.set()
         self._feeder.join(timeout=10)
@@ -204,8 +300,10 @@ class VllmBackend:
                 self._room.clear()
 
     def _has_slot(self) -> bool:
+        """A free place in vLLM's batch, and nothing vLLM holds back for want of cache room."""
         with self._count_lock:
-            return self._running < self.max_batch
+            running = self._running
+        return running < self.max_batch and (running == 0 or self._vllm.waiting == 0)
 
     def _start(self, request: GenerationRequest, generation: Generation) -> None:
         with self._count_lock:
@@ -265,6 +363,8 @@ class VllmBackend:
                         f"difference at {_first_difference(prompt, echoed)})"
                     )
                 generation.cached_tokens = int(getattr(output, "num_cached_tokens", 0) or 0)
+                if request.prompt_logprobs is not None:
+                    generation.prompt = self._prompt_events(request, prompt, output.prompt_logprobs or [])
                 checked = True
             completion = output.outputs[0]
             logprobs = completion.logprobs or []
@@ -275,21 +375,30 @@ class VllmBackend:
                     return  # vLLM finishes the request on the same step (its stop ids and budget are the same)
 
     @staticmethod
-    def _event(request: GenerationRequest, token: int, position: Any) -> TokenEvent:
+    def _event(request: GenerationRequest, token: int, position: Any, top_n: int | None = None) -> TokenEvent:
         """vLLM's log-probabilities (the model's own, before any adjustment: its default ``raw_logprobs``) as
-        turnkit's event: the chosen token's, and the ``top_logprobs`` likeliest by rank."""
-        if request.top_logprobs is None or position is None:
+        turnkit's event: the chosen token's, and the ``top_n`` (default ``top_logprobs``) likeliest by rank."""
+        top_n = request.top_logprobs if top_n is None else top_n
+        if top_n is None or position is None:
             return TokenEvent(token)
         chosen = position.get(token)
         ranked = sorted(
-            ((int(t), p) for t, p in position.items() if p.rank is not None and p.rank <= request.top_logprobs),
+            ((int(t), p) for t, p in position.items() if p.rank is not None and p.rank <= top_n),
             key=lambda item: item[1].rank,
         )
-        top = tuple((t, float(p.logprob)) for t, p in ranked[: request.top_logprobs])
+        top = tuple((t, float(p.logprob)) for t, p in ranked[:top_n])
         return TokenEvent(token, None if chosen is None else float(chosen.logprob), top)
 
-    @staticmethod
-    def _sampling(request: GenerationRequest) -> Any:
+    @classmethod
+    def _prompt_events(cls, request: GenerationRequest, prompt: list[int], positions: Any) -> tuple[TokenEvent, ...]:
+        """vLLM's prompt log-probabilities (``None`` for the first token, which nothing predicts) as events."""
+        events = [TokenEvent(prompt[0])] if prompt else []
+        for n, token in enumerate(prompt[1:], start=1):
+            position = positions[n] if n < len(positions) else None
+            events.append(cls._event(request, token, position, request.prompt_logprobs))
+        return tuple(events)
+
+    def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -308,9 +417,19 @@ class VllmBackend:
             frequency_penalty=request.frequency_penalty,
             logit_bias=dict(request.logit_bias) or None,
             logprobs=request.top_logprobs,
+            prompt_logprobs=request.prompt_logprobs,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
+            extra_args=self._grammar(request.constraint, request.stop_ids),
         )
+
+    def _grammar(self, constraint: JsonConstraint | None, stop_ids: frozenset[int]) -> dict[str, Any] | None:
+        """The request's grammar for vLLM's engine process (:mod:`.vllm_grammar`), or None for a free reply."""
+        if constraint is None:
+            return None
+        from turnkit.serve.engines.vllm_grammar import extra_args
+
+        return extra_args(constraint.grammar, stop_ids, self.tokenizer)
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
