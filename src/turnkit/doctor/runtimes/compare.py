@@ -8,6 +8,7 @@ installed here, never counted as identical. Causes are reduced to short keys so 
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 from turnkit.doctor.checks_template import _around, _first_difference
 from turnkit.doctor.runtimes.base import EngineFailure, Renderer
-from turnkit.doctor.runtimes.probes import ProbeRender
+from turnkit.doctor.runtimes.probes import PROBE_TEXTS, ProbeRender
 
 __all__ = ["Difference", "EngineResult", "ProbeFailure", "compare", "difference_cause", "failure_cause"]
 
@@ -112,15 +113,22 @@ def failure_cause(message: str) -> str:
 
 def difference_cause(reference: str, engine: str) -> str:
     """What kind of difference two renders show, as a countable key: JSON spacing or escapes (a ``tojson`` of its
-    own), whitespace only, Python's repr against JSON, or the first differing words themselves."""
+    own), HTML escapes, whitespace only, Python's repr against JSON, a probe message one side shows and the other
+    leaves out, or the first differing words themselves."""
     if _JSON_GAPS.sub(r"\1", reference) == _JSON_GAPS.sub(r"\1", engine):
         return "JSON spacing (tojson's separators)"
     if _UNESCAPED.sub(lambda m: chr(int(m[1], 16)), engine) == reference:
         return "JSON escapes (\\u003c for <)"
+    if html.unescape(reference) == html.unescape(engine):
+        return 'HTML escapes (&#34; for ")'
     if "".join(reference.split()) == "".join(engine.split()):
         return "whitespace only"
     if reference.replace("'", '"') == engine.replace("'", '"'):
         return "quotes: ' vs \" (Python's repr vs JSON)"
+    shown = [text for text in PROBE_TEXTS if (text in reference) != (text in engine)]
+    if shown:
+        side = "the engine shows" if shown[0] in engine else "the engine leaves out"
+        return f"{side} message text the reference {'leaves out' if shown[0] in engine else 'shows'}"
     start = next((i for i, (a, b) in enumerate(zip(reference, engine, strict=False)) if a != b), None)
     start = min(len(reference), len(engine)) if start is None else start
     return f"other text: {reference[start : start + 16]!r} vs {engine[start : start + 16]!r}"

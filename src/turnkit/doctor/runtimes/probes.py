@@ -25,9 +25,11 @@ from turnkit.template.content import content_format
 from turnkit.template.switches import thinking_switch
 from turnkit.template.tools import tool_schemas
 
-__all__ = ["Probe", "ProbeRender", "probes", "reference_renders"]
+__all__ = ["PROBE_TEXTS", "Probe", "ProbeRender", "probes", "reference_renders"]
 
 REASONING = "The probe asks for a sentence; answer with one."
+#: The probes' message texts (a render that shows one the other leaves out differs in what it shows, not in form).
+PROBE_TEXTS = (SYSTEM, USER_1, ASSISTANT_1, USER_2, ASSISTANT_2, REASONING)
 
 _CALL = {"id": "call_1", "type": "function", "function": {"name": "probe_lookup", "arguments": {"word": "probe"}}}
 
