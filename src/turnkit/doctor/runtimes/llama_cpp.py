@@ -2,12 +2,13 @@
 
 Why a program and not llama-server's ``/apply-template``: the server needs a model loaded to start (a GGUF, the
 weights mapped, a context allocated) and the whole of libllama and ggml built, minutes of compiling; the engine is
-seven C++ files that depend on nothing but ``common/json.cpp``, ``common/unicode.cpp`` and nlohmann's header, and build
-in about half a minute. ``llama_cpp_render.cpp`` drives the engine exactly as ``common/chat.cpp``'s
-``common_chat_template_direct_apply_impl`` does (lexer, ``parse_from_tokens``, ``caps_get``, ``global_from_json``,
-``runtime::execute``, ``gather_string_parts``), so the text is the engine's. It is exact for the engine; what it leaves
-out is llama-server's rewriting of the conversation before the render (content parts joined for a template that reads
-strings, a per-format handler for some families), which is not the Jinja engine's doing.
+six C++ files that depend on nothing but ``common/json.cpp``, ``common/unicode.cpp`` and nlohmann's header, and build
+in under a minute (about 25 s of CPU, after the sdist's download, which pip's cache serves again).
+``llama_cpp_render.cpp`` drives the engine as ``common/chat.cpp``'s ``common_chat_template_direct_apply_impl`` does
+(lexer, ``parse_from_tokens``, ``caps_get``, the content normalized to the template's caps, ``reasoning_effort``
+applied, ``global_from_json``, ``runtime::execute``, ``gather_string_parts``), so the text is the engine's. What it
+leaves out is llama-server's per-family handling before the render (tool-call formats, polyfills), which is not the
+Jinja engine's doing.
 
 The sources are the ones ``llama-cpp-python==0.3.36`` vendors (the version turnkit's llama.cpp engine pins): its
 sdist, fetched with pip, of which only ``common/``, ``vendor/nlohmann`` and ``ggml/include`` are unpacked. :func:`build`
