@@ -241,6 +241,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         port=args.port,
         address=args.ray_address,
         ingress=args.ray_ingress or "haproxy",
+        gpus=_replica_gpus(args, specs),
     )
     if not 1 <= args.port <= 65535:  # 0 too: the endpoint Ray Serve announces needs a port of its own
         raise UsageError(f"--port must be between 1 and 65535 for --ray's endpoint, not {args.port}")
@@ -274,6 +275,15 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     factory = functools.partial(_replica_app, specs, args.max_loaded, engine, server, args.lazy)
     run_on_ray(factory, options, announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True))
     return 0
+
+
+def _replica_gpus(args: argparse.Namespace, specs: list[Any]) -> int:
+    """GPUs a ``--ray`` replica reserves: what its vLLM engine takes (CUDA build), the most of any model it serves."""
+    if not any(_engine_of(spec) == "vllm" for spec in specs):
+        return 0
+    from turnkit.serve.engines.vllm import gpus_per_engine
+
+    return gpus_per_engine(dict(_vllm_args(args)))
 
 
 def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[str, Any], lazy: bool) -> Any:

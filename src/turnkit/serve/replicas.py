@@ -112,6 +112,8 @@ class ReplicaOptions:
         address: A Ray cluster to join (``auto``, ``HOST:PORT``, ``ray://...``); ``None`` starts a local instance.
         app_name: The Serve application's name (one cluster may run several).
         request_timeout_s: Serve's proxy's end-to-end limit on a request (``None``: none).
+        gpus: GPUs each replica reserves (Ray's ``num_gpus``; Ray hides every other GPU from it): the vllm engine's
+            CUDA build needs its ``tensor_parallel_size`` x ``pipeline_parallel_size`` of them.
         ingress: ``"haproxy"`` (Serve's HAProxy ingress, replicas serving HTTP directly) or ``"proxy"`` (Serve's
             Python proxy calling the replicas through Ray). On a cluster whose Serve was already running, the
             deployment uses that Serve's ingress, whichever this says.
@@ -128,6 +130,7 @@ class ReplicaOptions:
     app_name: str = "turnkit"
     request_timeout_s: float | None = None
     ingress: str = "haproxy"
+    gpus: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ingress not in INGRESSES:
@@ -435,7 +438,11 @@ def _deployment(options: ReplicaOptions, env: dict[str, str] | None = None) -> A
     return serve.deployment(
         serve.ingress()(TurnkitReplica),
         name="TurnkitReplica",
-        ray_actor_options={"num_cpus": options.threads, "runtime_env": {"env_vars": env or {}}},
+        ray_actor_options={
+            "num_cpus": options.threads,
+            "runtime_env": {"env_vars": env or {}},
+            **({"num_gpus": options.gpus} if options.gpus else {}),
+        },
         max_ongoing_requests=options.max_ongoing_requests,
         max_queued_requests=options.max_queued_requests,
         max_constructor_retry_count=3,  # a replica that cannot build its app fails the deploy after 3 tries, not 20

@@ -48,7 +48,7 @@ from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationR
 if TYPE_CHECKING:
     from turnkit.serve.structured import JsonConstraint
 
-__all__ = ["VllmBackend", "parse_vllm_args"]
+__all__ = ["VllmBackend", "gpus_per_engine", "parse_vllm_args"]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -80,6 +80,19 @@ def parse_vllm_args(items: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
+
+
+def gpus_per_engine(engine_args: Mapping[str, Any]) -> int:
+    """The GPUs one vLLM engine takes (``tensor_parallel_size`` x ``pipeline_parallel_size``) where the installed vLLM
+    is the CUDA build (the ``vllm`` distribution); 0 for the CPU build. What a ``--ray`` replica reserves. Read from
+    the installed distributions: importing vLLM takes seconds."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm")
+    except PackageNotFoundError:
+        return 0
+    return int(engine_args.get("tensor_parallel_size", 1)) * int(engine_args.get("pipeline_parallel_size", 1))
 
 
 @dataclass(frozen=True)
