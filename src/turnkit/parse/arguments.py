@@ -18,9 +18,10 @@ from turnkit.parse.callstate import NAME_CHARS, CallState, CallSteps
 from turnkit.parse.compiled import SymArgs
 from turnkit.parse.formats import Arguments
 from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
+from turnkit.parse.literals import ValueSyntaxError, gemma_value, python_arguments, python_literal
 from turnkit.parse.reply import CallStatus
 from turnkit.parse.state import WS, ReadingState
-from turnkit.parse.values import ValueSyntaxError, element_arguments, gemma_value, python_arguments, python_literal
+from turnkit.parse.values import element_arguments
 
 __all__ = ["ArgumentReader"]
 

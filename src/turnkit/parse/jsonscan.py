@@ -16,10 +16,44 @@ from typing import Any
 __all__ = ["BracketReader", "ObjectReader", "ValueReader"]
 
 _WS = " \t\r\n"
+#: The states of :class:`ObjectReader` in which one character must come: it, and the state it leads to.
+_PUNCTUATION = {"start": ("{", "key_or_end"), "colon": (":", "value_start")}
 _STRING_SPECIAL = re.compile(r'[\\"]')
 
 
-class ObjectReader:
+class _Nesting:
+    """Where a JSON value being read stands (how deep in brackets, inside a string, right after a backslash), for the
+    readers below."""
+
+    _depth = 0
+    _in_string = False
+    _escape = False
+
+    def _structure_char(self, char: str) -> bool:
+        """A character of a value outside its strings: True where it closes the value (its depth back to 0)."""
+        if char == '"':
+            self._in_string = True
+        elif char in "{[":
+            self._depth += 1
+        elif char in "}]":
+            self._depth -= 1
+            return self._depth == 0
+        return False
+
+    def _string_char(self, char: str) -> bool:
+        """A string's character that is not part of a plain run (a backslash, a quote, what an escape escapes):
+        True where it closes the string."""
+        if self._escape:
+            self._escape = False
+        elif char == "\\":
+            self._escape = True
+        elif char == '"':
+            self._in_string = False
+            return True
+        return False
+
+
+class ObjectReader(_Nesting):
     """Reads a JSON object fed in pieces.
 
     ``feed`` returns how many characters of the text belong to the object (the rest follows it) and adds the new
@@ -88,14 +122,8 @@ class ObjectReader:
                 if self._streaming:
                     streamed.append(char)
                 if self._in_string:
-                    if self._escape:
-                        self._escape = False
-                    elif char == "\\":
-                        self._escape = True
-                    elif char == '"':
-                        self._in_string = False
-                        if self._depth == 0:
-                            self._end_value()
+                    if self._string_char(char) and self._depth == 0:
+                        self._end_value()
                 elif self._depth == 0:  # a scalar (true, 42, null): it ends at ',', '}' or whitespace
                     if char in ",}" + _WS:
                         self._value.pop()
@@ -104,14 +132,8 @@ class ObjectReader:
                         if self.done or self.failed:
                             used = n + 1
                             break
-                elif char == '"':
-                    self._in_string = True
-                elif char in "{[":
-                    self._depth += 1
-                elif char in "}]":
-                    self._depth -= 1
-                    if self._depth == 0:
-                        self._end_value()
+                elif self._structure_char(char):
+                    self._end_value()
                 continue
             if state == "key":
                 if self._escape:
@@ -133,12 +155,14 @@ class ObjectReader:
                 continue
             if char in _WS:
                 continue
-            if state == "start":
-                if char != "{":
-                    self._fail(f"expected '{{', got {char!r}")
+            punctuation = _PUNCTUATION.get(state)
+            if punctuation is not None:  # the object's '{', or a key's ':'
+                want, then = punctuation
+                if char != want:
+                    self._fail(f"expected {want!r}, got {char!r}")
                     used = n
                     break
-                self._state = "key_or_end"
+                self._state = then
             elif state == "key_or_end":
                 if char == '"':
                     self._key = []
@@ -151,12 +175,6 @@ class ObjectReader:
                     self._fail(f"expected a key, got {char!r}")
                     used = n
                     break
-            elif state == "colon":
-                if char != ":":
-                    self._fail(f"expected ':', got {char!r}")
-                    used = n
-                    break
-                self._state = "value_start"
             elif state == "value_start":
                 self._value = [char]
                 self._state = "value"
@@ -200,7 +218,7 @@ class ObjectReader:
         return None
 
 
-class ValueReader:
+class ValueReader(_Nesting):
     """Reads one JSON object, array or string fed in pieces, as written: ``feed`` returns how many characters belong
     to it (the rest follows it); ``text`` is what was read; ``done`` once it closed, ``failed`` when it did not start
     with ``{``, ``[`` or ``"``. Only nesting is tracked here; whether the text is valid JSON is checked when it is
@@ -252,26 +270,14 @@ class ValueReader:
                 self._depth = 1
                 continue
             if self._in_string:
-                if self._escape:
-                    self._escape = False
-                elif char == "\\":
-                    self._escape = True
-                elif char == '"':
-                    self._in_string = False
-                    if self.is_string:
-                        self.done = True
-                        self.parts.append(text[: n + 1])
-                        return n + 1
-            elif char == '"':
-                self._in_string = True
-            elif char in "{[":
-                self._depth += 1
-            elif char in "}]":
-                self._depth -= 1
-                if self._depth == 0:
+                if self._string_char(char) and self.is_string:
                     self.done = True
                     self.parts.append(text[: n + 1])
                     return n + 1
+            elif self._structure_char(char):
+                self.done = True
+                self.parts.append(text[: n + 1])
+                return n + 1
         self.parts.append(text)
         return len(text)
 

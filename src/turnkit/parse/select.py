@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from turnkit.parse import catalog
-from turnkit.parse.derive import derive, end_texts, first_marker, is_marker, marker_pieces
+from turnkit.parse.derive import derive, end_texts
 from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax
+from turnkit.parse.markers import first_marker, is_marker, marker_pieces
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.probes import PROBE_TOOLS, Rendered, render_probes
 from turnkit.template.chat_template import ChatTemplate
