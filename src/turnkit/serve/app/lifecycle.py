@@ -18,6 +18,9 @@ and the address it announces is the one it holds (``--port 0`` announces the por
 
 A second signal skips the wait. uvicorn alone would wait for running replies without a deadline (SIGTERM with the
 slots held never exited), and re-raise the signal at the end, so the exit code was -15 and the registry never closed.
+
+The dependency points one way: this module runs a :class:`~.routes.Server` (its ``app()``, and ``drain()`` with the
+grace passed in) and the routes import nothing of it, so :func:`bind` runs before the app's modules are imported.
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class _Uvicorn(uvicorn.Server):
 
     async def _drain(self) -> None:
         try:
-            await self.server.drain(self.drain_seconds)
+            await self.server.drain(self.drain_seconds, grace=GRACE_SECONDS)
         finally:
             self.should_exit = True
 

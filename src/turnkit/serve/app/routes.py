@@ -33,7 +33,6 @@ from turnkit.serve.app.auth import Authenticate
 from turnkit.serve.app.body import read_request
 from turnkit.serve.app.errors import EXCEPTION_HANDLERS, answering
 from turnkit.serve.app.inflight import InFlight
-from turnkit.serve.app.lifecycle import GRACE_SECONDS
 from turnkit.serve.app.metrics import Metrics
 from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
@@ -142,10 +141,11 @@ class Server:
         self.inflight = InFlight(app, on_done=self.metrics.record)
         return self.inflight
 
-    async def drain(self, seconds: float) -> None:
+    async def drain(self, seconds: float, *, grace: float) -> None:
         """Shut down with a deadline (:mod:`.lifecycle` calls this on SIGTERM or SIGINT): refuse new requests (503
         with ``Retry-After``), let running ones end for up to ``seconds``, then end the rest with an error naming the
-        shutdown. Returns once nothing is in flight (or a few seconds after the deadline)."""
+        shutdown. Returns once nothing is in flight (or ``grace`` seconds after the deadline: the time the runner
+        gives those errors to go out)."""
         self.models.drain(
             ShuttingDownError(
                 "the server is shutting down; retry on another replica, or once it has restarted",
@@ -169,7 +169,7 @@ class Server:
             )
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(inflight.wait_idle(), GRACE_SECONDS)
+            await asyncio.wait_for(inflight.wait_idle(), grace)
 
     # -- simple endpoints ---------------------------------------------------------------------------------------
 
