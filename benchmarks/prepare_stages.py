@@ -43,8 +43,9 @@ import turnkit.encode.job as job
 import turnkit.encode.marking as marking
 import turnkit.encode.tokenize as tokenize
 from turnkit.collector import FEWER_COLLECTIONS
-from turnkit.data import PrepareConfig
-from turnkit.data.sources import JsonlSpan, RawRecord, records_of
+from turnkit.data import PrepareConfig, output
+from turnkit.data.cutting import JsonlSpan, records_of
+from turnkit.data.sources import RawRecord
 from turnkit.encode.attribution import Spans, Turns
 from turnkit.encode.controls import ControlCheck, MissingMarkers
 from turnkit.encode.encoding import Encoding
@@ -170,8 +171,8 @@ def _run(inputs: list[str], config: PrepareConfig, size: int, folder: Path) -> i
     tokens = 0
     for index, records in enumerate(_read(inputs, size)):
         result = pipeline.process_records(_transfer(records), config, spare_core=False)
-        table = preparing._table(result.rows)
-        preparing._write_shard(folder, index, table, preparing._summary(index, config, result))
+        table = output.shard_table(result.rows)
+        output.write_shard(folder, index, table, preparing._summary(index, config, result))
         tokens += result.tokens
     return tokens
 

@@ -14,7 +14,6 @@ checks that both files hold the same rows.
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import sys
 import tempfile
@@ -28,11 +27,9 @@ import pyarrow.parquet as pq
 from corpus import smollm2_tokenizer_folder
 from shapes import SHAPES, model_folder
 
-from turnkit.data import PrepareConfig
+from turnkit.data import PrepareConfig, output
 from turnkit.data.pipeline import process_records
 from turnkit.data.sources import RawRecord
-
-prepare_module = importlib.import_module("turnkit.data.prepare")  # the module, not the function turnkit.data exports
 
 
 def _cpu(action, repeats: int) -> float:
@@ -58,14 +55,14 @@ def main() -> None:
     wanted = args.shapes.split(",") if args.shapes else [s.name for s in SHAPES]
     work = Path(tempfile.mkdtemp(prefix="turnkit-write-"))
     tokenizer_folder = smollm2_tokenizer_folder()
-    encodings = {"pyarrow's defaults": {}, "turnkit's": prepare_module._PARQUET_OPTIONS}
+    encodings = {"pyarrow's defaults": {}, "turnkit's": output.PARQUET_OPTIONS}
     print(f"one shard of {args.shard_records} records a shape, CPU time of this process, medians of {args.repeats}")
     print(f"{'shape':30} {'encoding':19} {'write ms':>8} {'read ms':>8} {'kB':>6}")
     for shape in (s for s in SHAPES if s.name in wanted):
         model = model_folder(shape.model, tokenizer_folder, work / "models")
         records = [RawRecord(f"{i}", data) for i, data in enumerate(shape.records(args.shard_records, seed=1))]
         result = process_records(records, PrepareConfig(model=str(model)))
-        table = prepare_module._table(result.rows)
+        table = output.shard_table(result.rows)
         written: dict[str, tuple[float, float, int]] = {}
         for name, options in encodings.items():
             path = work / f"{name[:7]}.parquet"

@@ -272,10 +272,10 @@ def test_spans_of_a_jsonl_file_hold_the_records_the_reader_reads(tmp_path, monke
     a file without CR is cut where numpy finds its line feeds, one with CR line by line)."""
     import zstandard
 
-    from turnkit.data import sources
+    from turnkit.data import cutting, sources
 
     if block is not None:
-        monkeypatch.setattr(sources, "_SPAN_BLOCK", block)
+        monkeypatch.setattr(cutting, "_SPAN_BLOCK", block)
     tricky = _tricky_jsonl()
     compressions = {"": bytes, ".gz": gzip.compress, ".zst": zstandard.ZstdCompressor().compress}
     for suffix, compress in compressions.items():  # a compressed file is read forward only, its bytes sent
@@ -297,7 +297,7 @@ def test_spans_match_the_reader_on_random_files(tmp_path, monkeypatch):
     the text reader's records for every shard size."""
     import random
 
-    from turnkit.data import sources
+    from turnkit.data import cutting, sources
 
     pieces = [b'{"a": 1}', b"", b" ", b"\t ", "\u3000".encode(), b"\x1c", b'{"b": "\xe9"}', '{"c": "夏"}'.encode()]
     ends = [b"\n", b"\r\n", b"\r"]
@@ -310,12 +310,12 @@ def test_spans_match_the_reader_on_random_files(tmp_path, monkeypatch):
         text = text[:-1] if generator.random() < 0.3 else text  # no line end at the end
         data = tmp_path / f"random-{round_}.jsonl"
         data.write_bytes((b"\xef\xbb\xbf" if generator.random() < 0.2 else b"") + text)
-        monkeypatch.setattr(sources, "_SPAN_BLOCK", generator.choice([1, 3, 8, 1 << 20]))
+        monkeypatch.setattr(cutting, "_SPAN_BLOCK", generator.choice([1, 3, 8, 1 << 20]))
         _spans_hold(data, list(sources.read_records(data)))
 
 
 def _spans_hold(data: Path, expected: list) -> None:
-    from turnkit.data.sources import JsonlSpans, records_of
+    from turnkit.data.cutting import JsonlSpans, records_of
 
     for size in range(1, 12):
         spans = JsonlSpans(str(data))
@@ -386,7 +386,8 @@ def _mixed_rows(count: int) -> list[dict]:
 def test_slices_of_a_parquet_file_hold_the_records_the_reader_reads(tmp_path):
     """A worker makes the records of its shard's Parquet rows itself, from the rows as Arrow data: for every shard size
     and row-group layout (slices across row groups, many slices in one) they are the reader's records and ids."""
-    from turnkit.data.sources import ArrowSlices, read_records, records_of
+    from turnkit.data.cutting import ArrowSlices, records_of
+    from turnkit.data.sources import read_records
 
     rows = _mixed_rows(11)
     for row_group_size in (1, 4, 1000):
@@ -412,7 +413,8 @@ def test_slices_of_a_datasets_folder_hold_the_records_the_reader_reads(tmp_path)
     ids differ), in the dataset's own order; a dataset with a feature to decode (an image) is read and sent as records,
     since its Arrow rows hold what ``datasets`` would decode."""
     datasets = pytest.importorskip("datasets")
-    from turnkit.data.sources import read_records, records_of, shard_cutter
+    from turnkit.data.cutting import records_of, shard_cutter
+    from turnkit.data.sources import read_records
 
     rows = _mixed_rows(11)
     splits = datasets.DatasetDict(

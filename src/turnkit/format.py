@@ -55,6 +55,30 @@ def _bind(tokenizer: Any) -> Callable[[], TokenizerBinding] | None:
     return load
 
 
+def _checkpoint(path: Path) -> tuple[TemplateSet, Callable[[], TokenizerBinding]]:
+    """A checkpoint's templates (each compiled now, so that a broken one fails here with its line), and how to load
+    its tokenizer when it is first needed."""
+    if path.is_dir():
+        templates = load_hf_folder(path)
+    elif path.is_file() and path.suffix.lower() == ".gguf":
+        templates = load_gguf(path)
+    elif path.is_file():
+        raise TemplateNotFoundError(f"{path} is neither a model folder nor a .gguf file")
+    else:
+        raise TemplateNotFoundError(f"{path} does not exist")
+    for source in templates.templates.values():
+        compile_template(source)
+
+    def load() -> TokenizerBinding:
+        from turnkit.tokenizer import TokenizerBinding
+
+        if path.is_dir():
+            return TokenizerBinding.from_folder(path)
+        return TokenizerBinding.from_gguf(path)
+
+    return templates, load
+
+
 @dataclass(frozen=True)
 class ChatFormat:
     """The chat format of a checkpoint or of a built-in family.
@@ -98,25 +122,7 @@ class ChatFormat:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, limits: RenderLimits | None = None) -> ChatFormat:
         """A format from a Hugging Face model folder or a GGUF file, read the way transformers reads it."""
-        path = Path(path)
-        if path.is_dir():
-            templates = load_hf_folder(path)
-        elif path.is_file() and path.suffix.lower() == ".gguf":
-            templates = load_gguf(path)
-        elif path.is_file():
-            raise TemplateNotFoundError(f"{path} is neither a model folder nor a .gguf file")
-        else:
-            raise TemplateNotFoundError(f"{path} does not exist")
-        for source in templates.templates.values():
-            compile_template(source)
-
-        def load() -> TokenizerBinding:
-            from turnkit.tokenizer import TokenizerBinding
-
-            if path.is_dir():
-                return TokenizerBinding.from_folder(path)
-            return TokenizerBinding.from_gguf(path)
-
+        templates, load = _checkpoint(Path(path))
         return cls(templates, dict(templates.special_tokens), limits=limits or RenderLimits(), tokenizer_loader=load)
 
     @classmethod
@@ -352,12 +358,9 @@ class ChatFormat:
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
         """Every id that ends a reply, with why: the template's end-of-turn markers and the checkpoint's EOS ids."""
-        from turnkit.parse.reply import EndReason
+        from turnkit.parse.prompt import stop_ids
 
-        stops = self.stops
-        out = {token_id: (EndReason.EOS, text) for token_id, text in stops.eos.items()}
-        out.update({token_id: (EndReason.END_OF_TURN, text) for token_id, text in stops.end_of_turn.items()})
-        return out
+        return stop_ids(self.stops)
 
     def stream_parser(
         self,
@@ -407,11 +410,11 @@ class ChatFormat:
         marker. ``strict=True`` raises :class:`~turnkit.errors.ReplyParseError` for a reply that does not end
         cleanly; otherwise failed calls are returned with their status (see :meth:`stream_parser`).
         """
+        text = isinstance(reply, str)
+        parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=not text)
         if isinstance(reply, str):
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=False)
             parser.feed_text(reply)
         else:
-            parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=True)
             parser.feed(reply)
         return parser.finish(length=length)
 
@@ -427,79 +430,21 @@ class ChatFormat:
         with_tokenizer: bool,
     ) -> StreamParser:
         from turnkit.parse import catalog
-        from turnkit.parse.parser import StreamParser
-        from turnkit.parse.reply import EndReason
-        from turnkit.template.tools import tool_schemas
+        from turnkit.parse.prompt import prompt_tail, reply_parser
 
         spec = catalog.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        schemas: dict[str, Any] | None = None
-        if tools is not None:
-            schemas = {}
-            for schema in tool_schemas(tools) or []:
-                if isinstance(schema, Mapping):
-                    function = schema.get("function", schema)
-                    schemas[function.get("name")] = function.get("parameters")
         binding = self.tokenizer if with_tokenizer else None
-        # The family's stop strings end a reply always; text has no ids, so there the end-of-turn markers count as text.
-        template = self.chat_template
-        ends = dict.fromkeys(template.stop_strings, EndReason.END_OF_TURN)
-        if binding is None:
-            markers = [*template.end_markers, template.eos_token]
-            ends.update(dict.fromkeys((m for m in markers if m), EndReason.END_OF_TURN))
-        return StreamParser(
+        return reply_parser(
+            self.chat_template,
             spec,
-            added_tokens={text: token.id for text, token in binding.added.items()} if binding else None,
-            stop_ids=self.stop_ids if binding else None,
-            stops=stops,
-            end_texts=ends,
-            tools=schemas,
-            byte_table=binding.byte_table if binding else None,
-            backend=binding.backend if binding else None,
-            in_reasoning=self._prompt_opens_reasoning(prompt, spec),
-            continues=self._prompt_continues(prompt, spec),
-            open_message=self._prompt_open_message(prompt, spec),
+            binding,
+            ids=self.stop_ids if binding else None,
+            tail=None if prompt is None else prompt_tail(prompt, self._decode),
+            stop=stop,
+            tools=tools,
             call_id=call_id,
             strict=strict,
         )
-
-    def _prompt_opens_reasoning(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
-        """Whether the prompt ends inside an open reasoning block (a generation prompt that pre-writes ``<think>``)."""
-        if spec.reasoning is None:
-            return False
-        if prompt is None:
-            return spec.reasoning.prefilled
-        start, end = spec.reasoning.start, spec.reasoning.end
-        text = prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
-        return text.rfind(start) > text.rfind(end)
-
-    def _prompt_continues(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> bool:
-        """Whether the prompt ends inside reasoning or message text rather than right after the marker that opens it
-        (a prompt rendered with ``continue_final_message``): the reply then continues that text, spaces included."""
-        if prompt is None:
-            return False
-        text = self._prompt_tail(prompt)
-        if spec.channels is not None:
-            opened = text.rfind(spec.channels.header_end)
-            return opened >= 0 and bool(text[opened + len(spec.channels.header_end) :].strip())
-        if spec.reasoning is None or not self._prompt_opens_reasoning(prompt, spec):
-            return False
-        return bool(text[text.rfind(spec.reasoning.start) + len(spec.reasoning.start) :].strip())
-
-    def _prompt_open_message(self, prompt: Sequence[int] | str | None, spec: ReplyFormat) -> str | None:
-        """For headed messages: the header of the message whose body the prompt left open, if it did."""
-        channels = spec.channels
-        if prompt is None or channels is None:
-            return None
-        text = self._prompt_tail(prompt)
-        opened = text.rfind(channels.header_end)
-        closed = max([text.rfind(m) for m in channels.message_ends if m] + [text.rfind(channels.start)])
-        if opened < 0 or closed < 0 or opened < closed:
-            return None
-        return text[max(closed, 0) : opened].removeprefix(channels.start)
-
-    def _prompt_tail(self, prompt: Sequence[int] | str) -> str:
-        return prompt[-4096:] if isinstance(prompt, str) else self.tokenizer.decode(list(prompt)[-256:])
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any
@@ -526,10 +471,10 @@ class ChatFormat:
         def encode(messages: Any, **kwargs: Any) -> Encoding:
             return self.encode(messages, turns="none", **kwargs)  # type: ignore[return-value]
 
-        return diff_prompts(encode, self._token_text, chat, tools=tools, **template_kwargs)
+        return diff_prompts(encode, lambda token_id: self._decode([token_id]), chat, tools=tools, **template_kwargs)
 
-    def _token_text(self, token_id: int) -> str:
-        return self.tokenizer.decode([token_id])
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
 
     def __repr__(self) -> str:
         what = f"family={self.family.name!r}" if self.family else f"origin={self.templates.origin!r}"

@@ -1,14 +1,17 @@
 """Training data: datasets to tokenized, masked Parquet shards (``turnkit prepare``).
 
 * :mod:`.sources`: reading JSONL (gzip, zstd), JSON arrays, Parquet, datasets folders, hub names;
+* :mod:`.cutting`: inputs cut into spans and row slices that worker processes make the records of;
 * :mod:`.formats`: OpenAI messages, ShareGPT and Alpaca records to conversations;
 * :mod:`.pipeline`: the batch function: marker scan, encoding, max-length, rows and rejects;
-* :mod:`.prepare`: shards, resume, manifest and rejects; the local and Ray engines.
+* :mod:`.prepare`: the shards planned, resumed and run: the local and Ray engines;
+* :mod:`.output`: what a run writes (shards and their done-files, manifest, rejects) and reading it back.
 """
 
 from turnkit.data.formats import FORMATS, FieldMap, RecordError
+from turnkit.data.output import load_rows, report
 from turnkit.data.pipeline import PrepareConfig, process_records
-from turnkit.data.prepare import PrepareError, load_rows, prepare, report
+from turnkit.data.prepare import PrepareError, prepare
 
 __all__ = [
     "FORMATS",
