@@ -1,0 +1,90 @@
+"""The internal requests every API translates into: a :class:`ChatRequest` (its :class:`ChatInput`, the prompt's
+makings, and its :class:`Sampling`) or a :class:`CompletionRequest`, whichever API it came from; the requests a
+:class:`~turnkit.serve.session.Session` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnkit.serve.protocol.wording import Wording
+
+__all__ = ["ChatInput", "ChatRequest", "CompletionRequest", "Sampling", "Thinking"]
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """What a request asks of the model's reasoning, whatever the API called it: ``enabled`` turns it on or off
+    (``None``: the template's default), ``effort`` asks for a level. ``param`` is the request's own field, named in
+    errors (``reasoning_effort``, ``reasoning.effort``, ``thinking``). The session sets the template's own switch
+    (:mod:`turnkit.template.switches`).
+
+    ``effort_is_hint``: the effort is a hint about the whole reply (Anthropic's ``output_config.effort``), set where
+    the template has an effort variable and otherwise left out, never a reason to refuse the request."""
+
+    enabled: bool | None = None
+    effort: str | None = None
+    param: str = "reasoning_effort"
+    effort_is_hint: bool = False
+
+
+@dataclass
+class ChatInput:
+    """What a chat prompt is made of: every chat-shaped API and ``/tokenize`` read it with the same checks.
+
+    ``continue_final``: the last message is an assistant message to continue (prefill), not a turn to answer after.
+    """
+
+    messages: list[Any] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None
+    family: str | None = None
+    continue_final: bool = False
+    thinking: Thinking = field(default_factory=Thinking)
+
+    @property
+    def offers_tools(self) -> bool:
+        """Tools are rendered and tool calls parsed unless there are none or ``tool_choice`` is ``none``."""
+        return self.tools is not None and self.tool_choice != "none"
+
+
+@dataclass
+class Sampling:
+    """What both generating endpoints share. A sampling value left ``None`` is the model's default
+    (:mod:`.sampling`); ``logit_bias`` maps token ids to the bias added to their logits."""
+
+    model: str
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    top_logprobs: int
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    n: int = 1
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class ChatRequest(Sampling):
+    chat_input: ChatInput = field(default_factory=ChatInput)
+    #: ``None`` for text; else ``{"type": "json_object"}`` or ``{"type": "json_schema", "schema": ..., "name": ...}``
+    response_format: dict[str, Any] | None = None
+    #: How the API the request came from names its fields, for the errors raised on the one path.
+    wording: Wording = field(default_factory=Wording)
+
+
+@dataclass
+class CompletionRequest(Sampling):
+    prompt: str | list[int] = ""
+    echo: bool = False

@@ -1,0 +1,207 @@
+"""The sampling fields of a body (the budget, ``n``, stops, the seed, temperature and the other samplers, the
+logit bias, ``response_format``), read and checked alike by every generating API; the sampling fields of other servers
+(vLLM's, llama.cpp's) this one refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnkit.serve.protocol.apierror import APIError
+from turnkit.serve.protocol.fields import Refusal, read_field, read_optional_number
+
+__all__ = [
+    "SAMPLING_FIELDS",
+    "SAMPLING_REFUSALS",
+    "read_logit_bias",
+    "read_response_format",
+    "read_sampling",
+    "read_single_reply_sampling",
+]
+
+
+#: The seeds a request may give: any signed or unsigned 64-bit integer (vLLM's range); the engines draw from it
+#: modulo 2**64, and the choices of ``n`` > 1 from the seeds after it (wrapping), so no choice's seed overflows.
+_SEED_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _read_seed(body: dict[str, Any]) -> int | None:
+    """``seed`` as the engines take it (0 to 2**64 - 1), read from any 64-bit integer; a 400 naming it outside."""
+    seed = read_field(body, "seed", int)
+    if seed is None:
+        return None
+    low, high = _SEED_RANGE
+    if not low <= seed <= high:
+        raise APIError(400, f"seed must be a 64-bit integer, between {low} and {high}; got {seed}", param="seed")
+    return seed % 2**64
+
+
+#: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there).
+SAMPLING_FIELDS = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "n",
+        "stop",
+        "stream",
+        "stream_options",
+        "seed",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+    }
+)
+
+#: Sampling fields of servers clients also talk to (vLLM, llama.cpp) that this server does not implement, refused by
+#: both OpenAI-style APIs; with the values that ask for nothing.
+SAMPLING_REFUSALS: dict[str, Refusal] = {
+    "guided_json": ("guided_json is not supported; use response_format", ()),
+    "guided_regex": ("guided_regex is not supported", ()),
+    "guided_choice": ("guided_choice is not supported", ()),
+    "guided_grammar": ("guided_grammar is not supported", ()),
+    "structured_outputs": ("structured_outputs is not supported; use response_format", ()),
+    "grammar": ("grammar is not supported; use response_format", ()),
+    "mirostat": ("mirostat sampling is not supported", (0,)),
+    "typical_p": ("typical_p sampling is not supported", (1, 1.0)),
+    "min_tokens": ("min_tokens is not supported", (0,)),
+    "ignore_eos": ("ignore_eos is not supported: a reply ends at the model's end of turn", (False,)),
+    "stop_token_ids": ("stop_token_ids is not supported; use stop", ([],)),
+    "include_stop_str_in_output": ("include_stop_str_in_output is not supported", (False,)),
+    "skip_special_tokens": ("skip_special_tokens: false is not supported", (True,)),
+    "use_beam_search": ("beam search is not supported", (False,)),
+    "length_penalty": ("length_penalty (beam search) is not supported", (1, 1.0)),
+    "bad_words": ("bad_words is not supported; use logit_bias", ([],)),
+    "allowed_token_ids": ("allowed_token_ids is not supported; use logit_bias", ()),
+}
+
+
+def read_logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    """``logit_bias``: token ids (as JSON object keys) to a bias from -100 to 100, at most 300 of them."""
+    raw = read_field(body, "logit_bias", dict, {})
+    if len(raw) > 300:
+        raise APIError(400, "logit_bias takes at most 300 tokens", param="logit_bias")
+    out = {}
+    for key, value in raw.items():
+        if not key.isdigit() or len(key) > 9:
+            raise APIError(400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias[{key!r}] must be a number from -100 to 100", param="logit_bias")
+        out[int(key)] = float(value)
+    return out
+
+
+def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`Sampling` fields of an OpenAI-style body (``max_tokens``/``max_completion_tokens``, ``stop``,
+    ``stream_options`` ...), checked; an API with other names maps them before or after calling this. The API's
+    :class:`Fields` table has been checked first."""
+    model = read_field(body, "model", str)
+    if model is None:
+        raise APIError(400, "model is required", param="model")
+    budget = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    read_field(body, "max_tokens", int)
+    max_tokens = read_field(body, budget, int)
+    if max_tokens is not None and max_tokens < 1:
+        raise APIError(400, f"{budget} must be at least 1, got {max_tokens}", param=budget)
+    n = read_field(body, "n", int, 1)
+    if not 1 <= n <= 16:
+        raise APIError(400, f"n must be between 1 and 16, got {n}", param="n")
+    stop = body.get("stop")
+    if stop is None:
+        stops = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = stop
+    else:
+        raise APIError(400, "stop must be a string or a list of strings", param="stop")
+    if len(stops) > 16 or any(not s for s in stops):
+        raise APIError(400, "stop takes at most 16 non-empty strings", param="stop")
+    options = read_field(body, "stream_options", dict, {})
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
+    seed = _read_seed(body)
+    top_k = read_field(body, "top_k", int)
+    if top_k is not None and top_k < -1:
+        raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {top_k}", param="top_k")
+    repetition_penalty = read_optional_number(body, "repetition_penalty", 0.0, 10.0)
+    if repetition_penalty == 0.0:
+        raise APIError(400, "repetition_penalty must be above 0 (1 is off)", param="repetition_penalty")
+    top_p = read_optional_number(body, "top_p", 0.0, 1.0)
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": read_optional_number(body, "temperature", 0.0, 2.0),
+        "top_p": top_p or (None if top_p is None else 1.0),
+        "top_k": None if top_k is None else max(top_k, 0),
+        "min_p": read_optional_number(body, "min_p", 0.0, 1.0),
+        "repetition_penalty": repetition_penalty,
+        "presence_penalty": read_optional_number(body, "presence_penalty", -2.0, 2.0),
+        "frequency_penalty": read_optional_number(body, "frequency_penalty", -2.0, 2.0),
+        "n": n,
+        "logit_bias": read_logit_bias(body),
+        "seed": seed,
+        "stop": stops,
+        "stream": read_field(body, "stream", bool, False),
+        "include_usage": include_usage,
+    }
+
+
+def read_single_reply_sampling(
+    body: dict[str, Any],
+    *,
+    max_tokens: int | None,
+    temperature_max: float,
+    stop: list[str] | None = None,
+    top_k: int | None = None,
+) -> dict[str, Any]:
+    """The :class:`Sampling` fields of an API that answers one reply, with usage and no log-probabilities (the
+    Responses and Messages APIs): ``model`` (required), ``temperature`` (up to ``temperature_max``), ``top_p``,
+    ``stream``, and what the API read under its own names."""
+    model = read_field(body, "model", str)
+    if model is None:
+        raise APIError(400, "model is required", param="model")
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "temperature": read_optional_number(body, "temperature", 0.0, temperature_max),
+        "top_p": read_optional_number(body, "top_p", 0.0, 1.0),
+        "top_k": top_k,
+        "seed": None,
+        "stop": stop or [],
+        "stream": read_field(body, "stream", bool, False),
+        "include_usage": True,
+        "logprobs": False,
+        "top_logprobs": 0,
+    }
+
+
+def read_response_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """``text`` (or none): ``None``; ``json_object``; ``json_schema`` with its ``schema`` (an object) checked here."""
+    value = read_field(body, "response_format", dict)
+    if value is None:
+        return None
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise APIError(
+                400,
+                "response_format json_schema needs json_schema: {'name': ..., 'schema': {...}}",
+                param="response_format.json_schema",
+            )
+        return {"type": "json_schema", "name": spec.get("name"), "schema": spec.get("schema", {})}
+    raise APIError(
+        400,
+        f"response_format type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+        param="response_format.type",
+    )
