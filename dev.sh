@@ -41,7 +41,7 @@ LLAMA_CHECK='
 import sys
 from turnkit.embedded import default_model_path
 from turnkit.errors import EngineError
-from turnkit.serve.engines.llama_cpp import check_library
+from turnkit.serve.engines.llama_check import check_library
 try:
     path = default_model_path()
 except Exception as exc:

@@ -22,7 +22,7 @@ from serve_harness import free_port, turnkit_serve
 
 from turnkit.errors import EngineError
 from turnkit.serve.engines import EngineOptions, load_backend
-from turnkit.serve.engines import llama_cpp as engine
+from turnkit.serve.engines import llama_check as engine
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNKIT = [sys.executable, "-m", "turnkit.cli"]

@@ -175,6 +175,7 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
+        draft_max=0 if args.spec_type == "none" else args.spec_draft_n_max,
         vllm_args=_vllm_args(args),
     )
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
@@ -256,6 +257,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
+        draft_max=0 if args.spec_type == "none" else args.spec_draft_n_max,
         vllm_args=_vllm_args(args),
     )
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
@@ -385,6 +387,20 @@ def register(commands: Any) -> None:
         metavar="N",
         help="llama.cpp's key/value cache shared by the slots, in tokens (default: every slot a whole context, "
         "within a sixteenth of the machine's memory)",
+    )
+    serve.add_argument(
+        "--spec-type",
+        choices=("ngram", "none"),
+        default="ngram",
+        help="speculative decoding on llama.cpp: ngram (the default) drafts tokens from the prompt and the reply so "
+        "far and verifies them in one batch, the same tokens as without it; none turns it off",
+    )
+    serve.add_argument(
+        "--spec-draft-n-max",
+        type=positive_int,
+        default=16,
+        metavar="N",
+        help="the longest draft of speculative decoding (default 16)",
     )
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     override = serve.add_mutually_exclusive_group()

@@ -55,6 +55,7 @@ from turnkit.serve.session import Session
 __all__ = [
     "BUILTIN_TOOLS",
     "FIELDS",
+    "PING",
     "Event",
     "MessagesRequest",
     "error_body",
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 Event = dict[str, Any]
+#: The event Anthropic's API sends after ``message_start`` and in a stream's silences (a keep-alive its clients skip).
+PING: Event = {"type": "ping"}
 
 _ERROR_TYPES = {
     401: "authentication_error",
@@ -516,7 +519,7 @@ async def message_events(
     if dropped_tools:
         start["message"]["turnkit_dropped_tools"] = [tool.to_dict() for tool in dropped_tools]
     yield start
-    yield {"type": "ping"}
+    yield PING
     blocks = _Blocks()
     async with aclosing(session.steps()) as steps:
         async for step in steps:

@@ -10,7 +10,8 @@ What is counted, and where it comes from:
   (:func:`~turnkit.serve.session.choices_timing`);
 * at each scrape, read from the engines (the same :class:`~turnkit.serve.engines.base.Load` readings ``/health``
   shows): requests running and waiting, the key/value cache's size, what is promised to running requests, what is
-  free to promise and what finished requests keep for reuse, per model.
+  free to promise and what finished requests keep for reuse, per model; and speculative decoding's tokens drafted
+  and accepted (counters, as vLLM's ``spec_decode_num_draft_tokens`` and ``spec_decode_num_accepted_tokens``).
 
 Every route is counted without writing anything: a wire API added later (the Responses or Messages API) has its
 requests, tokens and latencies here as soon as its route starts sessions with :mod:`~turnkit.serve.session`. Names
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
@@ -155,6 +156,21 @@ _GAUGES: tuple[tuple[str, str, Callable[[Load], float | None]], ...] = (
 )
 
 
+#: The counters read from each engine at a scrape (running totals since it started): name, help, figure.
+_COUNTERS: tuple[tuple[str, str, Callable[[Load], float]], ...] = (
+    (
+        "turnkit_spec_decode_draft_tokens",
+        "tokens drafted by speculative decoding from the context",
+        lambda load: load.drafted,
+    ),
+    (
+        "turnkit_spec_decode_accepted_tokens",
+        "drafted tokens accepted (what decoding without a draft would have produced)",
+        lambda load: load.accepted,
+    ),
+)
+
+
 class _EngineCollector:
     """Read at each scrape: what every loaded model's engine is doing (the readings ``/health`` shows)."""
 
@@ -173,6 +189,11 @@ class _EngineCollector:
                 if value is not None:
                     gauge.add_metric([model], value)
             yield gauge
+        for name, text, count in _COUNTERS:
+            counter = CounterMetricFamily(name, text, labels=["model"])
+            for model, load in loads.items():
+                counter.add_metric([model], count(load))
+            yield counter
 
 
 def _samples(metric: Counter, name: str) -> Iterator[Any]:

@@ -39,7 +39,7 @@ from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
-from turnkit.serve.messages import error_body, fold_message, message_events, parse_messages
+from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
     DROPPED_TOOLS_HEADER,
@@ -288,7 +288,7 @@ class Server:
             sessions[0], name, show_thinking=parsed.show_thinking, dropped_tools=parsed.dropped_tools
         )
         if parsed.chat.stream:
-            stream = typed_event_stream(events, on_error=error_body)
+            stream = typed_event_stream(events, on_error=error_body, keep_alive=PING)
             return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
         return JSONResponse(fold_message(await collect(events)), headers=headers)
 

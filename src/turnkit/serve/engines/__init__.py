@@ -26,7 +26,8 @@ class EngineOptions:
     ``threads`` decode one stream; ``prefill_threads`` compute prompts and batches (llama.cpp only); ``max_batch``
     requests generate together and ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
     longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
-    YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp).
+    YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp); ``draft_max`` the longest draft of
+    speculative decoding from the context (llama.cpp; 0: off).
     """
 
     threads: int | None = None
@@ -36,6 +37,7 @@ class EngineOptions:
     queue_timeout: float | None = 60.0
     context: int | None = None
     kv_tokens: int | None = None
+    draft_max: int = 16
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
 
@@ -78,7 +80,8 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
         raise ServeConfigError(f"the llama.cpp engine serves .gguf files; {path} is not one (use the torch engine)")
     from importlib.util import find_spec
 
-    from turnkit.serve.engines.llama_cpp import LlamaCppBackend, check_library
+    from turnkit.serve.engines.llama_check import check_library
+    from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
     if find_spec("llama_cpp") is not None:  # else the backend says how to install it
         # One token in a child first: a library built for instructions this CPU refuses dies there, not in here.
@@ -92,6 +95,8 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
         queue_timeout=options.queue_timeout,
         context=options.context,
         kv_tokens=options.kv_tokens,
+        speculate=options.draft_max > 0,
+        draft_max=options.draft_max,
     )
 
 

@@ -6,12 +6,12 @@ tokenizes text, so a forged ``<|im_start|>`` in user text stays text), and gener
 and its key/value cache are used; sampling is :mod:`.sampler` over the logits, as on the torch engine.
 
 How a step works. One worker thread owns the llama.cpp context. The cache has one sequence id per slot
-(``max_batch`` slots) in one unified buffer. Every step builds one ``llama_batch``: the last sampled token of every
-decoding request (each under its own sequence id, with logits), then prompt tokens of requests still being prefilled,
-up to ``prefill_chunk`` tokens in all (128 by default: about a second of one core of this machine kind, which
-bounds the running streams' inter-token gap), so a 4,000-token prompt is read in chunks between decoding steps and
-the running streams keep flowing. One ``llama_decode`` computes it all. New requests take a free slot between steps;
-finished or cancelled ones leave the batch at once.
+(``max_batch`` slots) in one unified buffer. Every step builds one ``llama_batch`` from :func:`.schedule.plan`: the
+last sampled token of every decoding request (each under its own sequence id, with logits) and, while few decode,
+tokens drafted from its context (:mod:`.speculate`, verified in the same batch), then prompt tokens, the oldest
+admitted request's first (first come, first served): ``prefill_chunk`` tokens while streams decode (128 by default,
+so they keep their pace), ``prefill_batch`` when a prompt is read alone. One ``llama_decode`` computes it all. New
+requests take a free slot between steps; finished or cancelled ones leave the batch at once.
 
 Prefix reuse. A slot's cache stays after its request leaves (an idle slot), like llama-server's prompt cache: the
 next request whose prompt starts with the same tokens (the same system prompt, the conversation so far) reuses that
@@ -34,11 +34,8 @@ a request that cannot fit even alone ends, with :class:`~.base.CacheFullError` n
 Threads: ``threads`` for one-token batches (one stream decoding), ``prefill_threads`` for every bigger batch (prompt
 chunks, and several streams decoding together): prefill is compute-bound and wants every core.
 
-The start check. A llama.cpp library built for instructions this CPU refuses (a native build from another machine, or
-a native wheel pip reused from its cache: pip's wheel cache does not key on ``CMAKE_ARGS``) loads and reports nothing
-wrong, then dies with SIGILL on the first token, taking the whole server with it. :func:`check_library` therefore
-generates one token in a child process first (``load_backend`` runs it before every llama.cpp load), and a child that
-dies, fails or hangs becomes one :class:`~turnkit.errors.EngineError` saying what to do.
+The start check (:mod:`.llama_check`) runs before every load: a library this CPU cannot run stops the start with one
+line instead of killing the server on its first token.
 """
 
 from __future__ import annotations
@@ -47,12 +44,8 @@ import asyncio
 import ctypes
 import logging
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +62,10 @@ from turnkit.serve.engines.base import (
     TokenEvent,
 )
 from turnkit.serve.engines.sampler import Sampler, log_probability
+from turnkit.serve.engines.schedule import Entry, Paused, Request, Slot, common, plan
+from turnkit.serve.engines.speculate import Drafter
 
-__all__ = ["LlamaCppBackend", "check_library", "default_kv_tokens", "portable_install_command"]
+__all__ = ["LlamaCppBackend", "default_kv_tokens"]
 
 log = logging.getLogger("turnkit.serve")
 
@@ -78,49 +73,6 @@ log = logging.getLogger("turnkit.serve")
 _MIN_SHARED_WAIT = 16
 #: The share of the machine's memory the key/value cache takes by default (when every slot's whole context needs more).
 MEMORY_SHARE = 1 / 16
-
-
-@dataclass
-class _Request:
-    """A running request: what is left to feed (the prompt's rest, or the last sampled token) and how to sample."""
-
-    request: GenerationRequest
-    generation: Generation
-    sampler: Sampler
-    prompt: list[int]
-    todo: list[int]
-    generated: list[int] = field(default_factory=list)
-    admitted: float = field(default_factory=time.monotonic)
-    wait_for: _Slot | None = None  # a slot still prefilling this request's prefix
-    wait_shared: int = 0
-    scored: list[TokenEvent] | None = None  # with prompt_logprobs: the prompt's tokens scored so far
-
-    @property
-    def produced(self) -> int:
-        return len(self.generated)
-
-    @property
-    def known(self) -> list[int]:
-        """Every token of the sequence so far: the prompt, then what was generated (the last one not yet fed)."""
-        return self.prompt + self.generated
-
-
-@dataclass
-class _Slot:
-    """One llama.cpp sequence id and the token ids whose keys and values it holds (positions 0..len-1)."""
-
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)
-    running: _Request | None = None
-    last_used: float = 0.0
-
-
-@dataclass
-class _Paused:
-    """A preempted request, and how many requests had left when it was preempted: it resumes once one more has."""
-
-    request: _Request
-    left: int
 
 
 def default_kv_tokens(slots: int, context: int, bytes_per_token: int, memory: int | None = None) -> int:
@@ -145,7 +97,10 @@ class LlamaCppBackend:
         admission_tokens: the cache tokens admission may promise (default ``kv_tokens``: a running reply never runs
             out; more admits optimistically and preempts when the cache runs out).
         queue_timeout: seconds a request may wait for admission before it is refused (None: no limit).
-        prefill_chunk: prompt tokens computed per step, between the running streams' tokens.
+        prefill_chunk: prompt tokens computed per step while streams decode, between their tokens.
+        prefill_batch: prompt tokens computed per step while nothing decodes (a lone prompt); the llama batch.
+        speculate: draft tokens from the context and verify them in the step (:mod:`.speculate`); draft_max: the
+            longest draft; draft_streams: drafts are made only while at most this many streams decode.
     """
 
     def __init__(
@@ -161,6 +116,10 @@ class LlamaCppBackend:
         admission_tokens: int | None = None,
         queue_timeout: float | None = 60.0,
         prefill_chunk: int = 128,
+        prefill_batch: int = 512,
+        speculate: bool = True,
+        draft_max: int = 16,
+        draft_streams: int = 4,
     ) -> None:
         try:
             import llama_cpp
@@ -177,6 +136,7 @@ class LlamaCppBackend:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
+        self.speculate, self.draft_max, self.draft_streams = speculate and draft_max > 0, draft_max, draft_streams
         llama_cpp.llama_backend_init()
         model_params = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
@@ -187,7 +147,8 @@ class LlamaCppBackend:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model)))
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = kv_tokens or default_kv_tokens(max_batch, context, self._bytes_per_token())
-        params.n_batch = params.n_ubatch = prefill_chunk + max_batch
+        drafts = draft_max * draft_streams if self.speculate else 0
+        params.n_batch = params.n_ubatch = max(prefill_batch, prefill_chunk + max_batch + drafts)
         params.n_seq_max = max_batch
         self.threads, self.prefill_threads = threads, prefill_threads or threads
         params.n_threads, params.n_threads_batch = self.threads, self.prefill_threads
@@ -209,8 +170,8 @@ class LlamaCppBackend:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch_size = int(params.n_batch)
         self._batch = llama_cpp.llama_batch_init(self._batch_size, 0, 1)
-        self._slots = [_Slot(n) for n in range(max_batch)]
-        self._paused: list[_Paused] = []
+        self._slots = [Slot(n) for n in range(max_batch)]
+        self._paused: list[Paused] = []
         self._left = 0  # requests that have left the batch, for resuming preempted ones
         self._inbox = Inbox(
             max_batch,
@@ -221,6 +182,7 @@ class LlamaCppBackend:
         )
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
         self.preemptions = 0
+        self.drafted = self.accepted = 0  # speculative decoding: tokens drafted, and of them accepted
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
 
@@ -253,7 +215,9 @@ class LlamaCppBackend:
     def load_now(self) -> Load:
         reading = self._inbox.load_now()
         cached = sum(len(slot.tokens) for slot in self._slots if slot.running is None)
-        return Load(reading.running, reading.waiting, self.kv_tokens, reading.kv_reserved, cached)
+        return Load(
+            reading.running, reading.waiting, self.kv_tokens, reading.kv_reserved, cached, self.drafted, self.accepted
+        )
 
     def stop_admitting(self, refusal: BackendBusyError) -> None:
         self._inbox.stop_admitting(refusal)
@@ -297,7 +261,7 @@ class LlamaCppBackend:
         for slot in self._running():
             self._leave(slot)
 
-    def _running(self) -> list[_Slot]:
+    def _running(self) -> list[Slot]:
         return [slot for slot in self._slots if slot.running is not None]
 
     def _free_slot(self) -> bool:
@@ -328,18 +292,20 @@ class LlamaCppBackend:
         if not prompt or bad:
             generation.close(EngineError(f"prompt ids must be 1 or more ids below {self.n_vocab}, got {bad[:3]}"))
             return
-        req = _Request(request, generation, Sampler(request), prompt, [])
+        req = Request(request, generation, Sampler(request), prompt, [])
+        if self.speculate:
+            req.drafter = Drafter(self.draft_max)
         if request.prompt_logprobs is not None:  # every prompt position is computed (no reuse): each one is scored
             req.scored = [TokenEvent(prompt[0])]
         self._place(req)
 
-    def _place(self, req: _Request) -> None:
+    def _place(self, req: Request) -> None:
         """Give ``req`` a slot, with the longest prefix of its sequence that any slot holds."""
         known = req.known
         # The last known token is always computed (its logits give the next token); a prompt to score, all of them.
         limit = 0 if req.scored is not None and not req.produced else len(known) - 1
         idle = [slot for slot in self._slots if slot.running is None]
-        shared = {slot.seq_id: min(_common(slot.tokens, known), limit) for slot in self._slots}
+        shared = {slot.seq_id: min(common(slot.tokens, known), limit) for slot in self._slots}
         source = max(self._slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
         if shared[source.seq_id] and source.running is None:  # an idle slot holds the longest prefix: reuse in place
             slot = source
@@ -357,40 +323,40 @@ class LlamaCppBackend:
         req.wait_for, req.wait_shared = None, 0
         for other in self._running():
             if other.running is not None and not other.running.produced and other is not slot:
-                future = min(_common(other.running.prompt, known), limit)
+                future = min(common(other.running.prompt, known), limit)
                 if future >= len(slot.tokens) + _MIN_SHARED_WAIT and future > req.wait_shared:
                     req.wait_for, req.wait_shared = other, future
         slot.running = req
 
-    def _copy(self, source: _Slot, target: _Slot, count: int) -> None:
+    def _copy(self, source: Slot, target: Slot, count: int) -> None:
         if count:
             self.ll.llama_memory_seq_cp(self._memory, source.seq_id, target.seq_id, 0, count)
             target.tokens = source.tokens[:count]
 
-    def _clear(self, slot: _Slot) -> None:
+    def _clear(self, slot: Slot) -> None:
         self.ll.llama_memory_seq_rm(self._memory, slot.seq_id, -1, -1)
         slot.tokens = []
 
-    def _resolve_wait(self, slot: _Slot) -> bool:
+    def _resolve_wait(self, slot: Slot) -> bool:
         """For a request waiting on another's prefill: copy the prefix once it is there; True while still waiting."""
         req = slot.running
         assert req is not None
         source = req.wait_for
         if source is None:
             return False
-        if _common(source.tokens, req.known) >= req.wait_shared:
+        if common(source.tokens, req.known) >= req.wait_shared:
             self._clear(slot)
             self._copy(source, slot, req.wait_shared)
             req.todo = req.known[req.wait_shared :]
             if not req.produced:
                 req.generation.cached_tokens = req.wait_shared
-        elif source.running is not None and _common(source.running.prompt, req.known) >= req.wait_shared:
+        elif source.running is not None and common(source.running.prompt, req.known) >= req.wait_shared:
             return True  # the prefix is still being computed
         req.wait_for = None
         return False
 
     def _step(self) -> None:
-        """One ``llama_decode``: every decoding request's next token, then prompt chunks up to ``prefill_chunk``."""
+        """One ``llama_decode`` of the step's plan (:func:`.schedule.plan`), then each request's next token."""
         decoding, prefilling = [], []
         for slot in self._running():
             req = slot.running
@@ -401,62 +367,90 @@ class LlamaCppBackend:
                 decoding.append(slot)
             elif not self._resolve_wait(slot):
                 prefilling.append(slot)
-        plan: list[tuple[_Slot, list[int], bool]] = [(slot, slot.running.todo, True) for slot in decoding]  # type: ignore[union-attr]
-        budget = self.prefill_chunk
-        for slot in prefilling:
-            if budget <= 0:
-                break
-            todo = slot.running.todo  # type: ignore[union-attr]
-            chunk = todo[:budget]
-            plan.append((slot, chunk, len(chunk) == len(todo)))
-            budget -= len(chunk)
-        if not plan:
+        entries = plan(
+            decoding,
+            prefilling,
+            chunk=self.prefill_chunk,
+            batch=self._batch_size,
+            draft=_draft if self.speculate else None,
+            draft_streams=self.draft_streams,
+            context=self.context_length,
+        )
+        if not entries:
             return
-        while (rows := self._decode(plan)) is None:  # the cache is full
-            if not self._make_room(plan):
+        while (rows := self._decode(entries)) is None:  # the cache is full
+            if not self._make_room(entries):
                 return
-        for (slot, chunk, wants_logits), row in zip(plan, rows, strict=True):
+        for entry, first in zip(entries, rows, strict=True):
+            slot, chunk = entry.slot, entry.tokens
             req = slot.running
             assert req is not None
             if req.scored is not None and not req.produced:
-                self._score(req, len(slot.tokens), row - len(chunk) + 1, len(chunk))
-                if wants_logits:
+                self._score(req, len(slot.tokens), first, len(chunk))
+                if entry.sample:
                     req.generation.prompt = tuple(req.scored)
-            slot.tokens.extend(chunk)
-            del req.todo[: len(chunk)]
             if not req.produced:
                 self.prompt_tokens_computed += len(chunk)
-            if not wants_logits:
-                continue
-            event = req.sampler(self._logits(row))
+            if entry.sample:
+                kept = self._sample(entry, first)
+            else:
+                kept = len(chunk)
+                del req.todo[:kept]
+            slot.tokens.extend(chunk[:kept])
+            if kept < len(chunk):  # a draft's rejected tokens: their cells go
+                self.ll.llama_memory_seq_rm(self._memory, slot.seq_id, len(slot.tokens), -1)
+
+    def _sample(self, entry: Entry, first: int) -> int:
+        """The request's next token from the logits of the entry's last fed token; with a draft, the sampler picks at
+        each drafted position in turn while its pick equals the draft (:mod:`.speculate`: the same tokens as without
+        one). Returns how many of the entry's tokens stay in the cache."""
+        slot, chunk, drafts = entry.slot, entry.tokens, entry.drafts
+        req = slot.running
+        assert req is not None
+        base = len(chunk) - drafts - 1  # the entry's index of the last token before the draft
+        accepted = 0
+        for offset in range(drafts + 1):
+            event = req.sampler(self._logits(first + base + offset))
             if self._emit(req, event):
                 self._leave(slot)
-            else:
-                req.todo = [event.token_id]
+                break
+            if offset < drafts and event.token_id == chunk[base + offset + 1]:
+                accepted += 1
+                continue
+            req.todo = [event.token_id]
+            break
+        if drafts and req.drafter is not None:
+            req.drafter.verified(drafts, accepted)
+            self.drafted += drafts
+            self.accepted += accepted
+        return base + accepted + 1
 
-    def _decode(self, plan: list[tuple[_Slot, list[int], bool]]) -> list[int] | None:
-        """Run the plan; for each entry, the batch index of its last token (its logits). None: the cache is full."""
+    def _decode(self, entries: list[Entry]) -> list[int] | None:
+        """Run the plan; for each entry, the batch index of its first token (rows with logits: a prompt's scored
+        tokens, the last fed token where the entry samples, and every drafted token). None: the cache is full."""
         batch = self._batch
         n = 0
         rows = []
-        for slot, chunk, wants_logits in plan:
+        for entry in entries:
+            slot, chunk = entry.slot, entry.tokens
             start = len(slot.tokens)
             scoring = slot.running is not None and slot.running.scored is not None and not slot.running.produced
+            logits_from = len(chunk) - 1 - entry.drafts if entry.sample else len(chunk)
+            rows.append(n)
             for offset, token in enumerate(chunk):
                 batch.token[n] = token
                 batch.pos[n] = start + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = slot.seq_id
-                batch.logits[n] = scoring or (wants_logits and offset == len(chunk) - 1)
+                batch.logits[n] = scoring or offset >= logits_from
                 n += 1
-            rows.append(n - 1)
         batch.n_tokens = n
         result = int(self.ll.llama_decode(self._ctx, batch))
         if result not in (0, 1):
             raise EngineError(f"llama_decode failed with status {result} on a batch of {n} tokens")
         return rows if result == 0 else None
 
-    def _score(self, req: _Request, start: int, first_row: int, count: int) -> None:
+    def _score(self, req: Request, start: int, first_row: int, count: int) -> None:
         """Score the prompt tokens that follow positions ``start .. start+count-1`` (``prompt_logprobs``)."""
         assert req.scored is not None
         top = req.request.prompt_logprobs or 0
@@ -470,7 +464,7 @@ class LlamaCppBackend:
         pointer = self.ll.llama_get_logits_ith(self._ctx, index)
         return np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
-    def _make_room(self, plan: list[tuple[_Slot, list[int], bool]]) -> bool:
+    def _make_room(self, entries: list[Entry]) -> bool:
         """Free cache cells: the oldest idle slot's, else preempt the youngest running request (recomputed later);
         a request alone that still does not fit ends with :class:`CacheFullError`. True: retry the plan."""
         idle = [slot for slot in self._slots if slot.running is None and slot.tokens]
@@ -482,7 +476,7 @@ class LlamaCppBackend:
         request, victim.running = victim.running, None
         assert request is not None
         self._clear(victim)
-        plan[:] = [entry for entry in plan if entry[0] is not victim]
+        entries[:] = [entry for entry in entries if entry.slot is not victim]
         if len(running) == 1:
             request.generation.close(
                 CacheFullError(
@@ -500,10 +494,10 @@ class LlamaCppBackend:
         request.todo, request.wait_for = [], None
         if request.scored is not None and not request.produced:  # scored again from the start when it resumes
             request.scored = [TokenEvent(request.prompt[0])]
-        self._paused.append(_Paused(request, self._left))
-        return bool(plan)
+        self._paused.append(Paused(request, self._left))
+        return bool(entries)
 
-    def _emit(self, req: _Request, event: TokenEvent) -> bool:
+    def _emit(self, req: Request, event: TokenEvent) -> bool:
         """Deliver a token; True when the request is finished (stop id, budget, or cancelled)."""
         req.generation.put(event)
         req.generated.append(event.token_id)
@@ -514,7 +508,7 @@ class LlamaCppBackend:
             or req.generation.cancelled.is_set()
         )
 
-    def _leave(self, slot: _Slot) -> None:
+    def _leave(self, slot: Slot) -> None:
         """The request leaves the batch at once; its slot keeps the cache as a reusable prefix."""
         request, slot.running = slot.running, None  # free before the client hears of it
         assert request is not None
@@ -523,19 +517,9 @@ class LlamaCppBackend:
         request.generation.close()
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    """The length of the common prefix of two id lists."""
-    n = min(len(a), len(b))
-    if n == 0 or a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
-    while high - low > 1:
-        mid = (low + high) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid
-    return low
+def _draft(req: Request, room: int) -> list[int]:
+    """A request's draft of at most ``room`` tokens (none where its drafter is off)."""
+    return req.drafter.draft(req.known, room) if req.drafter is not None else []
 
 
 # llama.cpp's log levels (ggml.h's enum ggml_log_level) as Python's; CONT continues the previous message.
@@ -563,122 +547,3 @@ def _route_llama_logs(llama_cpp: Any) -> None:
 
     _log_state["callback"] = route  # kept alive as long as llama.cpp may call it
     llama_cpp.llama_log_set(route, ctypes.c_void_p(0))
-
-
-# -- the start check ---------------------------------------------------------------------------------------------------
-
-#: The child of :func:`check_library`: llama-cpp-python's low-level API only (no turnkit import, so it starts fast),
-#: a 32-token prompt in one batch (the batched matrix kernels prompts use), then one generated token (the one-row
-#: kernels of decoding). Exit 3: llama.cpp ran but refused the model or the context, which the real load reports.
-_CHILD = r"""
-import ctypes, sys
-path, threads, batch_threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-import llama_cpp as ll
-@ll.llama_log_callback
-def quiet(level, text, user_data):
-    pass
-ll.llama_log_set(quiet, ctypes.c_void_p(0))
-ll.llama_backend_init()
-model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
-if not model:
-    sys.exit(3)
-params = ll.llama_context_default_params()
-params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 256, 64, 64, 1
-params.n_threads, params.n_threads_batch = threads, batch_threads
-params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-params.no_perf = True
-ctx = ll.llama_init_from_model(model, params)
-if not ctx:
-    sys.exit(3)
-n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
-batch = ll.llama_batch_init(64, 0, 1)
-def decode(tokens, start):
-    for i, token in enumerate(tokens):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, start + i, 1
-        batch.seq_id[i][0], batch.logits[i] = 0, i == len(tokens) - 1
-    batch.n_tokens = len(tokens)
-    status = ll.llama_decode(ctx, batch)
-    if status:
-        sys.exit(f"llama_decode failed with status {status}")
-    logits = ll.llama_get_logits_ith(ctx, len(tokens) - 1)
-    return max(range(n_vocab), key=lambda i: logits[i])
-token = decode([i % n_vocab for i in range(32)], 0)
-decode([token], 32)
-print("ok", flush=True)
-"""
-
-#: Checks passed in this process, by model file (path, size, modification time) and threads: a model unloaded and
-#: loaded again, in the same process with the same library, is not checked twice. Nothing is kept across runs.
-_PASSED: set[tuple[str, int, int, int, int]] = set()
-
-
-def portable_install_command() -> str:
-    """The exact command that replaces this environment's llama-cpp-python by the portable build of the same version,
-    compiled afresh (``--no-cache-dir``: pip's cache does not key on ``CMAKE_ARGS``, so a native wheel cached once would
-    be reused)."""
-    from importlib import metadata
-
-    try:
-        package = f"llama-cpp-python=={metadata.version('llama-cpp-python')}"
-    except metadata.PackageNotFoundError:
-        package = "llama-cpp-python"
-    return (
-        f'CMAKE_ARGS="-DGGML_NATIVE=OFF" {sys.executable} -m pip install --no-cache-dir --force-reinstall --no-deps '
-        f"{package}"
-    )
-
-
-def check_library(
-    path: str | Path, *, threads: int = 1, prefill_threads: int | None = None, timeout: float | None = None
-) -> None:
-    """Prove that llama.cpp runs on this machine: load ``path`` and generate one token in a child process
-    (``python -c``, not a fork of this one), where a library that crashes cannot take the server down.
-
-    The child loads the model as the engine does, memory-mapped: the file's pages come from the page cache, shared
-    with the load that follows, so the check costs a Python start, llama-cpp-python's import, a 32-token prompt and
-    one token (0.35-0.4 s for the embedded model on a shared 2-core machine, 0.15 s of it the import; a large model's
-    weights are read once, by whichever load comes first). ``threads`` and ``prefill_threads`` are the engine's.
-
-    Raises:
-        EngineError: the child was killed by a signal (SIGILL: the library uses CPU instructions this machine refuses),
-            exited with an error, or ran past ``timeout`` seconds (default: a minute, plus a second for every 50 MB of
-            the file); the message is one line with the portable build's exact command, or ``--engine torch``.
-    """
-    path = Path(path)
-    stat = path.stat()
-    batch_threads = prefill_threads or threads
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, threads, batch_threads)
-    if key in _PASSED:
-        return
-    if timeout is None:
-        timeout = 60.0 + stat.st_size / 50e6
-    advice = f"rebuild it portable with {portable_install_command()}, or use --engine torch"
-    what = f"the llama.cpp engine failed its start check (one token of {path.name} in a child process)"
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), str(threads), str(batch_threads)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"{what}: it did not finish in {timeout:.0f} s; {advice}") from None
-    if child.returncode in (0, 3):  # 3: llama.cpp ran and refused the file; the engine's own load says why
-        _PASSED.add(key)
-        return
-    said = [line.strip() for line in child.stderr.splitlines() if line.strip()]
-    last = f" (its last words: {said[-1]})" if said else ""
-    if child.returncode < 0:
-        number = -child.returncode
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        if number == signal.SIGILL:
-            cause = "the llama.cpp library uses CPU instructions this machine refuses (a native build)"
-        else:
-            cause = "the llama.cpp library crashed (a build for another CPU, or a broken build)"
-        raise EngineError(f"{what}: the child was killed by {name}: {cause}{last}; {advice}")
-    raise EngineError(f"{what}: the child exited with status {child.returncode}{last}; {advice}")
