@@ -181,12 +181,36 @@ def add_source_arguments(command: argparse.ArgumentParser) -> None:
     source.add_argument("--model", metavar="PATH", help="a Hugging Face model folder, a .gguf file, or 'default'")
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file")
     source.add_argument("--family", choices=families.names(), help="a built-in family")
+    add_token_argument(command)
+
+
+def add_token_argument(command: argparse.ArgumentParser) -> None:
+    """``--token NAME=TEXT``: the special tokens of a ``--template``, which a bare template file does not name."""
     command.add_argument(
         "--token",
         metavar="NAME=TEXT",
         type=name_text,
         action="append",
         help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
+    )
+
+
+def add_training_arguments(command: argparse.ArgumentParser, *, turns: Sequence[str], dropped: str) -> None:
+    """The flags of what is trained, the same fields of ``EncodeOptions`` for every command that encodes for training
+    (``encode``, ``prepare``): ``--turns`` (``turns``: the choices the command offers), ``--no-end-marker``,
+    ``--split-turns`` and ``--allow-dropped`` (``dropped``: what the command does without it)."""
+    command.add_argument("--turns", choices=list(turns), default="all", help="assistant turns to train")
+    command.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
+    command.add_argument(
+        "--split-turns",
+        action="store_true",
+        help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
+    )
+    command.add_argument(
+        "--allow-dropped",
+        action="store_true",
+        help="train an assistant turn even when the template leaves out its tool calls or content "
+        f"(default: {dropped})",
     )
 
 
@@ -278,6 +302,21 @@ def show_visible(text: str, markers: Sequence[str], *, color: bool, data: Sequen
 
 def visible_whitespace(text: str) -> str:
     return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")
+
+
+def read_conversation(
+    args: argparse.Namespace, settings: Mapping[str, str]
+) -> tuple[ChatFormat, list[Any], Any, dict[str, Any]]:
+    """What a command that renders a conversation file works from (``render``, ``encode``): the format, the file's
+    messages, its tools (``--tools`` wins) and its template variables (``settings``: the names the command sets
+    itself, see :func:`template_variables`); a warning when the template does not show the tools. The file is read
+    before the model, so a bad conversation fails before a long load."""
+    messages, tools, extra = load_conversation(args.conversation)
+    tools = load_tools(args, tools)
+    fmt = format_from_args(args)
+    variables = template_variables(args, extra, args.conversation, settings)
+    warn_unshown_tools(fmt, messages, tools, args, variables)
+    return fmt, messages, tools, variables
 
 
 def warn_unshown_tools(fmt: ChatFormat, messages: Any, tools: Any, args: argparse.Namespace, variables: Any) -> None:

@@ -13,13 +13,10 @@ from typing import Any
 from turnkit.cli.common import (
     RENDER_SET,
     add_format_arguments,
+    add_training_arguments,
     encode_set,
-    format_from_args,
-    load_conversation,
-    load_tools,
-    template_variables,
+    read_conversation,
     visible_whitespace,
-    warn_unshown_tools,
 )
 
 _DIM, _TRAINED, _DATA, _RESET = "\x1b[2m", "\x1b[42;30m", "\x1b[1m", "\x1b[0m"
@@ -62,11 +59,7 @@ def _token_colours(encoding: Any, pieces: list[str]) -> str:
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
-    messages, tools, extra = load_conversation(args.conversation)
-    tools = load_tools(args, tools)
-    fmt = format_from_args(args)
-    variables = template_variables(args, extra, args.conversation, _SET_BY_FLAGS)
-    warn_unshown_tools(fmt, messages, tools, args, variables)
+    fmt, messages, tools, variables = read_conversation(args, _SET_BY_FLAGS)
     if args.check_prefix:
         report = fmt.check_prefix_stable(messages, tools=tools, **variables)
         sys.stdout.write(str(report) + "\n")
@@ -123,18 +116,7 @@ def register(commands: Any) -> None:
     )
     add_format_arguments(encode)
     encode.add_argument("--tokenizer", metavar="PATH", help="tokenizer for --template/--family (folder or .gguf)")
-    encode.add_argument("--turns", choices=["all", "last", "none"], default="all", help="assistant turns to train")
-    encode.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
-    encode.add_argument(
-        "--split-turns",
-        action="store_true",
-        help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
-    )
-    encode.add_argument(
-        "--allow-dropped",
-        action="store_true",
-        help="train an assistant turn even when the template leaves out its tool calls or content (default: error)",
-    )
+    add_training_arguments(encode, turns=("all", "last", "none"), dropped="error")
     encode.add_argument("--json", action="store_true", help="machine-readable output (one JSON object per example)")
     encode.add_argument(
         "--check-prefix",

@@ -18,13 +18,13 @@ from turnkit import families
 from turnkit.cli.common import (
     RENDER_SET,
     UsageError,
+    add_token_argument,
     command_line_message,
     encode_set,
     format_from_args,
     key_value,
     load_conversation,
     load_tools,
-    name_text,
     positive_int,
     template_variables,
 )
@@ -101,13 +101,7 @@ def register(commands: Any) -> None:
     )
     source.add_argument("--template", metavar="FILE", help="a Jinja chat template file (with --tokenizer)")
     source.add_argument("--family", choices=families.names(), help="a built-in family (with --tokenizer)")
-    inspect.add_argument(
-        "--token",
-        metavar="NAME=TEXT",
-        type=name_text,
-        action="append",
-        help="a special token for --template, e.g. bos_token='<s>' (repeatable)",
-    )
+    add_token_argument(inspect)
     inspect.add_argument("--tokenizer", metavar="PATH", help="tokenizer for --template/--family (folder or .gguf)")
     inspect.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
     inspect.add_argument("--var", metavar="KEY=VALUE", type=key_value, action="append", help="a template variable")

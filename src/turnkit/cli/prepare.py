@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from turnkit.cli.common import model_path, positive_int
+from turnkit.cli.common import add_training_arguments, model_path, positive_int
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -107,14 +107,7 @@ def register(commands: Any) -> None:
         default="drop",
         help="over --max-length: drop the record, or drop whole earliest turns",
     )
-    prep.add_argument("--turns", choices=["all", "last"], default="all", help="assistant turns to train")
-    prep.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
-    prep.add_argument("--split-turns", action="store_true", help="one example per assistant turn")
-    prep.add_argument(
-        "--allow-dropped",
-        action="store_true",
-        help="train an assistant turn even when the template leaves out its tool calls or content (default: reject)",
-    )
+    add_training_arguments(prep, turns=("all", "last"), dropped="reject")
     prep.add_argument(
         "--markers",
         choices=["keep", "reject", "strip"],

@@ -10,21 +10,13 @@ from typing import Any
 from turnkit.cli.common import (
     RENDER_SET,
     add_format_arguments,
-    format_from_args,
-    load_conversation,
-    load_tools,
+    read_conversation,
     show_visible,
-    template_variables,
-    warn_unshown_tools,
 )
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    messages, tools, extra = load_conversation(args.conversation)
-    tools = load_tools(args, tools)
-    fmt = format_from_args(args)
-    variables = template_variables(args, extra, args.conversation, RENDER_SET)
-    warn_unshown_tools(fmt, messages, tools, args, variables)
+    fmt, messages, tools, variables = read_conversation(args, RENDER_SET)
     rendered = fmt.render_with_spans(
         messages,
         tools=tools,
