@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,7 @@ def parse_autoscale(text: str) -> tuple[int, int]:
         raise ClusterError(f"--autoscale takes MIN:MAX replicas, like 1:4, not {text!r}") from None
 
 
+@dataclass(eq=False)
 class RayService:
     """A running deployment: its URL, and :meth:`stop`, which undoes exactly what :func:`serve_on_ray` did.
 
@@ -167,13 +168,13 @@ class RayService:
     process connected to Ray (stopping disconnects). ``started_serve``: Serve was not running on the cluster before.
     """
 
-    def __init__(self, url: str, app_name: str, *, started_ray: bool, connected: bool, started_serve: bool) -> None:
-        self.url = url
-        self.app_name = app_name
-        self.started_ray = started_ray
-        self.connected = connected
-        self.started_serve = started_serve
-        self._stopped = False
+    url: str
+    app_name: str
+    _: KW_ONLY
+    started_ray: bool
+    connected: bool
+    started_serve: bool
+    _stopped: bool = field(default=False, init=False, repr=False)
 
     def stop(self) -> None:
         if self._stopped:
