@@ -22,26 +22,20 @@ from __future__ import annotations
 import json
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from turnkit import families
 from turnkit.embedded import DEFAULT_MODEL
 from turnkit.errors import ServeConfigError
+from turnkit.serve.sampling import SamplingDefaults
 
 __all__ = ["SAMPLING_KEYS", "ModelSpec", "from_argument", "from_directory", "from_file", "unique"]
 
-#: Sampling values a models file may set per model (the request fields of the same names override them).
-SAMPLING_KEYS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-)
+#: Sampling values a models file may set per model: the fields of a model's defaults (the request fields of the same
+#: names override them).
+SAMPLING_KEYS = tuple(default.name for default in fields(SamplingDefaults))
 _KEYS = frozenset({"name", "path", "family", "template", "engine", "context", *SAMPLING_KEYS})
 
 
