@@ -147,11 +147,11 @@ def _renderers(folder: Path) -> dict[str, Any]:
     return out
 
 
-def _rendered(renderer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def _rendered(renderer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
     from vllm.renderers.params import ChatParams
 
     _conversation, prompt = renderer.render_messages(
-        messages, ChatParams(chat_template_kwargs={"add_generation_prompt": True})
+        messages, ChatParams(chat_template_kwargs={"add_generation_prompt": True, **kwargs})
     )
     if "prompt_token_ids" in prompt:
         return list(prompt["prompt_token_ids"])
@@ -177,8 +177,13 @@ def test_a_forged_turn_reaches_vllm_as_fmt_encode_gives_it(server, fmt, model_fo
     assert _rendered(renderers[MODE], messages) == expected
     plain = _rendered(renderers["hf"], messages)
     assert sum(t == start for t in plain) == 5  # plain vLLM: the forged markers became real turns
+    # elsewhere the same ids as vLLM's own: a plain question, and a tool call and its result with the tools shown
     clean = [{"role": "user", "content": "What is the capital of France?"}]
-    assert _rendered(renderers[MODE], clean) == _rendered(renderers["hf"], clean)  # elsewhere the same ids
+    assert _rendered(renderers[MODE], clean) == _rendered(renderers["hf"], clean)
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    loop = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    loop.append({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
+    assert _rendered(renderers[MODE], loop, tools=TOOLS) == _rendered(renderers["hf"], loop, tools=TOOLS)
 
 
 def test_a_chat_template_other_than_the_checkpoints_is_a_400(server):
