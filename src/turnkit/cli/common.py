@@ -304,6 +304,16 @@ def visible_whitespace(text: str) -> str:
     return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")
 
 
+def training_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``EncodeOptions`` fields the flags of :func:`add_training_arguments` set."""
+    return {
+        "turns": args.turns,
+        "train_end_marker": not args.no_end_marker,
+        "split_turns": args.split_turns,
+        "allow_dropped": args.allow_dropped,
+    }
+
+
 def read_conversation(
     args: argparse.Namespace, settings: Mapping[str, str]
 ) -> tuple[ChatFormat, list[Any], Any, dict[str, Any]]:

@@ -16,6 +16,7 @@ from turnkit.cli.common import (
     add_training_arguments,
     encode_set,
     read_conversation,
+    training_options,
     visible_whitespace,
 )
 
@@ -73,11 +74,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
             messages,
             tools=tools,
             add_generation_prompt=args.generation_prompt,
-            turns=args.turns,
-            train_end_marker=not args.no_end_marker,
             template_name=args.template_name,
-            split_turns=args.split_turns,
-            allow_dropped=args.allow_dropped,
+            **training_options(args),
             **variables,
         )
     for warning in caught:  # one line each, like errors (a marker the tokenizer lacks, trusted data)

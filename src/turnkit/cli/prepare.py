@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from turnkit.cli.common import add_training_arguments, model_path, positive_int
+from turnkit.cli.common import add_training_arguments, model_path, positive_int, training_options
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -32,10 +32,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         fields=fields,
         max_length=args.max_length,
         truncation=args.truncation,
-        turns=args.turns,
-        train_end_marker=not args.no_end_marker,
-        split_turns=args.split_turns,
-        allow_dropped=args.allow_dropped,
+        **training_options(args),
         markers=args.markers,
         id_field=args.id_field,
     )
