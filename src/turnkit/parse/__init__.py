@@ -2,13 +2,18 @@
 
 * :mod:`.formats`: reply formats as data (reasoning markers, tool-call syntaxes as literals and holes, argument
   encodings, Harmony channels); :mod:`.catalog`: the formats known by name;
-* :mod:`.select`: the format of a template, chosen by rendering probe messages; :mod:`.derive`: a format read off
-  a template's own renders;
+* :mod:`.select`: the format of a template, chosen by rendering probe messages (:mod:`.probes`); :mod:`.derive`: a
+  format read off a template's own renders, with :mod:`.markers` (marker shapes), :mod:`.locate` (where the probe
+  calls landed) and :mod:`.toolsyntax` (the tool syntax built from the text around them);
 * :mod:`.detokenize`: token ids to text in constant time per token;
 * :mod:`.lexer`: needles (markers, literals, stop strings) across token boundaries, with hold-back;
 * :mod:`.jsonscan`: self-delimited arguments read once, character by character; :mod:`.values`: raw values typed by
-  the tool's schema, Python and Gemma literals; :mod:`.calls`: the arguments-text rule;
-* :mod:`.engine`: the one engine that runs every format; :mod:`.parser`: the push parser around it;
+  the tool's schema; :mod:`.literals`: Python and Gemma literals; :mod:`.calls`: the arguments-text rule;
+* :mod:`.engine`: the one engine that runs every format, a driver over its collaborators: :mod:`.compiled` (the
+  format in symbol space), :mod:`.state` (what they share, the deltas out), :mod:`.needles` (what each state looks
+  for), :mod:`.walk` and :mod:`.candidates` (a call's elements), :mod:`.arguments` and :mod:`.params` (argument
+  readers), :mod:`.headers` (Harmony's headers), :mod:`.callstate` (the call being read);
+* :mod:`.parser`: the push parser around the engine; :mod:`.prompt`: a parser for one request's prompt and stops;
   :mod:`.reply`: what it produces;
 * :mod:`.transcript`: a ChatML transcript back to messages.
 """
