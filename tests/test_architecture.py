@@ -153,9 +153,20 @@ def test_serve_rooms(path: Path) -> None:
 
 
 #: Where the size rule holds already: the reply engine, derivation and the data pipeline were split by concept
-#: (issue 36). The rest of src/ joins once it passes (serve/'s session, protocol and wire API modules and the
-#: llama.cpp engine are over it now); then this becomes all of src/.
-SIZED = ("parse", "data", "format.py")
+#: (issue 36), and so were the server's session and protocol (packages now), with the HTTP app, the server's other
+#: modules and the command line. The rest of src/ joins once it passes (the wire API modules serve/messages.py and
+#: serve/responses.py are over it now, and the llama.cpp engine's class); then this becomes all of src/.
+_SERVE_NOT_YET = ("messages.py", "responses.py")
+SIZED = (
+    "parse",
+    "data",
+    "format.py",
+    "cli",
+    "serve/app",
+    "serve/protocol",
+    "serve/session",
+    *(f"serve/{p.name}" for p in sorted((SRC / "serve").glob("*.py")) if p.name not in _SERVE_NOT_YET),
+)
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
 
