@@ -183,6 +183,7 @@ class LlamaCppBackend:
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
         self.preemptions = 0
         self.drafted = self.accepted = 0  # speculative decoding: tokens drafted, and of them accepted
+        self._step_seconds = 0.0  # the last llama_decode's time (drafters compare steps with and without drafts)
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
 
@@ -378,9 +379,11 @@ class LlamaCppBackend:
         )
         if not entries:
             return
+        started = time.perf_counter()
         while (rows := self._decode(entries)) is None:  # the cache is full
             if not self._make_room(entries):
                 return
+        self._step_seconds = time.perf_counter() - started
         for entry, first in zip(entries, rows, strict=True):
             slot, chunk = entry.slot, entry.tokens
             req = slot.running
@@ -419,10 +422,12 @@ class LlamaCppBackend:
                 continue
             req.todo = [event.token_id]
             break
-        if drafts and req.drafter is not None:
-            req.drafter.verified(drafts, accepted)
-            self.drafted += drafts
-            self.accepted += accepted
+        if req.drafter is not None and req.produced > 1:  # what drafting costs and gives, against not drafting
+            req.drafter.timed(self._step_seconds, accepted + 1, drafts > 0)
+            if drafts:
+                req.drafter.verified(drafts, accepted)
+                self.drafted += drafts
+                self.accepted += accepted
         return base + accepted + 1
 
     def _decode(self, entries: list[Entry]) -> list[int] | None:

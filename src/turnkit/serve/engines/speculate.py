@@ -16,12 +16,15 @@ stream parser see the same tokens. For sampled replies this is standard speculat
 otherwise draws from the residual max(0, p - q), i.e. p without d, renormalized; drawing t from p and accepting
 iff t == d has the same two outcomes with the same probabilities.
 
-When it pays. On a CPU a verified token costs about what a prompt token does (a third to two thirds of a one-token
-step for the embedded model on this machine kind), so a draft pays only when most of it is accepted. A
-:class:`Drafter` proposes only where the context has a match, and sizes its drafts from the acceptance it has seen
-(longer while drafts are accepted, none for a while after they are not): a reply that repeats its prompt gets long
-drafts, a reply of new text soon none. The engine drafts only while few streams decode (:mod:`.schedule`): a batch
-of many streams is already compute-bound, where every rejected draft token would slow all of them.
+When it pays. A verified token is not free: on a CPU it costs about what a prompt token does, which for a small model
+is much of a one-token step (the embedded model on this machine kind: a batch of 2 costs about twice one token on one
+thread, 17 tokens about six times on two). Whether drafting pays therefore depends on the machine, the model and the
+text, so each :class:`Drafter` measures it for its own request: the seconds per token it got from steps with a draft
+against steps without one (:meth:`Drafter.timed`, from the engine's step times). It drafts only where the context
+has a match, sizes its drafts from the acceptance it has seen (longer while drafts are accepted), and rests (drafts
+nothing for a while, then tries again) when a draft was rejected whole or when drafting was slower than not: a reply
+that repeats its prompt keeps long drafts where they pay, a reply of new text soon stops drafting. The engine drafts
+only while few streams decode (:mod:`.schedule`): a batch of many streams is already compute-bound.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import math
 
 __all__ = ["Drafter"]
 
-#: Lookup lengths, longest first: a longer match predicts better, a shorter one finds more.
-NGRAMS = (4, 3, 2)
+#: Lookup lengths, longest first: a longer match predicts better, a shorter one finds more (two tokens match all over
+#: prose, where drafts are seldom accepted; three already find a copied text again right after an edit in it).
+NGRAMS = (6, 4, 3)
 #: A draft is cut where the estimated chance that the whole of it is accepted falls under this.
 _WHOLE = 0.5
 #: The per-token acceptance assumed before any draft was verified, and how fast the estimate forgets.
@@ -49,6 +53,8 @@ class Drafter:
         self._hits, self._misses = _PRIOR * 4, (1 - _PRIOR) * 4
         self._rest_until = 0  # no drafts before the sequence reaches this length
         self._rest = 8
+        self._plain: float | None = None  # seconds per token of steps without a draft (a moving average)
+        self._drafting: float | None = None  # and of steps with one
         self.drafted = self.accepted = 0
 
     def draft(self, known: list[int], room: int) -> list[int]:
@@ -57,7 +63,11 @@ class Drafter:
         matches, or while resting."""
         self._grow(known)
         length = min(room, self._length())
-        if length <= 0 or len(known) < self._rest_until:
+        if length <= 0 or len(known) < self._rest_until or self._plain is None:
+            return []  # resting, or no plain step measured yet to compare with
+        if self._drafting is not None and self._drafting > self._plain:
+            self._resting(len(known))  # drafting was slower than not: rest, then measure both again
+            self._plain = self._drafting = None
             return []
         for n in NGRAMS:
             if len(known) > n:
@@ -68,7 +78,7 @@ class Drafter:
 
     def verified(self, drafted: int, accepted: int) -> None:
         """A draft of ``drafted`` tokens had its first ``accepted`` kept: update the acceptance estimate, and rest
-        after a draft nothing of which was kept (8 tokens, doubling while drafts keep failing, at most 256)."""
+        after a draft nothing of which was kept."""
         if not drafted:
             return
         self.drafted += drafted
@@ -78,10 +88,22 @@ class Drafter:
         if accepted < drafted:
             self._hits, self._misses = self._hits * _DECAY, self._misses * _DECAY + 1
         if accepted == 0:
-            self._rest_until = self._indexed + self._rest
-            self._rest = min(256, self._rest * 2)
+            self._resting(self._indexed)
         else:
             self._rest = 8
+
+    def timed(self, seconds: float, tokens: int, drafted: bool) -> None:
+        """A step took ``seconds`` and gave this request ``tokens`` tokens, with a draft or without one."""
+        per_token = seconds / max(1, tokens)
+        if drafted:
+            self._drafting = per_token if self._drafting is None else 0.7 * self._drafting + 0.3 * per_token
+        else:
+            self._plain = per_token if self._plain is None else 0.7 * self._plain + 0.3 * per_token
+
+    def _resting(self, length: int) -> None:
+        """No drafts for the next ``_rest`` tokens (8, doubling while drafting keeps failing, at most 256)."""
+        self._rest_until = length + self._rest
+        self._rest = min(256, self._rest * 2)
 
     def _length(self) -> int:
         """The longest draft whose whole acceptance is at least :data:`_WHOLE` likely, at the estimated per-token
