@@ -109,7 +109,7 @@ _PY_WORDS = {"True": True, "False": False, "None": None, "true": True, "false": 
 
 
 class _PythonLiterals:
-    """A small reader of Python literals (``ast.literal_eval`` reads each string token)."""
+    """A small reader of Python literals (strings read leniently and unescaped as Python does: :func:`_unescape`)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
