@@ -1,0 +1,287 @@
+"""Where agents spend their time, side by side in one run: ``turnkit serve`` (llama.cpp engine, with and without its
+speculative decoding) against llama.cpp's own llama-server (with and without its ngram speculation).
+
+Usage: python benchmarks/serve_agent.py [--threads T] [--prefill-threads P] [--turns 10] [--system-tokens 4400]
+       [--turn-tokens 270] [--file-tokens 2000] [--streams 16] [--repeats R] [--llama-server PATH] [--only NAME ...]
+       [--smoke]
+
+Per server, on the embedded SmolLM2 GGUF with the same threads (``-t``/``-tb`` on llama-server), greedy:
+
+* the agent loop: one conversation of ``--turns`` turns through the chat API, a ``--system-tokens`` system prompt
+  (the tools and instructions an agent sends) and ``--turn-tokens`` of new text a turn (a tool's output), the reply
+  kept in the history: the first turn's time to first token, and the later turns' (median), when the server reuses
+  the conversation so far from its cache;
+* the edit loop: a ``--file-tokens`` source file in the prompt, the reply asked to print it back with a few changes:
+  the reply's tokens per second after its first token and the whole reply's time (what speculative decoding from the
+  context is for);
+* decode: 1 and ``--streams`` concurrent short prompts, 64 tokens each: aggregate tokens per second.
+
+Every server gets the same texts in a round and fresh ones (their own numbers) the next, so no server reuses a
+cached prompt from an earlier round, and greedy replies can be compared (turnkit's two are the same tokens). Ratios are
+turnkit over llama-server (times: < 1 is faster; rates: > 1 is faster), and turnkit with speculation over without;
+the load average is printed, since the machine is shared. llama-server is ``--llama-server``, ``$LLAMA_SERVER`` or
+``PATH`` (built from the llama.cpp that llama-cpp-python 0.3.36 vendors, ``-DGGML_NATIVE=OFF``); its ngram
+speculation is ``--spec-type ngram-simple`` (``common/arg.cpp`` of that version). ``--smoke``: a few turns, a short
+file, 4 streams (checks the script, measures nothing worth quoting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openai
+from serve import Peer, _free_port, _Running, _wait_up  # the same server handling as benchmarks/serve.py
+
+
+@dataclass
+class Round:
+    """One server's figures in one round."""
+
+    first_turn: float = float("nan")
+    later_turns: list[float] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)
+    edit_rate: float = float("nan")
+    edit_time: float = float("nan")
+    edit_tokens: int = 0
+    decode: dict[int, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _tokens(fmt, text: str) -> int:
+    return len(fmt.encode([{"role": "user", "content": text}], add_generation_prompt=True).input_ids)
+
+
+def _fill(fmt, tokens: int, line) -> str:
+    """Lines ``line(n)`` until the text is about ``tokens`` tokens long."""
+    lines: list[str] = []
+    step = 64
+    while True:
+        more = [line(len(lines) + i) for i in range(step)]
+        if _tokens(fmt, "".join(lines + more)) > tokens:
+            if step == 1:
+                return "".join(lines)
+            step = max(1, step // 4)
+            continue
+        lines += more
+
+
+def _source(fmt, tokens: int, seed: int) -> str:
+    """A Python file of about ``tokens`` tokens, with names of its own (``seed``)."""
+
+    def line(n: int) -> str:
+        if n % 4 == 0:
+            return f"\ndef step_{seed}_{n // 4}(value, scale={n % 7 + 1}):\n"
+        if n % 4 == 1:
+            return f'    """Scale value by {n % 7 + 1} and shift it by {seed % 97}."""\n'
+        if n % 4 == 2:
+            return f"    result = value * scale + {(seed * 31 + n) % 997}\n"
+        return "    return result\n"
+
+    return _fill(fmt, tokens, line)
+
+
+async def _stream(
+    client: openai.AsyncOpenAI, model: str, messages: list, max_tokens: int
+) -> tuple[float, float, str, int, int]:
+    """One streamed chat request: (time to first token, whole time, text, completion tokens, cached tokens)."""
+    started = time.perf_counter()
+    first, text, usage = None, [], None
+    chunks = await client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    async for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter()
+            text.append(chunk.choices[0].delta.content)
+        usage = chunk.usage or usage
+    end = time.perf_counter()
+    details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
+    return (first or end) - started, end - started, "".join(text), usage.completion_tokens if usage else 0, cached
+
+
+async def _round(url: str, model: str, texts: dict, args: argparse.Namespace) -> Round:
+    run = Round()
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+    try:
+        messages = [{"role": "system", "content": texts["system"]}]
+        for turn, output in enumerate(texts["turns"]):
+            messages.append({"role": "user", "content": output})
+            ttft, _, reply, _, cached = await _stream(client, model, messages, args.reply_tokens)
+            messages.append({"role": "assistant", "content": reply})
+            if turn == 0:
+                run.first_turn = ttft
+            else:
+                run.later_turns.append(ttft)
+                run.cached.append(cached)
+        ask = "Print this file back whole, with every `scale` argument renamed to `factor`:\n\n" + texts["file"]
+        ttft, total, _, tokens, _ = await _stream(client, model, [{"role": "user", "content": ask}], args.edit_tokens)
+        run.edit_time, run.edit_tokens = total, tokens
+        run.edit_rate = (tokens - 1) / max(1e-9, total - ttft)
+        for streams in (1, args.streams):
+            started = time.perf_counter()
+            results = await asyncio.gather(
+                *(
+                    _stream(client, model, [{"role": "user", "content": question}], 64)
+                    for question in texts["questions"][:streams]
+                )
+            )
+            run.decode[streams] = sum(r[3] for r in results) / (time.perf_counter() - started)
+    except openai.OpenAIError as exc:
+        run.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        await client.close()
+    return run
+
+
+def _peers(args: argparse.Namespace, gguf: Path) -> tuple[list[tuple[Peer, int]], list[str]]:
+    python = sys.executable
+    peers, missing = [], []
+    for name, extra in (("turnkit", []), ("turnkit no-spec", ["--spec-type", "none"])):
+        port = _free_port()
+        command = [python, "-m", "turnkit.cli", "serve", "--model", str(gguf), "--engine", "llama.cpp", "--no-ui"]
+        command += ["--threads", str(args.threads), "--prefill-threads", str(args.prefill_threads)]
+        command += ["--context", str(args.context), "--max-batch", "16", "--port", str(port), *extra]
+        peers.append((Peer(name, command, "default"), port))
+    binary = args.llama_server or os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")
+    if binary:
+        for name, extra in (("llama-server", []), ("llama-server ngram", ["--spec-type", "ngram-simple"])):
+            port = _free_port()
+            command = [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", "16"]
+            command += ["--kv-unified", "-c", str(args.context * 4), "-t", str(args.threads)]
+            command += ["-tb", str(args.prefill_threads), "--no-webui", *extra]
+            peers.append((Peer(name, command, "smol"), port))
+    else:
+        missing.append("llama-server: give --llama-server PATH (built from llama.cpp with -DLLAMA_BUILD_SERVER=ON)")
+    return peers, missing
+
+
+def main() -> None:
+    cores = len(os.sched_getaffinity(0))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=max(1, cores - 1), help="decoding threads (default cores - 1)")
+    parser.add_argument("--prefill-threads", type=int, default=cores, help="prompt threads (default: every core)")
+    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--system-tokens", type=int, default=4400)
+    parser.add_argument("--turn-tokens", type=int, default=270)
+    parser.add_argument("--reply-tokens", type=int, default=32)
+    parser.add_argument("--file-tokens", type=int, default=2000)
+    parser.add_argument("--edit-tokens", type=int, default=2200, help="the edit reply's budget")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (else $LLAMA_SERVER, else PATH)")
+    parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
+    parser.add_argument("--smoke", action="store_true", help="3 turns, a 300-token file, 4 streams: checks the script")
+    args = parser.parse_args()
+    if args.smoke:
+        args.turns, args.system_tokens, args.turn_tokens, args.reply_tokens = 3, 600, 120, 8
+        args.file_tokens, args.edit_tokens, args.streams = 300, 360, 4
+
+    from turnkit import ChatFormat
+    from turnkit.embedded import default_model_path
+
+    gguf = default_model_path()
+    fmt = ChatFormat.from_pretrained(gguf)
+    peers, missing = _peers(args, gguf)
+    if args.only:
+        peers = [(peer, port) for peer, port in peers if peer.name in args.only]
+    log_dir = Path(tempfile.mkdtemp(prefix="turnkit-bench-agent-"))
+    print(
+        f"{cores} cores; threads {args.threads} decoding, {args.prefill_threads} prefill; agent loop {args.turns} "
+        f"turns from {args.system_tokens} tokens, {args.turn_tokens} new a turn; edit loop a {args.file_tokens}-token "
+        f"file; decode 1 and {args.streams} streams; greedy; logs in {log_dir}"
+    )
+    for line in missing:
+        print(f"not run: {line}")
+    servers = [_Running(peer, port, log_dir) for peer, port in peers]
+    results: dict[str, list[Round]] = {}
+    loads = []
+    seed = 0
+    try:
+        ready = []
+        for server in servers:
+            why = _wait_up(server.url, server.process)
+            if why:
+                print(f"not run: {server.peer.name}: {why} (log: {server.log_path})")
+                continue
+            ready.append(server)
+            results[server.peer.name] = []
+        for _ in range(args.repeats):
+            seed += 1  # the same texts for every server in a round (each its own process and cache), fresh ones a round
+            for server in ready:
+                system = _fill(
+                    fmt, args.system_tokens, lambda n, s=seed: f"Rule {s}.{n}: tool_{n % 23} takes arg_{n}.\n"
+                )
+                texts = {
+                    "system": system,
+                    "turns": [
+                        _fill(fmt, args.turn_tokens, lambda n, s=seed, t=t: f"out {s}-{t}-{n}: ok {n * 7 % 101}\n")
+                        for t in range(args.turns)
+                    ],
+                    "file": _source(fmt, args.file_tokens, seed),
+                    "questions": [
+                        f"Question {seed}-{n}: tell me about the number {n * 37}." for n in range(args.streams)
+                    ],
+                }
+                loads.append(os.getloadavg()[0])
+                run = asyncio.run(_round(server.url, server.peer.model, texts, args))
+                results[server.peer.name].append(run)
+                print(f"  {server.peer.name}: round done", flush=True)
+        loads.append(os.getloadavg()[0])
+    finally:
+        for server in servers:
+            server.stop()
+    _report(results, loads, args)
+
+
+def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.Namespace) -> None:
+    def med(runs: list[Round], pick) -> float:
+        return statistics.median(pick(run) for run in runs)
+
+    picks = {
+        "turn 1 TTFT": lambda r: r.first_turn,
+        "later TTFT": lambda r: statistics.median(r.later_turns) if r.later_turns else float("nan"),
+        "edit tok/s": lambda r: r.edit_rate,
+        "edit time": lambda r: r.edit_time,
+        "decode 1": lambda r: r.decode.get(1, float("nan")),
+        f"decode {args.streams}": lambda r: r.decode.get(args.streams, float("nan")),
+    }
+    print(f"\nload average (1 min) at each server's round start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    print(f"{'server':<20}" + "".join(f"{label:>13}" for label in picks) + f"{'edit tokens':>12}{'err':>5}")
+    for name, runs in results.items():
+        row = "".join(f"{med(runs, pick):>13.2f}" for pick in picks.values())
+        print(f"{name:<20}{row}{med(runs, lambda r: r.edit_tokens):>12.0f}{sum(len(r.errors) for r in runs):>5}")
+        for error in [e for r in runs for e in r.errors][:2]:
+            print("      ", error)
+    pairs = [
+        ("turnkit", "llama-server"),
+        ("turnkit", "llama-server ngram"),
+        ("turnkit", "turnkit no-spec"),
+        ("turnkit no-spec", "llama-server"),
+    ]
+    print("\nratios (times: < 1 is faster; tok/s: > 1 is faster):")
+    for mine, peer in pairs:
+        if results.get(mine) and results.get(peer):
+            ratios = "  ".join(
+                f"{label} {med(results[mine], pick) / med(results[peer], pick):.2f}" for label, pick in picks.items()
+            )
+            print(f"  {mine} / {peer}: {ratios}")
+
+
+if __name__ == "__main__":
+    main()
