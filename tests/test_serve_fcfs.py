@@ -132,13 +132,13 @@ def test_oversubscribed_streams_are_answered_in_arrival_order_with_keep_alives(b
     firsts = [stream.first_token_at for stream in admitted]
     for n in range(len(firsts) - 1):
         assert firsts[n] <= firsts[n + 1] + 0.25, f"stream {n}'s first token came after stream {n + 1}'s: {firsts}"
-    # the later streams waited seconds for their first token; every silence was broken by a keep-alive
-    assert firsts[-1] - admitted[-1].headers_at > 3 * KEEP_ALIVE
+    # a stream admitted at once waited seconds behind the prompts ahead of it; every silence was broken by a keep-alive
+    waited = max(admitted, key=lambda stream: stream.first_token_at - stream.headers_at)  # type: ignore[operator]
+    assert waited.first_token_at - waited.headers_at > 3 * KEEP_ALIVE  # type: ignore[operator]
     for n, stream in enumerate(admitted):
         times = [stream.headers_at] + [at for at, _ in stream.lines if at <= stream.first_token_at]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert max(gaps) < KEEP_ALIVE + 0.6, (n, max(gaps))
-    waited = admitted[-1]
     assert any(line == ": keep-alive" for _, line in waited.lines), waited.lines[:5]
 
 
