@@ -127,6 +127,18 @@ def test_ray_checks_its_port_before_starting_ray(capsys):
             ["--model", "a=default", "--model", "b=default", "--engine", "torch", "--kv-tokens", "1024"],
             "--kv-tokens is a llama.cpp engine setting and every model here runs on torch",
         ),
+        (
+            ["--engine", "torch", "--spec-type", "ngram"],
+            "--spec-type is a llama.cpp engine setting and the model runs on torch, where it would do nothing",
+        ),
+        (
+            ["--engine", "vllm", "--spec-draft-n-max", "8"],
+            "--spec-draft-n-max is a llama.cpp engine setting and the model runs on vllm, where it would do nothing",
+        ),
+        (
+            ["--spec-type", "none", "--spec-draft-n-max", "8"],
+            "--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one",
+        ),
     ],
 )
 def test_flags_that_would_do_nothing_are_refused(arguments, error, capsys):

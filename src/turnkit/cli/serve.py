@@ -107,15 +107,34 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
         raise UsageError(
             '--vllm-arg goes with --engine vllm (or engine = "vllm" in a models file): add it, or drop --vllm-arg'
         )
+    if args.spec_type == "none" and args.spec_draft_n_max is not None:
+        raise UsageError("--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one")
     llama_only = [
-        flag for flag, value in (("--kv-tokens", args.kv_tokens), ("--prefill-threads", args.prefill_threads)) if value
+        flag
+        for flag, value in (
+            ("--kv-tokens", args.kv_tokens),
+            ("--prefill-threads", args.prefill_threads),
+            ("--spec-type", args.spec_type),
+            ("--spec-draft-n-max", args.spec_draft_n_max),
+        )
+        if value
     ]
-    if llama_only and all(_engine_of(spec) == "torch" for spec in specs):
+    engines = {_engine_of(spec) for spec in specs}
+    if llama_only and "llama.cpp" not in engines:
         which = "the model runs" if len(specs) == 1 else "every model here runs"
         raise UsageError(
-            f"{llama_only[0]} is a llama.cpp engine setting and {which} on torch, where it would do nothing: drop it, "
-            "or serve a .gguf file with --engine llama.cpp"
+            f"{llama_only[0]} is a llama.cpp engine setting and {which} on {' or '.join(sorted(engines))}, where it "
+            "would do nothing: drop it, or serve a .gguf file with --engine llama.cpp"
         )
+
+
+def _draft_max(args: argparse.Namespace) -> int:
+    """The longest speculative draft the llama.cpp engine may make: 0 (off) for ``--spec-type none``."""
+    from turnkit.serve.engines import DRAFT_MAX
+
+    if args.spec_type == "none":
+        return 0
+    return DRAFT_MAX if args.spec_draft_n_max is None else int(args.spec_draft_n_max)
 
 
 def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
@@ -175,7 +194,7 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
-        draft_max=0 if args.spec_type == "none" else args.spec_draft_n_max,
+        draft_max=_draft_max(args),
         vllm_args=_vllm_args(args),
     )
     registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
@@ -257,7 +276,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         queue_timeout=args.queue_timeout or None,
         context=args.context,
         kv_tokens=args.kv_tokens,
-        draft_max=0 if args.spec_type == "none" else args.spec_draft_n_max,
+        draft_max=_draft_max(args),
         vllm_args=_vllm_args(args),
     )
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
@@ -391,14 +410,12 @@ def register(commands: Any) -> None:
     serve.add_argument(
         "--spec-type",
         choices=("ngram", "none"),
-        default="ngram",
         help="speculative decoding on llama.cpp: ngram (the default) drafts tokens from the prompt and the reply so "
         "far and verifies them in one batch, the same tokens as without it; none turns it off",
     )
     serve.add_argument(
         "--spec-draft-n-max",
         type=positive_int,
-        default=16,
         metavar="N",
         help="the longest draft of speculative decoding (default 16)",
     )

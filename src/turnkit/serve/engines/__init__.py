@@ -19,6 +19,10 @@ from turnkit.serve.engines.base import Backend
 __all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
 
 
+#: The longest speculative draft the llama.cpp engine makes unless told (``--spec-draft-n-max``).
+DRAFT_MAX = 16
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     """What every engine is given besides the model (None: the engine's choice).
@@ -37,7 +41,7 @@ class EngineOptions:
     queue_timeout: float | None = 60.0
     context: int | None = None
     kv_tokens: int | None = None
-    draft_max: int = 16
+    draft_max: int = DRAFT_MAX
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
 
