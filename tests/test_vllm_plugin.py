@@ -220,7 +220,7 @@ def _streamed(stream: Any) -> dict[str, Any]:
 
 
 def _whole_and_streamed(server: _Server, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    request = dict(model="smollm2", messages=MESSAGES, temperature=0, max_tokens=64, **kwargs)
+    request: dict[str, Any] = {"model": "smollm2", "messages": MESSAGES, "temperature": 0, "max_tokens": 64, **kwargs}
     return server.client.chat.completions.create(**request), _streamed(
         server.client.chat.completions.create(stream=True, **request)
     )
@@ -248,6 +248,22 @@ def test_a_forced_call_comes_back_as_tool_calls_whole_and_streamed(server):
     (call,) = whole.choices[0].message.tool_calls
     assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments), dict)
     assert [(c["name"], c["arguments"]) for c in streamed["calls"]] == [(call.function.name, call.function.arguments)]
+
+
+def test_a_required_call_comes_back_as_tool_calls_whole_and_streamed(server):
+    """``tool_choice: "required"``: vLLM's constraint (an array of calls) and vLLM's reader of that array, called by
+    the plugin's parser with the stream's text kept (vLLM keeps none for parsers that stream from their own state):
+    the official client's chunks assembled are the whole reply's calls, and both end as ``tool_calls``."""
+    whole, streamed = _whole_and_streamed(server, tools=TOOLS, tool_choice="required", max_tokens=160)
+    choice = whole.choices[0]
+    calls = choice.message.tool_calls
+    assert calls and {call.function.name for call in calls} == {"get_weather"}
+    assert all(isinstance(json.loads(call.function.arguments), dict) for call in calls)
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    assert [(c["name"], c["arguments"]) for c in streamed["calls"]] == [
+        (call.function.name, call.function.arguments) for call in calls
+    ]
+    assert all(c["id"] for c in streamed["calls"]) and streamed["finish"] == "tool_calls" and not streamed["content"]
 
 
 def test_a_think_block_is_reasoning_whole_and_streamed(server):
@@ -328,6 +344,39 @@ def _plugin_reply(fmt: ChatFormat, chunks: list[str], *, streamed: bool) -> tupl
             entry[2] += piece.function.arguments or "" if piece.function else ""
     folded = [ParsedToolCall(i, n, a) for i, n, a in calls_by_index.values()]
     return Reply(content, reasoning, folded), bool(folded)
+
+
+def test_forced_calls_stream_as_they_read_whole_through_vllms_composed_parser(fmt):
+    """vLLM's own composition of the two parsers (``ParserManager``'s ``DelegatingParser``), in process: a
+    ``required`` array of two calls and a named call's arguments, fed three characters a delta as vLLM's server feeds
+    a stream, assemble to the calls the whole reply gives (the arguments as written), with vLLM's constraint set on
+    the request."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser.parser_manager import ParserManager
+
+    register()
+    composed = ParserManager.get_parser(tool_parser_name=MODE, reasoning_parser_name=MODE, enable_auto_tools=True)
+    assert composed is not None
+    required = '[{"name": "get_weather", "parameters": {"city":  "Paris"}}, {"name": "get_weather", "parameters": {}}]'
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for tool_choice, text in (("required", required), (named, '{"city": "Rome"}')):
+        request = ChatCompletionRequest(model="m", messages=MESSAGES, tools=TOOLS, tool_choice=tool_choice)
+        request = composed(_Carrier(fmt), request.tools).adjust_request(request)
+        assert request.structured_outputs is not None and request.structured_outputs.json is not None
+        _reasoning, content, whole = composed(_Carrier(fmt), request.tools).parse(text, request, enable_auto_tools=True)
+        assert content is None and whole
+        stream = composed(_Carrier(fmt), request.tools)
+        pieces = [text[n : n + 3] for n in range(0, len(text), 3)]
+        calls: dict[int, list[str]] = {}
+        for n, piece in enumerate(pieces):
+            delta = stream.parse_delta(piece, [0], request, prompt_token_ids=[0], finished=n == len(pieces) - 1)
+            assert delta is None or not delta.content
+            for call in delta.tool_calls if delta is not None else []:
+                entry = calls.setdefault(call.index, ["", ""])
+                entry[0] += call.function.name or ""
+                entry[1] += call.function.arguments or ""
+        assert [tuple(entry) for entry in calls.values()] == [(call.name, call.arguments) for call in whole]
+    assert [call.arguments for call in whole] == ['{"city": "Rome"}']
 
 
 def _shown(reply: Reply) -> tuple[Any, ...]:

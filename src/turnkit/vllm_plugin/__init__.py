@@ -45,6 +45,7 @@ INTERFACES: dict[str, tuple[str, ...]] = {
     "vllm.renderers.chat_utils": ("parse_chat_messages", "parse_chat_messages_async"),
     "vllm.renderers.inputs.preprocess": ("parse_dec_only_prompt",),
     "vllm.tool_parsers.abstract_tool_parser": (
+        "ToolParser.adjust_request",
         "ToolParser.extract_tool_calls",
         "ToolParser.extract_tool_calls_streaming",
         "ToolParserManager.register_lazy_module",
@@ -54,6 +55,7 @@ INTERFACES: dict[str, tuple[str, ...]] = {
         "ReasoningParser.extract_reasoning_streaming",
         "ReasoningParserManager.register_lazy_module",
     ),
+    "vllm.tool_parsers.streaming": ("extract_named_tool_call_streaming", "extract_required_tool_call_streaming"),
     "vllm.parser.abstract_parser": ("DelegatingParser.parse", "DelegatingParser.parse_delta"),
     "vllm.entrypoints.generate.base.protocol": (
         "DeltaMessage",

@@ -14,9 +14,18 @@ returns as content to the tool parser. turnkit reads reasoning and calls in one 
 * a whole reply: the reasoning parser reports its reasoning and hands the text on to the tool parser where the tool
   parser will read it (tools offered and not ``tool_choice: "none"``); elsewhere it hands on turnkit's content.
 
-Forced calls (``tool_choice`` naming a function, or ``required``) stay vLLM's own: vLLM constrains the reply to the
-arguments' JSON and makes the call of it. Both parsers add the end-of-turn and EOS ids turnkit finds to the request's
-``stop_token_ids`` (``adjust_request``), so a chat reply ends where the template ends a turn.
+Forced calls (``tool_choice`` naming a function, or ``required``) are decoded under vLLM's own constraint (the
+arguments' JSON; for ``required`` an array of ``{"name", "parameters"}`` objects) and read by vLLM's own readers of
+that JSON (``vllm.tool_parsers.streaming``), but called from here: vLLM's ``DelegatingParser`` reads a streamed
+``required`` array from the text accumulated so far, and it keeps no text for parsers that stream from their own
+state (``engine_based_streaming``, as these do: ``StreamState.advance`` hands them each delta alone), so the array
+would never parse and the calls would be lost. The tool parser therefore says it does not read forced calls as JSON
+(``supports_required_and_named = False``, which makes vLLM hand them to it as to an ``auto`` reply), sets vLLM's
+constraint itself and keeps the text of a ``required`` stream. A call's arguments are the text the model wrote, whole
+and streamed alike.
+
+Both parsers add the end-of-turn and EOS ids turnkit finds to the request's ``stop_token_ids`` (``adjust_request``),
+so a chat reply ends where the template ends a turn.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from vllm.entrypoints.generate.base.protocol import (
 )
 from vllm.reasoning.abs_reasoning_parsers import ReasoningParser
 from vllm.tool_parsers.abstract_tool_parser import ToolParser
+from vllm.tool_parsers.streaming import extract_named_tool_call_streaming, extract_required_tool_call_streaming
 
 from turnkit.format import ChatFormat
 from turnkit.parse import CallStatus, Delta, StreamParser
@@ -90,17 +100,41 @@ def _adjusted(fmt: ChatFormat, tokenizer: Any, request: Any) -> Any:
     return request
 
 
+def _forced_name(request: Any) -> str | None:
+    """The function a request's ``tool_choice`` names (Chat Completions' ``{"function": {"name"}}``, the Responses
+    API's ``{"name"}``), or None."""
+    choice = getattr(request, "tool_choice", None)
+    if choice is None or isinstance(choice, str):
+        return None
+    function = getattr(choice, "function", None)
+    name = getattr(function, "name", None) if function is not None else getattr(choice, "name", None)
+    return name if isinstance(name, str) else None
+
+
+class _ForcedAsJson:
+    """The parser ``ToolParser.adjust_request`` sets vLLM's forced-call constraint for (the arguments' JSON, or the
+    array of calls for ``required``): that method reads only this flag of its parser, so calling it with this
+    stand-in gives turnkit's parser, which takes the flag down to read forced calls itself, vLLM's own constraint."""
+
+    supports_required_and_named = True
+
+
 class TurnkitToolParser(ToolParser):  # type: ignore[misc]  # vLLM is untyped where mypy runs
     """Reads tool calls, content and reasoning with the template's reply format: a whole reply from its text, a
-    streamed one from its ids."""
+    streamed one from its ids; a forced call (decoded as vLLM's JSON) with vLLM's readers of that JSON."""
 
     engine_based_streaming = True
+    #: vLLM hands forced calls to this parser (see the module's docstring: its own reading of a streamed
+    #: ``required`` array needs text vLLM does not keep for this parser)
+    supports_required_and_named = False
 
     def __init__(self, tokenizer: Any, tools: list[Any] | None = None) -> None:
         super().__init__(tokenizer, tools)
         self.format = format_of_tokenizer(tokenizer)
         self._stream: StreamParser | None = None
         self._alone = False
+        self._forced_text = ""  # a streamed ``required`` array so far
+        self._named_sent = False  # a streamed named call: its id and name are out
 
     @property
     def skip_reasoning_parsing(self) -> bool:
@@ -118,9 +152,11 @@ class TurnkitToolParser(ToolParser):  # type: ignore[misc]  # vLLM is untyped wh
         self._alone = alone
 
     def adjust_request(self, request: Any) -> Any:
-        return _adjusted(self.format, self.model_tokenizer, super().adjust_request(request))
+        return _adjusted(self.format, self.model_tokenizer, ToolParser.adjust_request(_ForcedAsJson(), request))
 
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
+        if getattr(request, "tool_choice", None) == "required" or _forced_name(request) is not None:
+            return self._forced_calls(model_output, request)
         reply = self.format.parse(model_output, tools=_tools(request))
         calls = [
             ToolCall(id=call.id, function=FunctionCall(name=call.name, arguments=call.arguments))
@@ -140,9 +176,46 @@ class TurnkitToolParser(ToolParser):  # type: ignore[misc]  # vLLM is untyped wh
         delta_token_ids: Sequence[int],
         request: Any,
     ) -> DeltaMessage | None:
+        name = _forced_name(request)
+        if name is not None:
+            message, self._named_sent = extract_named_tool_call_streaming(
+                delta_text=delta_text,
+                function_name=name,
+                function_name_returned=self._named_sent,
+                tool_call_idx=None,
+                tool_call_id_type="random",
+                tokenizer=self.model_tokenizer,
+            )
+            return message
+        if getattr(request, "tool_choice", None) == "required":
+            sent, self._forced_text = self._forced_text, self._forced_text + delta_text
+            message, _ = extract_required_tool_call_streaming(
+                previous_text=sent, current_text=self._forced_text, tool_call_idx=None, tool_call_id_type="random"
+            )
+            return message
         if self._stream is None:
             self._stream = self.format.stream_parser(tools=_tools(request))
         return delta_message(self._stream.feed(list(delta_token_ids)))
+
+    def _forced_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
+        """A forced reply's calls, read as its stream is (the same reader over the whole text), so the calls whole
+        are the streamed ones assembled: a named call's arguments are the reply; ``required``'s are each element's
+        ``parameters`` as written."""
+        name = _forced_name(request)
+        if name is not None:
+            calls = [ToolCall(function=FunctionCall(name=name, arguments=model_output))] if model_output.strip() else []
+        else:
+            message, _ = extract_required_tool_call_streaming(
+                previous_text="", current_text=model_output, tool_call_idx=None, tool_call_id_type="random"
+            )
+            pieces = message.tool_calls if message is not None else []
+            read = [(piece.id, piece.function) for piece in pieces if piece.function is not None]
+            calls = [
+                ToolCall(id=id_, function=FunctionCall(name=function.name, arguments=function.arguments or ""))
+                for id_, function in read
+                if function.name
+            ]
+        return ExtractedToolCallInformation(tools_called=bool(calls), tool_calls=calls, content=None)
 
     def finish_streaming(self) -> DeltaMessage | None:
         """What the parser held back (a possible marker's start) once the stream ends; vLLM calls it last."""
