@@ -175,13 +175,18 @@ class Server:
 
     async def health(self, request: Request) -> Response:
         """``ok`` (or ``draining``, with a 503, while the server shuts down), the default model, what generates and
-        waits (all models together), and each model's state with its key/value cache."""
+        waits (all models together), and each model's state with its key/value cache, and what its engine was given
+        where the engine says (``engine_info()``: vLLM's release and engine options)."""
         loads = self.models.loads()
         models = []
         for name in self.models.specs:
             entry: dict[str, Any] = {"id": name, "loaded": name in loads}
             if name in loads:
                 entry.update(_load_body(loads[name]))
+                loaded = self.models.loaded(name)
+                engine_info = getattr(loaded.backend, "engine_info", None) if loaded is not None else None
+                if engine_info is not None:
+                    entry["engine"] = engine_info()
             models.append(entry)
         draining = self.models.refusal is not None
         body: dict[str, Any] = {

