@@ -2,7 +2,7 @@
 
 Its rooms, each a package or module of one concept:
 
-* wire APIs, one module each, thin translations onto the one path: :mod:`.chat` (OpenAI Chat Completions),
+* wire APIs, a module or package each, thin translations onto the one path: :mod:`.chat` (OpenAI Chat Completions),
   :mod:`.completions` (OpenAI Completions), :mod:`.responses` (OpenAI Responses, with its store of responses) and
   :mod:`.messages` (Anthropic Messages), over :mod:`.protocol` (the checked request fields, the internal
   :class:`~.protocol.ChatRequest` every chat-shaped API translates into, the error object) and :mod:`.chunks` (the
