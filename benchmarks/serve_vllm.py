@@ -23,6 +23,11 @@ Loads, through the official ``openai`` client, greedy, streamed:
   the server gave, a tool's output, the next question), so each prompt extends the last one (prefix caching counts):
   the wall time of all turns and the p50 TTFT of a turn.
 
+For each level, the CPU seconds per completion token spent in each server's own process (``/proc/PID/stat``, all its
+threads, not its children: vLLM's engine core runs in a child process of both), which is the front end's cost
+whatever the load: turnkit's front end (its server, session, reply parser and the in-process ``AsyncLLM`` client)
+against vLLM's own (its API server with the same ``AsyncLLM`` client).
+
 Printed: each server's figures and turnkit / vLLM ratios (throughput: above 1 is turnkit faster; latency: below 1 is
 turnkit faster). The issue's target: turnkit's front end costs under 5% of vLLM's throughput (ratio >= 0.95). The
 load average after each round is printed beside them (a shared machine makes any single figure noisy).
@@ -94,11 +99,13 @@ async def _agents(url: str, model: str, conversations: int, max_tokens: int, sta
     return wall
 
 
-async def _measure(url: str, model: str, args: argparse.Namespace, long_text: str) -> Figures:
+async def _measure(url: str, model: str, pid: int, args: argparse.Namespace, long_text: str) -> Figures:
     figures = Figures()
     await _level(url, model, 2, 1, 8)  # warm up: first requests compile and fill caches on both servers
     for clients in args.levels:
+        cpu = _front_cpu_seconds(pid)
         stats = await _level(url, model, clients, args.requests, args.max_tokens)
+        stats.cpu = _front_cpu_seconds(pid) - cpu
         figures.levels[clients] = stats
         figures.errors += stats.errors
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
@@ -173,7 +180,8 @@ def main() -> None:
         for r in range(args.rounds):
             for server in servers if r % 2 == 0 else servers[::-1]:  # each goes first in turn
                 print(f"round {r + 1}: {server.peer.name}", flush=True)
-                results[server.peer.name].append(asyncio.run(_measure(server.url, server.peer.model, args, long_text)))
+                figures = asyncio.run(_measure(server.url, server.peer.model, server.process.pid, args, long_text))
+                results[server.peer.name].append(figures)
             loads.append(os.getloadavg()[0])
     finally:
         for server in servers:
@@ -185,6 +193,24 @@ def _med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _front_cpu_seconds(pid: int) -> float:
+    """The CPU seconds of the process ``pid``'s threads (not its children's), as the scheduler counts them in ns
+    (``/proc/PID/task/*/schedstat``; ``/proc/PID/stat`` counts in ticks of 10 ms, too coarse for a short level)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _front_cpu(stats: Stats) -> float:
+    """CPU seconds the front-end process spent per completion token: the server process's own time (all its threads;
+    not vLLM's engine-core child process), whatever else the machine runs."""
+    return stats.cpu / stats.tokens if stats.tokens else float("nan")
+
+
 def _summary(rounds: list[Figures], args: argparse.Namespace) -> dict[str, float]:
     """Medians over the rounds of each figure."""
     out: dict[str, float] = {}
@@ -192,6 +218,7 @@ def _summary(rounds: list[Figures], args: argparse.Namespace) -> dict[str, float
         out[f"rate{clients}"] = _med([f.levels[clients].rate for f in rounds])
         out[f"ttft{clients}"] = _med([_pct(f.levels[clients].ttft, 0.5) for f in rounds])
         out[f"itl{clients}"] = _med([_pct(f.levels[clients].itl, 0.5) for f in rounds])
+        out[f"cpu{clients}"] = _med([_front_cpu(f.levels[clients]) for f in rounds])
     out["long"] = _med([f.long_ttft for f in rounds])
     out["agent_wall"] = _med([f.agent_wall for f in rounds])
     out["agent_ttft"] = _med([_med(f.agent_ttft) for f in rounds])
@@ -202,13 +229,13 @@ def _summary(rounds: list[Figures], args: argparse.Namespace) -> dict[str, float
 def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder: Path, loads: list[float]) -> None:
     print(f"\nmodel {folder}; {os.cpu_count()} cores; load average after each round {loads}")
     print(f"medians of {args.rounds} rounds; {args.requests} requests a stream, {args.max_tokens} tokens each")
-    print(f"{'server':<14} {'streams':>7} {'tok/s':>9} {'TTFT p50':>9} {'ITL p50':>9}")
+    print(f"{'server':<14} {'streams':>7} {'tok/s':>9} {'TTFT p50':>9} {'ITL p50':>9} {'front CPU/token':>16}")
     summaries = {name: _summary(rounds, args) for name, rounds in results.items()}
     for name, s in summaries.items():
         for clients in args.levels:
             print(
                 f"{name:<14} {clients:>7} {s[f'rate{clients}']:>9.1f} {s[f'ttft{clients}']:>8.3f}s "
-                f"{s[f'itl{clients}'] * 1000:>7.1f}ms"
+                f"{s[f'itl{clients}'] * 1000:>7.1f}ms {s[f'cpu{clients}'] * 1000:>14.2f}ms"
             )
         print(
             f"{name:<14} 4k-token prompt TTFT {s['long']:.3f}s; {args.agents} agents x {TURNS} turns: "
@@ -220,7 +247,8 @@ def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder:
         print(
             f"  {clients:>2} streams: tok/s {ours[f'rate{clients}'] / theirs[f'rate{clients}']:.3f}, TTFT p50 "
             f"{ours[f'ttft{clients}'] / theirs[f'ttft{clients}']:.3f}, "
-            f"ITL p50 {ours[f'itl{clients}'] / theirs[f'itl{clients}']:.3f}"
+            f"ITL p50 {ours[f'itl{clients}'] / theirs[f'itl{clients}']:.3f}, "
+            f"front CPU/token {ours[f'cpu{clients}'] / theirs[f'cpu{clients}']:.3f}"
         )
     print(f"  4k-token prompt TTFT {ours['long'] / theirs['long']:.3f}")
     print(

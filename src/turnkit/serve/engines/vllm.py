@@ -12,7 +12,8 @@ starts on, and the server's loop is not the only caller (``turnkit generate`` ru
 server's loop submits through an :class:`Inbox` (the same 429 and 503 as the other engines, with ``max_batch``
 given to vLLM as ``max_num_seqs``), a feeder thread starts admitted requests on the engine's loop, and a request whose
 client left is cancelled there within 50 ms, which aborts it in vLLM (``AsyncLLM.generate`` aborts a cancelled request
-itself).
+itself). The tokens of one vLLM step, of every request, cross to the server's loop together, in one wake-up
+(:func:`~.base.put_all`): a wake-up a token cost CPU the engine process needed, on a machine with few cores.
 
 Admission follows vLLM's own load, as its scheduler reports it after every step (running and waiting requests, the
 share of its key/value cache in use; a stat logger of turnkit's own, so vLLM's periodic log lines stay off): a request
@@ -43,7 +44,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import EngineError, ServeConfigError
-from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationRequest, Inbox, Load, TokenEvent
+from turnkit.serve.engines.base import (
+    BackendBusyError,
+    Generation,
+    GenerationRequest,
+    Inbox,
+    Load,
+    TokenEvent,
+    put_all,
+)
 
 if TYPE_CHECKING:
     from turnkit.serve.structured import JsonConstraint
@@ -155,6 +164,7 @@ class VllmBackend:
         self._closed = False
         self._inbox = _VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout)
         self._tasks: dict[Generation, asyncio.Task[None]] = {}
+        self._outbox: list[tuple[Generation, TokenEvent]] = []  # this step's tokens, not yet handed over
         self._running = 0
         self._room = threading.Event()
         self._count_lock = threading.Lock()
@@ -363,6 +373,7 @@ class VllmBackend:
             error = RuntimeError(f"generation failed: {exc}")
         finally:
             self._tasks.pop(generation, None)
+            self._hand_over()  # its tokens before its end
             with self._count_lock:
                 self._running -= 1
             self._room.set()
@@ -396,10 +407,23 @@ class VllmBackend:
             completion = output.outputs[0]
             logprobs = completion.logprobs or []
             for n, token in enumerate(completion.token_ids):
-                generation.put(self._event(request, int(token), logprobs[n] if n < len(logprobs) else None))
+                self._put(generation, self._event(request, int(token), logprobs[n] if n < len(logprobs) else None))
                 produced += 1
                 if token in request.stop_ids or produced >= request.max_tokens:
                     return  # vLLM finishes the request on the same step (its stop ids and budget are the same)
+
+    def _put(self, generation: Generation, event: TokenEvent) -> None:
+        """Keep the token for the step's hand-over: vLLM's output handler wakes every request's task of a step in one
+        turn of this loop, and the hand-over runs after them, so the server's loop is woken once a step, not once a
+        token (a wake-up each token took CPU from the engine process on a loaded machine)."""
+        if not self._outbox:
+            self._loop.call_soon(self._hand_over)
+        self._outbox.append((generation, event))
+
+    def _hand_over(self) -> None:
+        if self._outbox:
+            events, self._outbox = self._outbox, []
+            put_all(events)
 
     @staticmethod
     def _event(request: GenerationRequest, token: int, position: Any, top_n: int | None = None) -> TokenEvent:
