@@ -41,34 +41,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
-__all__ = [
-    "ChatMLError",
-    "ClusterError",
-    "DoctorInputError",
-    "DroppedDataError",
-    "EmbeddedModelError",
-    "EmptyMaskError",
-    "EncodeError",
-    "EngineError",
-    "FamilyNotFoundError",
-    "InputError",
-    "MessageError",
-    "PrepareError",
-    "RecordError",
-    "ReplyParseError",
-    "ServeConfigError",
-    "TemplateError",
-    "TemplateLimitError",
-    "TemplateNotFoundError",
-    "TemplateSecurityError",
-    "TemplateSyntaxError",
-    "TokenizerError",
-    "ToolSchemaError",
-    "TranscriptError",
-    "TurnkitError",
-    "UnknownReplyFormatError",
-]
-
 
 class TurnkitError(Exception):
     """Base class of every error turnkit raises on purpose."""

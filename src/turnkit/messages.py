@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -251,21 +251,25 @@ def _check_role(role: Any, index: int) -> None:
         _VALID_ROLES.add(role)
 
 
+def _dicts(value: Any, index: int, name: str, not_list: str, not_dict: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each entry of the message's list field ``name`` with its place (``name[n]``), for the field's own checks.
+
+    A field that is not a list, or an entry that is not a dict, is a :class:`MessageError` (``not_list`` or
+    ``not_dict``, with the type found) naming that place."""
+    if not isinstance(value, list | tuple):
+        raise MessageError(f"{not_list}, got {type(value).__name__}", index=index, field=name)
+    for n, entry in enumerate(value):
+        where = f"{name}[{n}]"
+        if not isinstance(entry, Mapping):
+            raise MessageError(f"{not_dict}, got {type(entry).__name__}", index=index, field=where)
+        yield where, entry
+
+
 def _check_content(content: Any, index: int) -> None:
     if isinstance(content, str):
         return
-    if not isinstance(content, list | tuple):
-        raise MessageError(
-            f"content must be a string or a list of parts, got {type(content).__name__}", index=index, field="content"
-        )
-    for n, part in enumerate(content):
-        where = f"content[{n}]"
-        if not isinstance(part, Mapping):
-            raise MessageError(
-                f"a content part must be a dict like {{'type': 'text', 'text': ...}}, got {type(part).__name__}",
-                index=index,
-                field=where,
-            )
+    not_dict = "a content part must be a dict like {'type': 'text', 'text': ...}"
+    for where, part in _dicts(content, index, "content", "content must be a string or a list of parts", not_dict):
         kind = part.get("type")
         if not isinstance(kind, str):
             raise MessageError("a content part needs a string 'type'", index=index, field=f"{where}.type")
@@ -275,14 +279,8 @@ def _check_content(content: Any, index: int) -> None:
 
 
 def _check_tool_calls(tool_calls: Any, index: int) -> None:
-    if not isinstance(tool_calls, list | tuple):
-        raise MessageError(
-            f"tool_calls must be a list, got {type(tool_calls).__name__}", index=index, field="tool_calls"
-        )
-    for n, call in enumerate(tool_calls):
-        where = f"tool_calls[{n}]"
-        if not isinstance(call, Mapping):
-            raise MessageError(f"a tool call must be a dict, got {type(call).__name__}", index=index, field=where)
+    not_dict = "a tool call must be a dict"
+    for where, call in _dicts(tool_calls, index, "tool_calls", "tool_calls must be a list", not_dict):
         for key in ("id", "type"):
             if key in call and call[key] is not None and not isinstance(call[key], str):
                 raise MessageError(f"{key} must be a string", index=index, field=f"{where}.{key}")

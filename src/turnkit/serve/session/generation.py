@@ -32,18 +32,6 @@ from turnkit.serve.engines.base import (
 )
 from turnkit.serve.protocol import APIError
 
-__all__ = [
-    "Choices",
-    "Ledger",
-    "Session",
-    "Step",
-    "Timing",
-    "TokenLogprob",
-    "choices_timing",
-    "engine_error",
-    "recording",
-]
-
 log = logging.getLogger("turnkit.serve")
 
 

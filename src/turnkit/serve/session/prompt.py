@@ -27,8 +27,6 @@ from turnkit.serve.protocol import APIError, ChatInput, as_api_error
 from turnkit.serve.structured import forced_call
 from turnkit.template.switches import SwitchError
 
-__all__ = ["chat_prompt_ids", "check_tools_readable", "check_tools_shown", "forced_call_ids", "template_variables"]
-
 # ``chat_template_kwargs`` are template variables. A key named like a variable the request itself sets (``messages``,
 # ``tools``, ``add_generation_prompt``) would replace that checked field in the template, and one named like an encode
 # option (``trust_data``, ``turns``) reads as a request for that option, which a client may not make: both are 400s

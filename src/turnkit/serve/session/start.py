@@ -22,8 +22,6 @@ from turnkit.serve.sampling import SamplingDefaults
 from turnkit.serve.session.generation import Choices, Session, engine_error
 from turnkit.serve.session.prompt import chat_prompt_ids, forced_call_ids
 
-__all__ = ["generation_request", "start_chat", "start_completion"]
-
 
 async def start_chat(
     fmt: ChatFormat, model: LoadedModel, req: ChatRequest, *, default_max_tokens: int, constraint: Any = None
