@@ -220,6 +220,18 @@ def _wait_up(url: str, process: subprocess.Popen, timeout: float = 600) -> str |
     return f"did not answer within {timeout:.0f} s"
 
 
+def _ready(servers: list[_Running]) -> list[_Running]:
+    """The servers that answered, in order; each one that did not is a ``not run`` line naming its log."""
+    ready = []
+    for server in servers:
+        why = _wait_up(server.url, server.process)
+        if why:
+            print(f"not run: {server.peer.name}: {why} (log: {server.log_path})")
+        else:
+            ready.append(server)
+    return ready
+
+
 def _peers(gguf: Path, threads: int, port_of: Callable[[], int]) -> tuple[list[tuple[Peer, int]], list[str]]:
     """The servers to run, each with its port, and a line for each one that cannot run."""
     python = sys.executable

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
-from serve import Peer, _free_port, _Running, _wait_up  # the same server handling as benchmarks/serve.py
+from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
 
 
 @dataclass
@@ -213,14 +213,8 @@ def main() -> None:
     loads = []
     seed = 0
     try:
-        ready = []
-        for server in servers:
-            why = _wait_up(server.url, server.process)
-            if why:
-                print(f"not run: {server.peer.name}: {why} (log: {server.log_path})")
-                continue
-            ready.append(server)
-            results[server.peer.name] = []
+        ready = _ready(servers)
+        results.update((server.peer.name, []) for server in ready)
         for _ in range(args.repeats):
             seed += 1  # the same texts for every server in a round (each its own process and cache), fresh ones a round
             for server in ready:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
-from serve import Peer, _free_port, _Running, _wait_up  # the same server handling as benchmarks/serve.py
+from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
 
 TRAINED_CONTEXT = 8192
 
@@ -180,14 +180,8 @@ def main() -> None:
     loads = []
     seed = 0
     try:
-        ready = []
-        for server in servers:
-            why = _wait_up(server.url, server.process)
-            if why:
-                print(f"not run: {server.peer.name}: {why} (log: {server.log_path})")
-                continue
-            ready.append(server)
-            results[server.peer.name] = []
+        ready = _ready(servers)
+        results.update((server.peer.name, []) for server in ready)
         for _ in range(args.repeats):
             for server in ready:
                 seed += 1
