@@ -314,6 +314,11 @@ def training_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def render_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The render keywords of :func:`add_format_arguments`'s flags that every rendering command passes on alike."""
+    return {"add_generation_prompt": args.generation_prompt, "template_name": args.template_name}
+
+
 def read_conversation(
     args: argparse.Namespace, settings: Mapping[str, str]
 ) -> tuple[ChatFormat, list[Any], Any, dict[str, Any]]:
@@ -333,7 +338,7 @@ def warn_unshown_tools(fmt: ChatFormat, messages: Any, tools: Any, args: argpars
     """Tools the template does not show (the render is the same without them) would never reach the model: say so."""
     if not tools:
         return
-    options = {"add_generation_prompt": args.generation_prompt, "template_name": args.template_name, **variables}
+    options = {**render_options(args), **variables}
     if fmt.render(messages, tools=tools, **options) == fmt.render(messages, **options):
         print(
             "turnkit: warning: this chat template does not show tools (the render is the same without them); "

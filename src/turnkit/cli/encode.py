@@ -16,6 +16,7 @@ from turnkit.cli.common import (
     add_training_arguments,
     encode_set,
     read_conversation,
+    render_options,
     training_options,
     visible_whitespace,
 )
@@ -73,8 +74,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         encoded = fmt.encode(
             messages,
             tools=tools,
-            add_generation_prompt=args.generation_prompt,
-            template_name=args.template_name,
+            **render_options(args),
             **training_options(args),
             **variables,
         )

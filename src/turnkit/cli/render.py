@@ -11,6 +11,7 @@ from turnkit.cli.common import (
     RENDER_SET,
     add_format_arguments,
     read_conversation,
+    render_options,
     show_visible,
 )
 
@@ -20,10 +21,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
     rendered = fmt.render_with_spans(
         messages,
         tools=tools,
-        add_generation_prompt=args.generation_prompt,
         continue_final_message=args.continue_final_message,
-        template_name=args.template_name,
         with_data_spans=args.show,
+        **render_options(args),
         **variables,
     )
     text = rendered.text

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -61,8 +61,31 @@ class Block:
         return sum(chip.trained for chip in self.chips)
 
 
+class _Counted(Protocol):
+    @property
+    def tokens(self) -> int: ...
+
+    @property
+    def trained(self) -> int: ...
+
+
+class _Totals:
+    """``tokens`` and ``trained`` summed over the counted parts: an example's blocks, a page's examples."""
+
+    def _parts(self) -> Sequence[_Counted]:
+        raise NotImplementedError
+
+    @property
+    def tokens(self) -> int:
+        return sum(part.tokens for part in self._parts())
+
+    @property
+    def trained(self) -> int:
+        return sum(part.trained for part in self._parts())
+
+
 @dataclass(frozen=True)
-class Example:
+class Example(_Totals):
     """One training example: its blocks, the forged markers in it, and what it is."""
 
     title: str
@@ -74,13 +97,8 @@ class Example:
     def chips(self) -> list[Chip]:
         return [chip for block in self.blocks for chip in block.chips]
 
-    @property
-    def tokens(self) -> int:
-        return sum(block.tokens for block in self.blocks)
-
-    @property
-    def trained(self) -> int:
-        return sum(block.trained for block in self.blocks)
+    def _parts(self) -> Sequence[Block]:
+        return self.blocks
 
 
 @dataclass(frozen=True)
@@ -108,7 +126,7 @@ class TurnComparison:
 
 
 @dataclass(frozen=True)
-class Page:
+class Page(_Totals):
     """Everything one inspect page shows."""
 
     title: str
@@ -117,13 +135,8 @@ class Page:
     comparisons: list[TurnComparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def tokens(self) -> int:
-        return sum(example.tokens for example in self.examples)
-
-    @property
-    def trained(self) -> int:
-        return sum(example.trained for example in self.examples)
+    def _parts(self) -> Sequence[Example]:
+        return self.examples
 
     def origin_counts(self) -> Counter[str]:
         return Counter(chip.origin for example in self.examples for chip in example.chips)
