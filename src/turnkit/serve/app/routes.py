@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -38,7 +38,7 @@ from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
-from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
+from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of, serving_on
 from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
@@ -136,7 +136,9 @@ class Server:
             routes += [Route(path, answering(handler), methods=[method]) for path, method, handler in ui.pages(fmt)]
         public = {"/metrics"} if self.metrics_public else set()
         middleware = [Middleware(Authenticate, key=self.api_key, public=public)] if self.api_key else []
-        app = Starlette(routes=routes, exception_handlers=dict(EXCEPTION_HANDLERS), middleware=middleware)
+        app = Starlette(
+            routes=routes, exception_handlers=dict(EXCEPTION_HANDLERS), middleware=middleware, lifespan=_lifespan
+        )
         self.metrics = Metrics(self.models, [route.path for route in routes])
         self.inflight = InFlight(app, on_done=self.metrics.record)
         return self.inflight
@@ -414,6 +416,14 @@ class Server:
             return ChatFormat.from_family(chat_input.family or "", tokenizer=base.tokenizer)
         except TurnkitError as exc:
             raise APIError(400, str(exc), param=param) from None
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(_app: Starlette) -> AsyncIterator[None]:
+    """The loop the app starts on runs it until it stops: an engine whose client binds to one loop (vLLM's) runs there,
+    and its tokens reach replies without a second thread's wake-up (:func:`~.engines.base.serving_on`)."""
+    with serving_on(asyncio.get_running_loop()):
+        yield
 
 
 def _counted_prompt(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:

@@ -12,11 +12,12 @@ reliably. The real engines are :class:`turnkit.serve.engines.llama_cpp.LlamaCppB
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +35,8 @@ __all__ = [
     "TokenEvent",
     "load_of",
     "put_all",
+    "serving_loop",
+    "serving_on",
 ]
 
 
@@ -210,6 +213,27 @@ def put_all(events: Sequence[tuple[Generation, TokenEvent]]) -> None:
 def _deliver_all(batch: list[tuple[Generation, TokenEvent]]) -> None:
     for generation, event in batch:
         generation._deliver(event)
+
+
+#: The event loops servers run on in this process, latest last (:func:`serving_on`).
+_serving: list[asyncio.AbstractEventLoop] = []
+
+
+@contextlib.contextmanager
+def serving_on(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Say that ``loop`` runs a server for as long as this block lasts (the app's lifespan): an engine whose client
+    library binds to one event loop (vLLM's ``AsyncLLM``) can run on it and hand tokens to replies without waking a
+    thread of its own; elsewhere (``turnkit generate`` runs and closes loops of its own) it keeps a loop of its own."""
+    _serving.append(loop)
+    try:
+        yield
+    finally:
+        _serving.remove(loop)
+
+
+def serving_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop the latest server started in this process runs on, while it runs; None where no server runs."""
+    return next((loop for loop in reversed(_serving) if loop.is_running()), None)
 
 
 @dataclass(frozen=True)
