@@ -29,7 +29,9 @@ class Check:
     run: Callable[[Any], list[Problem]]
 
 
-CHECKPOINT_CHECKS: tuple[Check, ...] = (
+#: Every check a default run makes, in report order: a checkpoint's, then prepared data's. One table: a row's function
+#: says which run it belongs to (:mod:`.checks_data`'s read a ``DataContext``, the others a checkpoint's context).
+_TABLE: tuple[Check, ...] = (
     Check("template-missing", E, checks_template.check_template_missing),
     Check("template-invalid", E, checks_template.check_template_invalid),
     Check("template-drift", W, checks_template.check_template_drift),
@@ -48,9 +50,6 @@ CHECKPOINT_CHECKS: tuple[Check, ...] = (
     Check("tools-unreadable", W, checks_template.check_tools_unreadable),
     Check("tools-ignored", I, checks_template.check_tools_ignored),
     Check("forgeable-tokenizer", I, checks_tokens.check_forgery),
-)
-
-DATA_CHECKS: tuple[Check, ...] = (
     Check("data-tokenizer-mismatch", W, checks_data.check_tokenizer_fingerprint),
     Check("labels-not-input-ids", E, checks_data.check_labels_input_ids),
     Check("labels-missing-end-marker", E, checks_data.check_labels_end_marker),
@@ -58,6 +57,16 @@ DATA_CHECKS: tuple[Check, ...] = (
     Check("labels-empty-reply", E, checks_data.check_labels_empty_reply),
     Check("data-summary", I, checks_data.check_data_summary),
 )
+
+
+def _reads_data(check: Check) -> bool:
+    return check.run.__module__ == checks_data.__name__
+
+
+#: What ``doctor`` runs on a checkpoint (a folder, a .gguf file, an adapter).
+CHECKPOINT_CHECKS: tuple[Check, ...] = tuple(check for check in _TABLE if not _reads_data(check))
+#: What ``doctor --data`` runs on prepared training data.
+DATA_CHECKS: tuple[Check, ...] = tuple(check for check in _TABLE if _reads_data(check))
 
 
 def _asked_only(ctx: Any) -> list[Problem]:
@@ -69,7 +78,7 @@ def _asked_only(ctx: Any) -> list[Problem]:
 RUNTIME_CHECK = Check("runtime-divergence", W, _asked_only)
 
 #: Every check by id.
-CHECKS: dict[str, Check] = {check.id: check for check in (*CHECKPOINT_CHECKS, *DATA_CHECKS, RUNTIME_CHECK)}
+CHECKS: dict[str, Check] = {check.id: check for check in (*_TABLE, RUNTIME_CHECK)}
 
 
 def validate_ignore(ignore: Iterable[str]) -> set[str]:
