@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from test_serve_tools import QWEN3_CODER_STYLE
 
 from turnkit.serve.app.routes import Server
 from turnkit.serve.engines import EngineOptions, load_backend
+from turnkit.serve.engines.base import serving_loop
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.modelspec import from_file
 
@@ -397,9 +399,13 @@ def test_a_burst_past_the_queue_is_429_with_retry_after(served):
     assert "key/value cache tokens" in served.backend.describe()
 
 
-def test_the_loop_stays_the_servers(served):
-    """vLLM runs on its own loop: a request from a fresh event loop (``turnkit generate``'s way) works too."""
+def test_vllm_runs_on_the_servers_loop(served):
+    """vLLM's client runs on the server's own event loop (no thread of the engine's own between vLLM's output handler
+    and the replies), and a request from a fresh event loop (``turnkit generate``'s way) is served there too."""
     from turnkit.serve import GenerationRequest
+
+    assert served.backend.engine.output_handler.get_loop() is serving_loop()
+    assert "turnkit-vllm-loop" not in {thread.name for thread in threading.enumerate()}
 
     async def three() -> list[int]:
         request = GenerationRequest([1, 4093, 28], max_tokens=3, temperature=0)

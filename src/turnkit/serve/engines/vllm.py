@@ -7,13 +7,17 @@ tokenizer, ``skip_tokenizer_init``), and streams the ids it samples back as :cla
 session and reply parser every engine feeds. vLLM's prompt echo (``prompt_token_ids``) is checked against what was
 sent: a prompt the engine changed ends the request with an error rather than a reply to something else.
 
-``AsyncLLM`` runs on an event loop of its own, in a thread of its own: its output handler is bound to the loop it
-starts on, and the server's loop is not the only caller (``turnkit generate`` runs and closes loops of its own). The
-server's loop submits through an :class:`Inbox` (the same 429 and 503 as the other engines, with ``max_batch``
-given to vLLM as ``max_num_seqs``), a feeder thread starts admitted requests on the engine's loop, and a request whose
-client left is cancelled there within 50 ms, which aborts it in vLLM (``AsyncLLM.generate`` aborts a cancelled request
-itself). The tokens of one vLLM step, of every request, cross to the server's loop together, in one wake-up
-(:func:`~.base.put_all`): a wake-up a token cost CPU the engine process needed, on a machine with few cores.
+``AsyncLLM`` binds to the event loop of its first request (its output handler, its socket to the engine process), so
+the engine picks that loop at its first request (:meth:`VllmBackend._bind`): the server's own where a server runs
+(:func:`~.base.serving_loop`, which the app's lifespan sets), so that a token reaches its reply in the thread vLLM's
+output handler runs in, with no thread between (a second thread woken each token cost a sixth of the throughput at 1
+stream, on a machine with few cores); a loop of the engine's own, in a thread of its own, where none runs (``turnkit
+generate`` and ``turnkit chat`` run and close loops of their own). Requests come through an :class:`Inbox` (the same
+429 and 503 as the other engines, with ``max_batch`` given to vLLM as ``max_num_seqs``), admitted on the engine's loop
+when one arrives or ends; while any runs or waits, a tick every 100 ms cancels the task of a request whose client left
+(``AsyncLLM.generate`` aborts a cancelled request in vLLM) and lets the queue's deadlines pass. A request from another
+loop (``turnkit generate`` beside a server) runs there too; its tokens of one vLLM step cross to its loop together, in
+one wake-up (:func:`~.base.put_all`).
 
 Admission follows vLLM's own load, as its scheduler reports it after every step (running and waiting requests, the
 share of its key/value cache in use; a stat logger of turnkit's own, so vLLM's periodic log lines stay off): a request
@@ -38,7 +42,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +57,7 @@ from turnkit.serve.engines.base import (
     Load,
     TokenEvent,
     put_all,
+    serving_loop,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +72,9 @@ TESTED = "0.32.0"
 
 #: vLLM options turnkit sets itself: a ``--vllm-arg`` may not change them (vLLM would detokenize, or read a tokenizer).
 _OWN = frozenset({"model", "skip_tokenizer_init"})
+
+#: Seconds between the checks for requests whose client left and for the queue's deadlines, while requests run or wait.
+TICK = 0.1
 
 #: turnkit's grammar as vLLM loads it in its engine process (``logits_processors``: :mod:`.vllm_grammar`).
 _GRAMMAR = "turnkit.serve.engines.vllm_grammar:TurnkitGrammar"
@@ -163,34 +172,27 @@ class VllmBackend:
         self._vllm = VllmLoad()
         self._closed = False
         self._inbox = _VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout)
+        # The rest is the engine's loop's own: touched there only (reads elsewhere see a whole int or reference).
         self._tasks: dict[Generation, asyncio.Task[None]] = {}
-        self._outbox: list[tuple[Generation, TokenEvent]] = []  # this step's tokens, not yet handed over
+        self._outbox: list[tuple[Generation, TokenEvent]] = []  # this step's tokens for other loops, to hand over
         self._running = 0
-        self._room = threading.Event()
-        self._count_lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="turnkit-vllm-loop", daemon=True)
-        self._loop_thread.start()
+        self._ticking = False
+        self._home: asyncio.AbstractEventLoop | None = None  # the loop AsyncLLM runs on, from the first request
+        self._own: threading.Thread | None = None  # the thread of the engine's own loop, where no server's runs
+        self._bind_lock = threading.Lock()
         self.args = dict(engine_args, model=str(folder), skip_tokenizer_init=True, max_num_seqs=max_batch)
         self.args["logits_processors"] = [*(self.args.get("logits_processors") or ()), _GRAMMAR]
         self.args.setdefault("disable_log_stats", True)  # vLLM's log lines; its load reaches turnkit's logger anyway
 
-        async def start() -> Any:
+        def start() -> Any:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.args), stat_loggers=[self._stat_logger()])
 
-        try:
-            self.engine = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
-        except BaseException:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            raise
+        self.engine = _off_loop(start)
         self.context_length = int(self.engine.model_config.max_model_len)
         cache = self.engine.vllm_config.cache_config
         blocks = getattr(cache, "num_gpu_blocks", None)
         #: vLLM's key/value cache in tokens (None where vLLM did not say)
         self.kv_capacity: int | None = int(blocks) * int(cache.block_size) if blocks else None
-        self._poller = asyncio.run_coroutine_threadsafe(self._watch_cancelled(), self._loop)
-        self._feeder = threading.Thread(target=self._feed, name="turnkit-vllm-feed", daemon=True)
-        self._feeder.start()
 
     @classmethod
     def load(
@@ -283,14 +285,36 @@ class VllmBackend:
     def vllm_load(self) -> VllmLoad:
         """vLLM's scheduler after its latest step; all zero while turnkit has nothing in vLLM (the last step's
         reading would otherwise stay, as vLLM reports nothing while idle)."""
-        with self._count_lock:
-            running = self._running
-        return self._vllm if running else VllmLoad()
+        return self._vllm if self._running else VllmLoad()
 
     # -- the server's side ------------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        return self._inbox.submit(request, loop)
+        """Queue the request (:class:`BackendBusyError` when no place is free) and have the engine's loop admit it."""
+        home = self._home or self._bind()
+        if home.is_closed():
+            raise EngineError(
+                "vLLM's engine ran on a server's event loop that has stopped; load the model again to serve it"
+            )
+        generation = self._inbox.submit(request, loop)
+        if _running_in(home):
+            home.call_soon(self._admit)
+        else:
+            home.call_soon_threadsafe(self._admit)
+        return generation
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        """The loop vLLM runs on, chosen at the first request: the server's where one runs in this process, else a
+        loop of the engine's own in a thread of its own (kept until :meth:`close`)."""
+        with self._bind_lock:
+            if self._home is None:
+                home = serving_loop()
+                if home is None:
+                    home = asyncio.new_event_loop()
+                    self._own = threading.Thread(target=home.run_forever, name="turnkit-vllm-loop", daemon=True)
+                    self._own.start()
+                self._home = home
+            return self._home
 
     def load_now(self) -> Load:
         """turnkit's queue and vLLM's: requests vLLM holds back (no cache room) count as waiting, not running; the
@@ -308,60 +332,64 @@ class VllmBackend:
         self._inbox.abort(error)
 
     def close(self) -> None:
+        """Cancel what runs (vLLM aborts it) and stop vLLM's engine process, on the engine's loop where it runs."""
         if self._closed:
             return  # one engine may be closed by each name it is served under
         self._closed = True
         self._inbox.close()
-        self._room.set()
-        self._feeder.join(timeout=10)
+        home = self._home
 
-        async def stop() -> None:
-            for task in list(self._tasks.values()):
-                task.cancel()
-            self._poller.cancel()
+        def stop() -> None:
+            if home is not None and not home.is_closed():
+                for task in list(self._tasks.values()):
+                    task.cancel()
             self.engine.shutdown()
 
+        async def stop_there() -> None:
+            stop()
+
         try:
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=60)
+            if home is None or not home.is_running() or _running_in(home):
+                stop()
+            else:
+                asyncio.run_coroutine_threadsafe(stop_there(), home).result(timeout=60)
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join(timeout=10)
-
-    # -- the feeder thread: admitted requests onto the engine's loop -------------------------------------------------
-
-    def _feed(self) -> None:
-        while not self._inbox.closed:
-            self._inbox.admit(self._has_slot, self._start, block=True)
-            if not self._has_slot():
-                self._room.wait(0.05)  # a finished request sets it; the timeout lets queue deadlines pass
-                self._room.clear()
-
-    def _has_slot(self) -> bool:
-        """A free place in vLLM's batch, and nothing vLLM holds back for want of cache room."""
-        with self._count_lock:
-            running = self._running
-        return running < self.max_batch and (running == 0 or self._vllm.waiting == 0)
-
-    def _start(self, request: GenerationRequest, generation: Generation) -> None:
-        with self._count_lock:
-            self._running += 1
-        asyncio.run_coroutine_threadsafe(self._generate(request, generation), self._loop)
+            if self._own is not None and home is not None:
+                home.call_soon_threadsafe(home.stop)
+                self._own.join(timeout=10)
 
     # -- the engine's loop ------------------------------------------------------------------------------------------
 
-    async def _watch_cancelled(self) -> None:
-        """Cancel the task of a request whose client left (or that a deadline failed); ``AsyncLLM.generate`` aborts
-        a cancelled request in the engine."""
-        while True:
-            for generation, task in list(self._tasks.items()):
-                if generation.cancelled.is_set():
-                    task.cancel()
-            await asyncio.sleep(0.05)
+    def _admit(self) -> None:
+        """Start queued requests while vLLM has room; tick while any request runs or waits."""
+        self._inbox.admit(self._has_slot, self._start, block=False)
+        if not self._ticking and (self._tasks or self._inbox.load_now().waiting):
+            self._ticking = True
+            asyncio.get_running_loop().create_task(self._tick())
+
+    def _has_slot(self) -> bool:
+        """A free place in vLLM's batch, and nothing vLLM holds back for want of cache room."""
+        return self._running < self.max_batch and (self._running == 0 or self._vllm.waiting == 0)
+
+    def _start(self, request: GenerationRequest, generation: Generation) -> None:
+        self._running += 1
+        self._tasks[generation] = asyncio.get_running_loop().create_task(self._generate(request, generation))
+
+    async def _tick(self) -> None:
+        """Every :data:`TICK` seconds while requests run or wait: cancel the task of a request whose client left (or
+        that a deadline failed; ``AsyncLLM.generate`` aborts a cancelled request in vLLM), drop waiting ones whose
+        client left, close those past the queue's deadline, and admit what vLLM has room for again."""
+        try:
+            while not self._closed and (self._tasks or self._inbox.load_now().waiting):
+                await asyncio.sleep(TICK)
+                for generation, task in list(self._tasks.items()):
+                    if generation.cancelled.is_set():
+                        task.cancel()
+                self._inbox.admit(self._has_slot, self._start, block=False)
+        finally:
+            self._ticking = False
 
     async def _generate(self, request: GenerationRequest, generation: Generation) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks[generation] = task
         error: BaseException | None = None
         try:
             if not generation.cancelled.is_set():
@@ -374,10 +402,10 @@ class VllmBackend:
         finally:
             self._tasks.pop(generation, None)
             self._hand_over()  # its tokens before its end
-            with self._count_lock:
-                self._running -= 1
-            self._room.set()
+            self._running -= 1
             generation.close(error)
+            if not self._closed:
+                self._admit()
 
     async def _stream(self, request: GenerationRequest, generation: Generation) -> None:
         from vllm.inputs import TokensPrompt
@@ -413,11 +441,14 @@ class VllmBackend:
                     return  # vLLM finishes the request on the same step (its stop ids and budget are the same)
 
     def _put(self, generation: Generation, event: TokenEvent) -> None:
-        """Keep the token for the step's hand-over: vLLM's output handler wakes every request's task of a step in one
-        turn of this loop, and the hand-over runs after them, so the server's loop is woken once a step, not once a
-        token (a wake-up each token took CPU from the engine process on a loaded machine)."""
+        """The token into its reply's stream at once where the reply is read on this loop (the server's); else kept
+        for the step's hand-over: vLLM's output handler wakes every request's task of a step in one turn of this loop,
+        and the hand-over runs after them, so another loop is woken once a step, not once a token."""
+        if generation._loop is self._home:
+            generation._deliver(event)
+            return
         if not self._outbox:
-            self._loop.call_soon(self._hand_over)
+            asyncio.get_running_loop().call_soon(self._hand_over)
         self._outbox.append((generation, event))
 
     def _hand_over(self) -> None:
@@ -481,6 +512,25 @@ class VllmBackend:
         from turnkit.serve.engines.vllm_grammar import extra_args
 
         return extra_args(constraint.grammar, stop_ids, self.tokenizer)
+
+
+def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread is running ``loop`` now."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _off_loop(build: Callable[[], Any]) -> Any:
+    """``build()`` in a thread with no event loop running: ``AsyncLLM`` built on a running loop binds to it at once,
+    and the engine picks its loop at its first request."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return build()
+    with ThreadPoolExecutor(1, thread_name_prefix="turnkit-vllm-start") as pool:
+        return pool.submit(build).result()
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
