@@ -9,7 +9,7 @@ from typing import Any
 
 from turnkit import families
 from turnkit.cli.common import UsageError, missing_model, positive_int
-from turnkit.serve.engines import ENGINES
+from turnkit.serve.engines import ENGINES, EngineOptions
 from turnkit.serve.replicas import INGRESSES
 
 #: How long running replies may go on after SIGTERM, unless --drain-seconds says otherwise.
@@ -148,6 +148,35 @@ def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
         raise UsageError(str(exc)) from None
 
 
+def _engine_options(args: argparse.Namespace, threads: int | None, prefill_threads: int | None) -> EngineOptions:
+    """The flags every engine is given (:class:`~turnkit.serve.engines.EngineOptions`), with the threads the caller
+    chose: this machine's cores for one server, the replica's share with ``--ray``."""
+    return EngineOptions(
+        threads=threads,
+        prefill_threads=prefill_threads,
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        queue_timeout=args.queue_timeout or None,
+        context=args.context,
+        kv_tokens=args.kv_tokens,
+        draft_max=_draft_max(args),
+        vllm_args=_vllm_args(args),
+    )
+
+
+def _server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags the server's app is built with (:class:`~turnkit.serve.app.routes.Server`'s keywords), here and in
+    each ``--ray`` replica."""
+    return {
+        "api_key": args.api_key,
+        "allow_template_override": args.allow_template_override,
+        "default_max_tokens": args.default_max_tokens,
+        "ui": not args.no_ui,
+        "metrics_public": args.metrics_public,
+        "refuse_builtin_tools": args.refuse_builtin_tools,
+    }
+
+
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -183,21 +212,9 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
 
     from turnkit.serve.app import lifecycle
     from turnkit.serve.app.routes import Server
-    from turnkit.serve.engines import EngineOptions
     from turnkit.serve.models import ModelRegistry
 
-    options = EngineOptions(
-        threads=threads,
-        prefill_threads=prefill_threads,
-        max_batch=args.max_batch,
-        max_queue=args.max_queue,
-        queue_timeout=args.queue_timeout or None,
-        context=args.context,
-        kv_tokens=args.kv_tokens,
-        draft_max=_draft_max(args),
-        vllm_args=_vllm_args(args),
-    )
-    registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=options)
+    registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=_engine_options(args, threads, prefill_threads))
     first = registry.default_name
     spec = registry.spec(first)
     engine = _engine_of(spec)
@@ -218,15 +235,7 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
                 print(f"turnkit: {first}: {describe()}", file=sys.stderr)
     except APIError as exc:
         raise UsageError(exc.message) from None
-    server = Server(
-        registry,
-        api_key=args.api_key,
-        allow_template_override=args.allow_template_override,
-        default_max_tokens=args.default_max_tokens,
-        ui=not args.no_ui,
-        metrics_public=args.metrics_public,
-        refuse_builtin_tools=args.refuse_builtin_tools,
-    )
+    server = Server(registry, **_server_options(args))
     names = ", ".join(repr(name) for name in registry.names)
     port = sockets[0].getsockname()[1]  # --port 0: the one the system chose
     print(f"turnkit: serving {names} on {_url(args.host, port)}/v1 (OpenAI API)", file=sys.stderr)
@@ -246,7 +255,6 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     import functools
 
     from turnkit.serve.app import lifecycle
-    from turnkit.serve.engines import EngineOptions
     from turnkit.serve.models import ModelRegistry
     from turnkit.serve.protocol import APIError
     from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
@@ -268,32 +276,14 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     if args.ray_address is None:  # a local instance: its endpoint is this machine's port, so a taken one fails now
         for sock in lifecycle.bind(args.host, args.port):
             sock.close()
-    engine = EngineOptions(
-        threads=options.threads,
-        prefill_threads=args.prefill_threads,
-        max_batch=args.max_batch,
-        max_queue=args.max_queue,
-        queue_timeout=args.queue_timeout or None,
-        context=args.context,
-        kv_tokens=args.kv_tokens,
-        draft_max=_draft_max(args),
-        vllm_args=_vllm_args(args),
-    )
+    engine = _engine_options(args, options.threads, args.prefill_threads)
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
         registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=engine)
         for name in registry.names:
             _ = registry.format(name).stop_ids
     except APIError as exc:
         raise UsageError(exc.message) from None
-    server = {
-        "api_key": args.api_key,
-        "allow_template_override": args.allow_template_override,
-        "default_max_tokens": args.default_max_tokens,
-        "ui": not args.no_ui,
-        "metrics_public": args.metrics_public,
-        "refuse_builtin_tools": args.refuse_builtin_tools,
-    }
-    factory = functools.partial(_replica_app, specs, args.max_loaded, engine, server, args.lazy)
+    factory = functools.partial(_replica_app, specs, args.max_loaded, engine, _server_options(args), args.lazy)
     run_on_ray(factory, options, announce=lambda line: print(f"turnkit: {line}", file=sys.stderr, flush=True))
     return 0
 

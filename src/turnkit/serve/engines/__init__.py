@@ -45,6 +45,11 @@ class EngineOptions:
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
 
+    def keywords(self, *names: str) -> dict[str, Any]:
+        """The options ``names`` under their own names (the engines' constructors take them so), with the queue's
+        settings that every engine takes: ``max_batch``, ``max_queue`` and ``queue_timeout``."""
+        return {name: getattr(self, name) for name in (*names, "max_batch", "max_queue", "queue_timeout")}
+
 
 #: What a Hugging Face folder holds its weights in, whichever way transformers saved them.
 _WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
@@ -69,14 +74,7 @@ def _torch(path: Path, options: EngineOptions) -> Backend:
 
     if path.is_dir():
         _check_model_folder(path)
-    return TorchBackend.load(
-        path,
-        threads=options.threads,
-        context=options.context,
-        max_batch=options.max_batch,
-        max_queue=options.max_queue,
-        queue_timeout=options.queue_timeout,
-    )
+    return TorchBackend.load(path, **options.keywords("threads", "context"))
 
 
 def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
@@ -93,14 +91,8 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
     return LlamaCppBackend(
         path,
         threads=options.threads or 1,
-        prefill_threads=options.prefill_threads,
-        max_batch=options.max_batch,
-        max_queue=options.max_queue,
-        queue_timeout=options.queue_timeout,
-        context=options.context,
-        kv_tokens=options.kv_tokens,
         speculate=options.draft_max > 0,
-        draft_max=options.draft_max,
+        **options.keywords("prefill_threads", "context", "kv_tokens", "draft_max"),
     )
 
 
@@ -111,15 +103,7 @@ def _vllm(path: Path, options: EngineOptions) -> Backend:
         _check_model_folder(path)
     elif path.suffix != ".gguf":
         raise ServeConfigError(f"the vllm engine serves Hugging Face folders and .gguf files; {path} is neither")
-    return VllmBackend.load(
-        path,
-        context=options.context,
-        threads=options.threads,
-        engine_args=dict(options.vllm_args),
-        max_batch=options.max_batch,
-        max_queue=options.max_queue,
-        queue_timeout=options.queue_timeout,
-    )
+    return VllmBackend.load(path, engine_args=dict(options.vllm_args), **options.keywords("context", "threads"))
 
 
 _LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {
