@@ -28,6 +28,7 @@ __all__ = [
     "Generation",
     "GenerationRequest",
     "Inbox",
+    "InboxFront",
     "Load",
     "QueueTimeoutError",
     "ReplayBackend",
@@ -421,6 +422,40 @@ class Inbox:
         return min(60.0, max(1.0, self._service * (1 + waiting / max(1, self.max_batch))))
 
 
+class InboxFront:
+    """The server's side of an engine that takes requests through an :class:`Inbox`: :meth:`submit`, :meth:`load_now`,
+    :meth:`stop_admitting` and :meth:`abort` are the inbox's own, written once here rather than as the same four
+    delegations in every engine. An engine builds its inbox (its slots, cache budget and deadline) and passes it in;
+    it overrides :meth:`load_now` to add what only it knows (its cache, speculation's counts), and calls
+    :meth:`_shut_down` from its ``close``."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
+        """Queue the request (:meth:`Inbox.submit`): :class:`BackendBusyError` when no slot or queue place is free."""
+        return self._inbox.submit(request, loop)
+
+    def load_now(self) -> Load:
+        return self._inbox.load_now()
+
+    def stop_admitting(self, refusal: BackendBusyError) -> None:
+        self._inbox.stop_admitting(refusal)
+
+    def abort(self, error: BackendBusyError) -> None:
+        self._inbox.abort(error)
+
+    def _shut_down(self, worker: threading.Thread, timeout: float) -> bool:
+        """Stop taking requests, wake the engine's ``worker`` thread and wait up to ``timeout`` seconds for it to end.
+        True when it ended now, so what it owned (a llama.cpp context) can be freed; False when the engine was closed
+        already (one engine may be closed by each name it is served under) or its thread still runs."""
+        if self._inbox.closed:
+            return False
+        self._inbox.close()
+        worker.join(timeout=timeout)
+        return not worker.is_alive()
+
+
 class Backend(Protocol):
     """A model that generates token ids.
 
@@ -433,7 +468,7 @@ class Backend(Protocol):
     * ``engine_info()``: what the engine was given, as JSON (``/health`` shows it with the model; vLLM's release and
       engine options);
     * ``stop_admitting(refusal)`` and ``abort(error)``: the drain of a shutdown (refuse new requests; end every
-      queued and running one). An engine built on :class:`Inbox` gets all three from it.
+      queued and running one). An engine built on :class:`InboxFront` gets all three from it.
     """
 
     name: str

@@ -14,7 +14,6 @@ likely alternatives come from the model's own distribution, before any adjustmen
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit.quiet import progress_bars
-from turnkit.serve.engines.base import BackendBusyError, Generation, GenerationRequest, Inbox, Load, TokenEvent
+from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, InboxFront, TokenEvent
 
 __all__ = ["TorchBackend"]
 
@@ -39,7 +38,7 @@ class _Sequence:
     counts: dict[int, int] = field(default_factory=dict)  # generated token id -> times
 
 
-class TorchBackend:
+class TorchBackend(InboxFront):
     """Serves a causal language model loaded with transformers. Build it with :meth:`load`."""
 
     def __init__(
@@ -65,7 +64,7 @@ class TorchBackend:
         self.max_queue = max_queue
         self.device = next(model.parameters()).device
         self.vocabulary = vocabulary
-        self._inbox = Inbox(max_batch, max_queue, queue_timeout=queue_timeout)
+        super().__init__(Inbox(max_batch, max_queue, queue_timeout=queue_timeout))
         self._active: list[_Sequence] = []
         self._cache: Any = None
         self._mask: Any = None
@@ -108,23 +107,10 @@ class TorchBackend:
         kwargs.setdefault("vocabulary", _tokenizer_ids(folder))
         return cls(model, name=name, context_length=context or trained, **kwargs)
 
-    # -- the server's side --------------------------------------------------------------------------------------
-
-    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Generation:
-        return self._inbox.submit(request, loop)
-
-    def load_now(self) -> Load:
-        return self._inbox.load_now()
-
-    def stop_admitting(self, refusal: BackendBusyError) -> None:
-        self._inbox.stop_admitting(refusal)
-
-    def abort(self, error: BackendBusyError) -> None:
-        self._inbox.abort(error)
+    # -- the server's side (submit, load_now, stop_admitting, abort: the InboxFront's) ----------------------------
 
     def close(self) -> None:
-        self._inbox.close()
-        self._thread.join(timeout=10)
+        self._shut_down(self._thread, timeout=10)
 
     # -- the worker thread ----------------------------------------------------------------------------------------
 
