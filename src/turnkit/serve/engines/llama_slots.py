@@ -1,0 +1,168 @@
+"""The llama.cpp engine's slots: which tokens each sequence of the key/value cache holds, and who may use them.
+
+Why a module of its own: the step loop (:mod:`.llama_cpp`) decides what to compute; this decides where a request's
+keys and values live, which is a bookkeeping of its own with its own invariants (a slot's ``tokens`` are exactly the
+cells its sequence id holds, positions 0..len-1). Kept apart, each can be read without the other.
+
+Prefix reuse. A slot's cache stays after its request leaves (an idle slot), like llama-server's prompt cache: the next
+request whose prompt starts with the same tokens (the same system prompt, the conversation so far) reuses that prefix
+instead of computing it, from an idle slot in place or copied from a busy one (in the unified cache a copy only tags
+the same cells with another sequence id). A request whose prefix another request is still prefilling waits for it
+rather than computing it twice.
+
+Room. Should a step find the cache full, cells held by idle slots (finished requests' prefixes) are cleared, oldest
+first; then the youngest running request is preempted: its cells are freed and it is recomputed later from its prompt
+and the tokens it already generated, its client none the wiser. Only a request that cannot fit even alone ends, with
+:class:`~.base.CacheFullError` naming the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from turnkit.serve.engines.base import CacheFullError, TokenEvent
+from turnkit.serve.engines.llama_context import LlamaContext
+from turnkit.serve.engines.schedule import Entry, Paused, Request, Slot, common
+
+__all__ = ["SlotCache"]
+
+log = logging.getLogger("turnkit.serve")
+
+# A request waits for another one's prefill only when that saves at least this many tokens of computing.
+_MIN_SHARED_WAIT = 16
+
+
+class SlotCache:
+    """``slots`` sequences of one llama.cpp cache: placing a request where the longest prefix of its sequence is,
+    waiting on another's prefill, making room, preempting and resuming. Used by the engine's thread only."""
+
+    def __init__(self, llama: LlamaContext, slots: int) -> None:
+        self.ll, self.memory, self.kv_tokens = llama.ll, llama.memory, llama.kv_tokens
+        self.slots = [Slot(n) for n in range(slots)]
+        self.paused: list[Paused] = []  # preempted requests, to resume before new ones
+        self.left = 0  # requests that have left the batch, for resuming preempted ones
+        self.preemptions = 0
+
+    def running(self) -> list[Slot]:
+        return [slot for slot in self.slots if slot.running is not None]
+
+    def free_slot(self) -> bool:
+        return any(slot.running is None for slot in self.slots)
+
+    def cached(self) -> int:
+        """Cache positions held by idle slots (reusable prompts, cleared when space is needed)."""
+        return sum(len(slot.tokens) for slot in self.slots if slot.running is None)
+
+    def resume(self) -> None:
+        """Put preempted requests back (they come before new ones), once a request has left since their preemption."""
+        while self.paused and self.free_slot():
+            paused = self.paused[0]
+            if paused.request.generation.cancelled.is_set():
+                self.paused.pop(0).request.generation.close()
+                continue
+            if self.running() and self.left <= paused.left:
+                return
+            self.paused.pop(0)
+            self.place(paused.request)
+
+    def place(self, req: Request) -> None:
+        """Give ``req`` a slot, with the longest prefix of its sequence that any slot holds."""
+        known = req.known
+        # The last known token is always computed (its logits give the next token); a prompt to score, all of them.
+        limit = 0 if req.scored is not None and not req.produced else len(known) - 1
+        idle = [slot for slot in self.slots if slot.running is None]
+        shared = {slot.seq_id: min(common(slot.tokens, known), limit) for slot in self.slots}
+        source = max(self.slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
+        if shared[source.seq_id] and source.running is None:  # an idle slot holds the longest prefix: reuse in place
+            slot = source
+            if not self.ll.llama_memory_seq_rm(self.memory, slot.seq_id, shared[slot.seq_id], -1):
+                self.clear(slot)
+            del slot.tokens[shared[slot.seq_id] :]
+        else:  # a fresh slot (empty ones first, then the least recently used), with a running one's prefix if any
+            slot = min(idle, key=lambda s: (shared[s.seq_id], bool(s.tokens), s.last_used))
+            self.clear(slot)
+            self._copy(source, slot, shared[source.seq_id])
+        req.todo = known[len(slot.tokens) :]
+        if not req.produced:
+            req.generation.cached_tokens = len(slot.tokens)
+        # Another request may be computing a longer piece of this prompt right now: wait for it, not compute it twice.
+        req.wait_for, req.wait_shared = None, 0
+        for other in self.running():
+            if other.running is not None and not other.running.produced and other is not slot:
+                future = min(common(other.running.prompt, known), limit)
+                if future >= len(slot.tokens) + _MIN_SHARED_WAIT and future > req.wait_shared:
+                    req.wait_for, req.wait_shared = other, future
+        slot.running = req
+
+    def _copy(self, source: Slot, target: Slot, count: int) -> None:
+        if count:
+            self.ll.llama_memory_seq_cp(self.memory, source.seq_id, target.seq_id, 0, count)
+            target.tokens = source.tokens[:count]
+
+    def clear(self, slot: Slot) -> None:
+        self.ll.llama_memory_seq_rm(self.memory, slot.seq_id, -1, -1)
+        slot.tokens = []
+
+    def trim(self, slot: Slot) -> None:
+        """Free the slot's cells past its ``tokens`` (a draft's rejected tokens)."""
+        self.ll.llama_memory_seq_rm(self.memory, slot.seq_id, len(slot.tokens), -1)
+
+    def resolve_wait(self, slot: Slot) -> bool:
+        """For a request waiting on another's prefill: copy the prefix once it is there; True while still waiting."""
+        req = slot.running
+        assert req is not None
+        source = req.wait_for
+        if source is None:
+            return False
+        if common(source.tokens, req.known) >= req.wait_shared:
+            self.clear(slot)
+            self._copy(source, slot, req.wait_shared)
+            req.todo = req.known[req.wait_shared :]
+            if not req.produced:
+                req.generation.cached_tokens = req.wait_shared
+        elif source.running is not None and common(source.running.prompt, req.known) >= req.wait_shared:
+            return True  # the prefix is still being computed
+        req.wait_for = None
+        return False
+
+    def make_room(self, entries: list[Entry]) -> bool:
+        """Free cache cells: the oldest idle slot's, else preempt the youngest running request (recomputed later);
+        a request alone that still does not fit ends with :class:`CacheFullError`. True: retry the plan."""
+        idle = [slot for slot in self.slots if slot.running is None and slot.tokens]
+        if idle:
+            self.clear(min(idle, key=lambda slot: slot.last_used))
+            return True
+        running = self.running()
+        victim = max(running, key=lambda slot: slot.running.admitted)  # type: ignore[union-attr]
+        request, victim.running = victim.running, None
+        assert request is not None
+        self.clear(victim)
+        entries[:] = [entry for entry in entries if entry.slot is not victim]
+        if len(running) == 1:
+            request.generation.close(
+                CacheFullError(
+                    f"the key/value cache ({self.kv_tokens} tokens) is full: this request needs more than the whole "
+                    "cache holds; start the server with a larger --kv-tokens"
+                )
+            )
+            return False
+        self.preemptions += 1
+        log.info(
+            "the key/value cache (%d tokens) is full: preempting a request after %d tokens, to recompute later",
+            self.kv_tokens,
+            request.produced,
+        )
+        request.todo, request.wait_for = [], None
+        if request.scored is not None and not request.produced:  # scored again from the start when it resumes
+            request.scored = [TokenEvent(request.prompt[0])]
+        self.paused.append(Paused(request, self.left))
+        return bool(entries)
+
+    def leave(self, slot: Slot) -> None:
+        """The request leaves the batch at once; its slot keeps the cache as a reusable prefix."""
+        request, slot.running = slot.running, None  # free before the client hears of it
+        assert request is not None
+        slot.last_used = time.monotonic()
+        self.left += 1
+        request.generation.close()
