@@ -150,6 +150,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_count(command: Any, flag: str, help: str, *, default: int | None = None) -> None:
+    """A flag that takes a count (``N``, a whole number of at least 1: :func:`positive_int`): tokens, threads,
+    workers, records. One spelling, so every count reads and fails alike."""
+    command.add_argument(flag, type=positive_int, default=default, metavar="N", help=help)
+
+
+def add_switch(command: Any, flag: str, help: str) -> None:
+    """A flag that takes no value and turns something on (``store_true``)."""
+    command.add_argument(flag, action="store_true", help=help)
+
+
 def key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -200,17 +211,16 @@ def add_training_arguments(command: argparse.ArgumentParser, *, turns: Sequence[
     (``encode``, ``prepare``): ``--turns`` (``turns``: the choices the command offers), ``--no-end-marker``,
     ``--split-turns`` and ``--allow-dropped`` (``dropped``: what the command does without it)."""
     command.add_argument("--turns", choices=list(turns), default="all", help="assistant turns to train")
-    command.add_argument("--no-end-marker", action="store_true", help="do not train the end-of-turn marker")
-    command.add_argument(
+    add_switch(command, "--no-end-marker", "do not train the end-of-turn marker")
+    add_switch(
+        command,
         "--split-turns",
-        action="store_true",
-        help="one example per trained assistant turn, each in its inference context (templates that rewrite history)",
+        "one example per trained assistant turn, each in its inference context (templates that rewrite history)",
     )
-    command.add_argument(
+    add_switch(
+        command,
         "--allow-dropped",
-        action="store_true",
-        help="train an assistant turn even when the template leaves out its tool calls or content "
-        f"(default: {dropped})",
+        f"train an assistant turn even when the template leaves out its tool calls or content (default: {dropped})",
     )
 
 
@@ -218,7 +228,7 @@ def add_format_arguments(command: argparse.ArgumentParser) -> None:
     add_source_arguments(command)
     command.add_argument("conversation", metavar="CONVERSATION.json", help="messages as JSON ('-' reads stdin)")
     command.add_argument("--tools", metavar="FILE", help="a JSON list of tool schemas")
-    command.add_argument("--generation-prompt", action="store_true", help="end with a new assistant turn's header")
+    add_switch(command, "--generation-prompt", "end with a new assistant turn's header")
     command.add_argument("--template-name", metavar="NAME", help="a named template of the checkpoint (tool_use ...)")
     command.add_argument(
         "--var",

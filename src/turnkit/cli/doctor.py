@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError, hub_name, missing_model, positive_int
+from turnkit.cli.common import UsageError, add_count, add_switch, hub_name, missing_model
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -49,11 +49,6 @@ def register(commands: Any) -> None:
     doc.add_argument(
         "--base", metavar="PATH", help="a PEFT adapter's base model folder (when base_model_name_or_path is a hub name)"
     )
-    doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
-    doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")
-    doc.add_argument("--json", action="store_true", help="one JSON object: target, checks_run, findings ...")
-    doc.add_argument("--ci", action="store_true", help="a short report for a CI job, with the forged-turn test")
-    doc.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     doc.add_argument(
         "--runtimes",
         nargs="?",
@@ -62,8 +57,11 @@ def register(commands: Any) -> None:
         metavar="ENGINE[,ENGINE...]",
         help="also render the template in other Jinja engines: llama.cpp, minijinja, hf-jinja (default: all)",
     )
+    doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
+    doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")
+    add_switch(doc, "--json", "one JSON object: target, checks_run, findings ...")
+    add_switch(doc, "--ci", "a short report for a CI job, with the forged-turn test")
+    add_switch(doc, "--strict", "exit 1 on warnings too")
     doc.add_argument("--ignore", metavar="CHECK[,CHECK...]", action="append", help="check ids to skip (repeatable)")
-    doc.add_argument(
-        "--limit", type=positive_int, default=2000, metavar="N", help="rows of --data to check (default 2000)"
-    )
+    add_count(doc, "--limit", "rows of --data to check (default 2000)", default=2000)
     doc.set_defaults(handler=_cmd_doctor)

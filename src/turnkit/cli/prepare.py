@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from turnkit.cli.common import add_training_arguments, model_path, positive_int, training_options
+from turnkit.cli.common import add_count, add_training_arguments, model_path, training_options
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -82,14 +82,14 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add this module's command(s) to ``turnkit``'s subcommands."""
     prep = commands.add_parser("prepare", help="datasets to tokenized training shards, every record accounted for")
+    prep.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
+    prep.add_argument("--out", required=True, metavar="DIR", help="the output folder (rerun to resume)")
     prep.add_argument(
         "inputs",
         nargs="+",
         metavar="INPUT",
         help=".jsonl[.gz|.zst], .json, .parquet, a datasets folder, or hub:NAME[:SPLIT]",
     )
-    prep.add_argument("--model", required=True, metavar="PATH|default", help="a model folder, a .gguf file, or default")
-    prep.add_argument("--out", required=True, metavar="DIR", help="the output folder (rerun to resume)")
     prep.add_argument("--format", choices=["auto", "openai", "sharegpt", "alpaca"], default="auto")
     prep.add_argument("--messages-field", metavar="NAME", help="where messages are (default: messages/conversations)")
     prep.add_argument("--tools-field", default="tools", metavar="NAME")
@@ -97,7 +97,7 @@ def register(commands: Any) -> None:
     prep.add_argument("--instruction-field", default="instruction", metavar="NAME")
     prep.add_argument("--input-field", default="input", metavar="NAME")
     prep.add_argument("--output-field", default="output", metavar="NAME")
-    prep.add_argument("--max-length", type=positive_int, metavar="N", help="longest example in tokens")
+    add_count(prep, "--max-length", "longest example in tokens")
     prep.add_argument(
         "--truncation",
         choices=["drop", "turns"],
@@ -114,10 +114,10 @@ def register(commands: Any) -> None:
     prep.add_argument(
         "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
     )
-    prep.add_argument("--workers", type=positive_int, default=1, metavar="N", help="worker processes (default 1)")
+    add_count(prep, "--workers", "worker processes (default 1)", default=1)
     prep.add_argument("--engine", choices=["local", "ray"], default="local")
     prep.add_argument(
         "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
     )
-    prep.add_argument("--shard-records", type=positive_int, default=1024, metavar="N", help="records per output shard")
+    add_count(prep, "--shard-records", "records per output shard", default=1024)
     prep.set_defaults(handler=_cmd_prepare)

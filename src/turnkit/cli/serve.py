@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import UsageError, missing_model, positive_int
+from turnkit.cli.common import UsageError, add_count, add_switch, missing_model, positive_int
 from turnkit.serve.engines import ENGINES, EngineOptions
 from turnkit.serve.replicas import INGRESSES
 
@@ -75,20 +75,16 @@ def _engine_of(spec: Any) -> str:
     return str(spec.engine or default_engine(resolve_model(spec.path)))
 
 
+def _given(args: argparse.Namespace, *flags: str) -> list[str]:
+    """Those of ``flags`` the command line set (none of them has a default: unset is None)."""
+    return [flag for flag in flags if getattr(args, flag.removeprefix("--").replace("-", "_")) is not None]
+
+
 def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
     """A flag that would do nothing beside the others given is refused, naming what it needs: a user who sets
     ``--replicas 4`` without ``--ray``, or ``--kv-tokens`` for a torch model, would otherwise believe it took."""
     if not args.ray:
-        given = [
-            flag
-            for flag, value in (
-                ("--replicas", args.replicas),
-                ("--autoscale", args.autoscale),
-                ("--ray-address", args.ray_address),
-                ("--ray-ingress", args.ray_ingress),
-            )
-            if value is not None
-        ]
+        given = _given(args, "--replicas", "--autoscale", "--ray-address", "--ray-ingress")
         if given:
             raise UsageError(f"{given[0]} goes with --ray (replicas on Ray Serve): add --ray, or drop {given[0]}")
     else:
@@ -109,16 +105,7 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
         )
     if args.spec_type == "none" and args.spec_draft_n_max is not None:
         raise UsageError("--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one")
-    llama_only = [
-        flag
-        for flag, value in (
-            ("--kv-tokens", args.kv_tokens),
-            ("--prefill-threads", args.prefill_threads),
-            ("--spec-type", args.spec_type),
-            ("--spec-draft-n-max", args.spec_draft_n_max),
-        )
-        if value
-    ]
+    llama_only = _given(args, "--kv-tokens", "--prefill-threads", "--spec-type", "--spec-draft-n-max")
     engines = {_engine_of(spec) for spec in specs}
     if llama_only and "llama.cpp" not in engines:
         which = "the model runs" if len(specs) == 1 else "every model here runs"
@@ -332,16 +319,8 @@ def register(commands: Any) -> None:
         metavar="DIR|FILE",
         help="every .gguf file and Hugging Face folder in DIR, or the models of a TOML/JSON models file (repeatable)",
     )
-    serve.add_argument(
-        "--max-loaded",
-        type=positive_int,
-        default=2,
-        metavar="N",
-        help="models kept loaded (least recently used unloaded; default 2)",
-    )
-    serve.add_argument(
-        "--lazy", action="store_true", help="load even the default model on its first request, not at start"
-    )
+    add_count(serve, "--max-loaded", "models kept loaded (least recently used unloaded; default 2)", default=2)
+    add_switch(serve, "--lazy", "load even the default model on its first request, not at start")
     serve.add_argument(
         "--host",
         default="127.0.0.1",
@@ -370,17 +349,13 @@ def register(commands: Any) -> None:
         "gpu_memory_utilization=0.8, dtype=bfloat16, enable_prefix_caching=true (a value is JSON where it reads as "
         "JSON); --engine vllm only",
     )
-    serve.add_argument(
-        "--threads",
-        type=positive_int,
-        metavar="N",
-        help="engine threads decoding one stream (default: CPU cores - 1; with --ray: 1 per replica)",
+    add_count(
+        serve, "--threads", "engine threads decoding one stream (default: CPU cores - 1; with --ray: 1 per replica)"
     )
-    serve.add_argument(
+    add_count(
+        serve,
         "--prefill-threads",
-        type=positive_int,
-        metavar="N",
-        help="llama.cpp threads for prompts and batches of streams (default: --threads if given, else every core; "
+        "llama.cpp threads for prompts and batches of streams (default: --threads if given, else every core; "
         "on a machine busy with other work, 1 can be faster; llama.cpp only)",
     )
     serve.add_argument(
@@ -403,21 +378,14 @@ def register(commands: Any) -> None:
         help="speculative decoding on llama.cpp: ngram (the default) drafts tokens from the prompt and the reply so "
         "far and verifies them in one batch, the same tokens as without it; none turns it off",
     )
-    serve.add_argument(
-        "--spec-draft-n-max",
-        type=positive_int,
-        metavar="N",
-        help="the longest draft of speculative decoding (default 16)",
-    )
+    add_count(serve, "--spec-draft-n-max", "the longest draft of speculative decoding (default 16)")
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     override = serve.add_mutually_exclusive_group()
     override.add_argument(
         "--template", metavar="FILE", help="the one model's chat template: a Jinja file instead of the model's own"
     )
     override.add_argument("--family", choices=families.names(), help="the one model's template: a built-in family's")
-    serve.add_argument(
-        "--max-batch", type=positive_int, default=16, metavar="N", help="sequences generated together (default 16)"
-    )
+    add_count(serve, "--max-batch", "sequences generated together (default 16)", default=16)
     serve.add_argument(
         "--max-queue", type=int, default=64, metavar="N", help="requests waiting before 429 answers (default 64)"
     )
@@ -435,32 +403,20 @@ def register(commands: Any) -> None:
         help="on SIGTERM/SIGINT, how long running replies may take to finish before they end with an error "
         f"(default {_DRAIN_SECONDS:g}; not with --ray, whose replicas Ray Serve drains)",
     )
-    serve.add_argument(
-        "--metrics-public", action="store_true", help="with --api-key: serve /metrics without the API key"
-    )
-    serve.add_argument(
-        "--default-max-tokens",
-        type=positive_int,
-        default=512,
-        metavar="N",
-        help="reply budget when a request sets none (default 512)",
-    )
-    serve.add_argument(
-        "--allow-template-override", action="store_true", help="let requests bring their own chat_template or family"
-    )
-    serve.add_argument(
+    add_switch(serve, "--metrics-public", "with --api-key: serve /metrics without the API key")
+    add_count(serve, "--default-max-tokens", "reply budget when a request sets none (default 512)", default=512)
+    add_switch(serve, "--allow-template-override", "let requests bring their own chat_template or family")
+    add_switch(
+        serve,
         "--refuse-builtin-tools",
-        action="store_true",
-        help="answer 400 to a Responses or Messages request that offers one of OpenAI's or Anthropic's built-in "
+        "answer 400 to a Responses or Messages request that offers one of OpenAI's or Anthropic's built-in "
         "tools (web search, code execution, computer use ...), which this server cannot run (default: serve it "
         "without them, named in the turnkit-dropped-tools header)",
     )
-    serve.add_argument("--no-ui", action="store_true", help="do not serve the playground page at /")
-    serve.add_argument("--ray", action="store_true", help="run replicas on Ray Serve behind one endpoint")
+    add_switch(serve, "--no-ui", "do not serve the playground page at /")
+    add_switch(serve, "--ray", "run replicas on Ray Serve behind one endpoint")
     serve.add_argument("--ray-address", metavar="ADDRESS", help="join this Ray cluster (default: start a local one)")
-    serve.add_argument(
-        "--replicas", type=positive_int, metavar="N", help="--ray: replicas (default 1; threads each: --threads)"
-    )
+    add_count(serve, "--replicas", "--ray: replicas (default 1; threads each: --threads)")
     serve.add_argument("--autoscale", metavar="MIN:MAX", help="--ray: let Ray Serve scale between MIN and MAX replicas")
     serve.add_argument(
         "--ray-ingress",
