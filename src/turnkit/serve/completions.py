@@ -42,10 +42,8 @@ FIELDS = Fields(
 )
 
 
-def parse_completion(body: dict[str, Any]) -> CompletionRequest:
-    """A completions body: one prompt (a string or token ids), checked field by field."""
-    FIELDS.check(body)
-    sampling = read_sampling(body)
+def _prompt(body: dict[str, Any]) -> str | list[int]:
+    """The one prompt: a string or token ids (a list holding one of them is that one; several are refused)."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
@@ -54,6 +52,14 @@ def parse_completion(body: dict[str, Any]) -> CompletionRequest:
             raise APIError(400, "prompt must be a string, or a non-empty list of token ids", param="prompt")
     elif not isinstance(prompt, str):
         raise APIError(400, "prompt must be a string, or a list of token ids (one prompt per request)", param="prompt")
+    return prompt
+
+
+def parse_completion(body: dict[str, Any]) -> CompletionRequest:
+    """A completions body: one prompt (a string or token ids), checked field by field."""
+    FIELDS.check(body)
+    sampling = read_sampling(body)
+    prompt = _prompt(body)
     logprobs = read_field(body, "logprobs", int)
     if logprobs is not None and not 0 <= logprobs <= 20:
         raise APIError(400, "logprobs must be between 0 and 20", param="logprobs")
