@@ -3,7 +3,7 @@ speculative decoding) against llama.cpp's own llama-server (with and without its
 
 Usage: python benchmarks/serve_agent.py [--threads T] [--prefill-threads P] [--turns 10] [--system-tokens 4400]
        [--turn-tokens 270] [--file-tokens 2000] [--streams 16] [--repeats R] [--llama-server PATH] [--only NAME ...]
-       [--smoke]
+       [--loops agent edit decode] [--smoke]
 
 Per server, on the embedded SmolLM2 GGUF with the same threads (``-t``/``-tb`` on llama-server), greedy:
 
@@ -22,7 +22,9 @@ turnkit over llama-server (times: < 1 is faster; rates: > 1 is faster), and turn
 the load average is printed, since the machine is shared. llama-server is ``--llama-server``, ``$LLAMA_SERVER`` or
 ``PATH`` (built from the llama.cpp that llama-cpp-python 0.3.36 vendors, ``-DGGML_NATIVE=OFF``); its ngram
 speculation is ``--spec-type ngram-simple`` (``common/arg.cpp`` of that version). ``--smoke``: a few turns, a short
-file, 4 streams (checks the script, measures nothing worth quoting).
+file, 4 streams (checks the script, measures nothing worth quoting). ``--loops edit`` runs only the edit loop. Each
+part runs on a client of its own: a dropped connection costs only its own part (its error names the part, the request
+and the transport's exception).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -40,6 +43,8 @@ from pathlib import Path
 
 import openai
 from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
+
+LOOPS = ("agent", "edit", "decode")
 
 
 @dataclass
@@ -115,37 +120,57 @@ async def _stream(
 
 
 async def _round(url: str, model: str, texts: dict, args: argparse.Namespace) -> Round:
+    """The parts of ``--loops`` in turn, each on a client (and connections) of its own, so a part that fails (its
+    error names the part, the request and the transport's own exception) costs no other part its figures."""
     run = Round()
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
-    try:
-        messages = [{"role": "system", "content": texts["system"]}]
-        for turn, output in enumerate(texts["turns"]):
-            messages.append({"role": "user", "content": output})
-            ttft, _, reply, _, cached = await _stream(client, model, messages, args.reply_tokens)
-            messages.append({"role": "assistant", "content": reply})
-            if turn == 0:
-                run.first_turn = ttft
-            else:
-                run.later_turns.append(ttft)
-                run.cached.append(cached)
-        ask = "Print this file back whole, with every `scale` argument renamed to `factor`:\n\n" + texts["file"]
-        ttft, total, _, tokens, _ = await _stream(client, model, [{"role": "user", "content": ask}], args.edit_tokens)
-        run.edit_time, run.edit_tokens = total, tokens
-        run.edit_rate = (tokens - 1) / max(1e-9, total - ttft)
-        for streams in (1, args.streams):
-            started = time.perf_counter()
-            results = await asyncio.gather(
-                *(
-                    _stream(client, model, [{"role": "user", "content": question}], 64)
-                    for question in texts["questions"][:streams]
-                )
-            )
-            run.decode[streams] = sum(r[3] for r in results) / (time.perf_counter() - started)
-    except openai.OpenAIError as exc:
-        run.errors.append(f"{type(exc).__name__}: {exc}")
-    finally:
-        await client.close()
+    for part in LOOPS:
+        if part not in args.loops:
+            continue
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+        stage = [part]
+        try:
+            await PARTS[part](client, model, texts, args, run, stage)
+        except openai.OpenAIError as exc:
+            cause = exc.__cause__
+            why = f" ({type(cause).__name__}: {cause or 'no message'})" if cause else ""
+            run.errors.append(f"{stage[-1]}: {type(exc).__name__}: {exc}{why}")
+        finally:
+            await client.close()
     return run
+
+
+async def _agent(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
+    messages = [{"role": "system", "content": texts["system"]}]
+    for turn, output in enumerate(texts["turns"]):
+        stage.append(f"agent turn {turn + 1}")
+        messages.append({"role": "user", "content": output})
+        ttft, _, reply, _, cached = await _stream(client, model, messages, args.reply_tokens)
+        messages.append({"role": "assistant", "content": reply})
+        if turn == 0:
+            run.first_turn = ttft
+        else:
+            run.later_turns.append(ttft)
+            run.cached.append(cached)
+
+
+async def _edit(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
+    ask = "Print this file back whole, with every `scale` argument renamed to `factor`:\n\n" + texts["file"]
+    ttft, total, _, tokens, _ = await _stream(client, model, [{"role": "user", "content": ask}], args.edit_tokens)
+    run.edit_time, run.edit_tokens = total, tokens
+    run.edit_rate = (tokens - 1) / max(1e-9, total - ttft)
+
+
+async def _decode(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
+    for streams in (1, args.streams):
+        stage.append(f"decode {streams}")
+        started = time.perf_counter()
+        questions = texts["questions"][:streams]
+        asks = [[{"role": "user", "content": question}] for question in questions]
+        results = await asyncio.gather(*(_stream(client, model, ask, 64) for ask in asks))
+        run.decode[streams] = sum(r[3] for r in results) / (time.perf_counter() - started)
+
+
+PARTS = {"agent": _agent, "edit": _edit, "decode": _decode}
 
 
 def _peers(args: argparse.Namespace, gguf: Path) -> tuple[list[tuple[Peer, int]], list[str]]:
@@ -186,8 +211,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (else $LLAMA_SERVER, else PATH)")
     parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
+    parser.add_argument(
+        "--loops", nargs="*", choices=LOOPS, default=list(LOOPS), help="run only these parts (default: all)"
+    )
     parser.add_argument("--smoke", action="store_true", help="3 turns, a 300-token file, 4 streams: checks the script")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
     if args.smoke:
         args.turns, args.system_tokens, args.turn_tokens, args.reply_tokens = 3, 600, 120, 8
         args.file_tokens, args.edit_tokens, args.streams = 300, 360, 4

@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/serve_long.py [--threads T] [--prefill-threads P] [--context C] [--kv-tokens K]
        [--conversations N] [--prompt-tokens 4000] [--long-tokens 10000] [--max-tokens 32] [--repeats R]
-       [--llama-server PATH] [--only NAME ...]
+       [--llama-server PATH] [--only NAME ...] [--parts 4k long many]
 
 What agents send: prompts of thousands of tokens, many at once. Per server, on the embedded SmolLM2 GGUF with the same
 threads (``--threads`` decoding, ``--prefill-threads`` for prompts; llama-server's ``-t`` and ``-tb``), the same
@@ -14,7 +14,10 @@ unified key/value cache of ``--kv-tokens`` shared by 16 slots:
 * 16 concurrent ~4,000-token conversations (``--conversations``): wall time, prompt tokens per second, TTFT p50 and
   max, errors.
 
-Every prompt is fresh (its own numbers throughout), so no server reuses a cached prefix. Figures are medians over
+Every server first answers one short request (llama-server warms its model up when it starts; turnkit would pay for
+its first use in the first timed request). ``--parts 4k`` times only the lone ~4,000-token prompt (a few minutes with
+``--repeats 3``; the whole run takes about 25). Every prompt is fresh (its own numbers throughout), so no server reuses
+a cached prefix. Figures are medians over
 ``--repeats`` rounds, servers interleaved within a round; the load average is printed, since the machine is shared.
 The peer is llama.cpp's ``llama-server`` (``--llama-server``, ``$LLAMA_SERVER`` or ``PATH``), built from the llama.cpp
 that llama-cpp-python 0.3.36 vendors (the same kernels as turnkit's engine); without it, llama-cpp-python's own
@@ -28,6 +31,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -39,6 +43,8 @@ import openai
 from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
 
 TRAINED_CONTEXT = 8192
+#: The parts of a round (``--parts``): the lone ~4k prompt, the lone long one, the concurrent conversations.
+PARTS = ("4k", "long", "many")
 
 
 @dataclass
@@ -97,16 +103,27 @@ async def _ask(client: openai.AsyncOpenAI, model: str, text: str, max_tokens: in
     return (first if first is not None else float("nan")), prompt
 
 
+async def _warm(url: str, model: str) -> None:
+    """One short request, so no server's first timed request pays for its first use (llama-server warms its model
+    up when it starts; turnkit's first request would pay for lazily built parts: the template, the parser)."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    await _ask(client, model, "Say hello.", 4, Round())
+    await client.close()
+
+
 async def _round(url: str, model: str, texts: dict[str, list[str]], max_tokens: int) -> Round:
     run = Round()
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
-    run.ttft_4k, run.prompt_4k = await _ask(client, model, texts["4k"][0], max_tokens, run)
-    run.ttft_long, run.prompt_long = await _ask(client, model, texts["long"][0], max_tokens, run)
-    started = time.perf_counter()
-    results = await asyncio.gather(*(_ask(client, model, text, max_tokens, run) for text in texts["many"]))
-    run.wall = time.perf_counter() - started
-    run.ttfts = [ttft for ttft, _ in results]
-    run.prompt_tokens = sum(prompt for _, prompt in results)
+    if texts["4k"]:
+        run.ttft_4k, run.prompt_4k = await _ask(client, model, texts["4k"][0], max_tokens, run)
+    if texts["long"]:
+        run.ttft_long, run.prompt_long = await _ask(client, model, texts["long"][0], max_tokens, run)
+    if texts["many"]:
+        started = time.perf_counter()
+        results = await asyncio.gather(*(_ask(client, model, text, max_tokens, run) for text in texts["many"]))
+        run.wall = time.perf_counter() - started
+        run.ttfts = [ttft for ttft, _ in results]
+        run.prompt_tokens = sum(prompt for _, prompt in results)
     await client.close()
     return run
 
@@ -158,7 +175,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--llama-server", help="llama.cpp's llama-server binary (else $LLAMA_SERVER, else PATH)")
     parser.add_argument("--only", nargs="*", help="run only these servers (names as printed)")
+    parser.add_argument(
+        "--parts", nargs="*", choices=PARTS, default=list(PARTS), help="run only these parts (default: all)"
+    )
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers on the way out
 
     from turnkit import ChatFormat
     from turnkit.embedded import default_model_path
@@ -181,19 +202,23 @@ def main() -> None:
     seed = 0
     try:
         ready = _ready(servers)
+        for server in ready:
+            asyncio.run(_warm(server.url, server.peer.model))
         results.update((server.peer.name, []) for server in ready)
         for _ in range(args.repeats):
             for server in ready:
                 seed += 1
                 texts = {
-                    "4k": [_prompt(fmt, args.prompt_tokens, seed * 100)],
-                    "long": [_prompt(fmt, args.long_tokens, seed * 100 + 1)],
-                    "many": [_prompt(fmt, args.prompt_tokens, seed * 100 + 2 + n) for n in range(args.conversations)],
+                    "4k": [_prompt(fmt, args.prompt_tokens, seed * 100)] if "4k" in args.parts else [],
+                    "long": [_prompt(fmt, args.long_tokens, seed * 100 + 1)] if "long" in args.parts else [],
+                    "many": [_prompt(fmt, args.prompt_tokens, seed * 100 + 2 + n) for n in range(args.conversations)]
+                    if "many" in args.parts
+                    else [],
                 }
                 loads.append(os.getloadavg()[0])
                 run = asyncio.run(_round(server.url, server.peer.model, texts, args.max_tokens))
                 results[server.peer.name].append(run)
-                print(f"  {server.peer.name}: round done in {run.wall:.0f} s for the concurrent part", flush=True)
+                print(f"  {server.peer.name}: round done (lone prompt TTFT {run.ttft_4k:.1f} s)", flush=True)
         loads.append(os.getloadavg()[0])
     finally:
         for server in servers:
@@ -206,6 +231,7 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
         return statistics.median(pick(run) for run in runs)
 
     print(f"\nload average (1 min) at each server's round start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    nan = float("nan")
     short, long, many = f"{args.prompt_tokens / 1000:g}k", f"{args.long_tokens / 1000:g}k", args.conversations
     print(
         f"{'server':<17} {f'{short} TTFT':>8} {'tok/s':>6} {f'{long} TTFT':>9} {'tok/s':>6} "
@@ -216,7 +242,8 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
             f"{name:<17} {med(runs, lambda r: r.ttft_4k):>7.1f}s {med(runs, lambda r: r.prompt_4k / r.ttft_4k):>6.0f} "
             f"{med(runs, lambda r: r.ttft_long):>8.1f}s {med(runs, lambda r: r.prompt_long / r.ttft_long):>6.0f} "
             f"{med(runs, lambda r: r.wall):>11.0f}s {med(runs, lambda r: r.prompt_tokens / r.wall):>12.0f} "
-            f"{med(runs, lambda r: statistics.median(r.ttfts)):>8.1f}s {med(runs, lambda r: max(r.ttfts)):>6.0f}s "
+            f"{med(runs, lambda r: statistics.median(r.ttfts or [nan])):>8.1f}s "
+            f"{med(runs, lambda r: max(r.ttfts or [nan])):>6.0f}s "
             f"{sum(len(r.errors) for r in runs):>4}"
         )
         for error in [e for r in runs for e in r.errors][:2]:
