@@ -14,18 +14,19 @@ output handler runs in, with no thread between (a second thread woken each token
 stream, on a machine with few cores); a loop of the engine's own, in a thread of its own, where none runs (``turnkit
 generate`` and ``turnkit chat`` run and close loops of their own). Requests come through an :class:`Inbox` (the same
 429 and 503 as the other engines, with ``max_batch`` given to vLLM as ``max_num_seqs``), admitted on the engine's loop
-when one arrives or ends; while any runs or waits, a tick every 100 ms cancels the task of a request whose client left
+when one arrives or ends; while any runs or waits, a tick every 50 ms cancels the task of a request whose client left
 (``AsyncLLM.generate`` aborts a cancelled request in vLLM) and lets the queue's deadlines pass. A request from another
 loop (``turnkit generate`` beside a server) runs there too; its tokens of one vLLM step cross to its loop together, in
 one wake-up (:func:`~.base.put_all`).
 
-Admission follows vLLM's own load, as its scheduler reports it after every step (running and waiting requests, the
-share of its key/value cache in use; a stat logger of turnkit's own, so vLLM's periodic log lines stay off): a request
-is handed to vLLM only while vLLM has nothing waiting (a request vLLM holds back waits for cache room, and one more
-would wait behind it, out of turnkit's sight and its queue deadline); ``Retry-After`` is the recent time a request
-runs, times the batches ahead of a retry (turnkit's queue and vLLM's waiting, over what vLLM runs at once). ``/health``
-and ``/metrics`` show vLLM's counts and its cache (``kv_cache``: vLLM's blocks in tokens; ``used``: what its requests
-hold now), and the start line what vLLM was given.
+Admission follows vLLM's own load, as its scheduler reports it after every step (running and waiting requests, the share
+of its key/value cache in use; a stat logger of turnkit's own, so vLLM's periodic log lines stay off): a request is
+handed to vLLM only while vLLM holds nothing back (a request vLLM holds back waits for cache room, and one more would
+wait behind it, out of turnkit's sight and its queue deadline; vLLM's waiting count less the requests handed to it since
+its previous reading, which arrived during its step and wait only for the next one); ``Retry-After`` is the recent time
+a request runs, times the batches ahead of a retry (turnkit's queue and vLLM's waiting, over what vLLM runs at once).
+``/health`` and ``/metrics`` show vLLM's counts and its cache (``kv_cache``: vLLM's blocks in tokens; ``used``: what its
+requests hold now), and the start line what vLLM was given.
 
 Each request is one vLLM request with ``n=1`` (``n`` choices are separate requests, as on the other engines), and
 vLLM's own end-of-sequence handling off (``ignore_eos``): turnkit's stop ids decide. ``response_format`` and forced
@@ -50,10 +51,10 @@ from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import EngineError, ServeConfigError
 from turnkit.serve.engines.base import (
-    BackendBusyError,
     Generation,
     GenerationRequest,
     Inbox,
+    InboxFront,
     Load,
     TokenEvent,
     put_all,
@@ -74,7 +75,7 @@ TESTED = "0.32.0"
 _OWN = frozenset({"model", "skip_tokenizer_init"})
 
 #: Seconds between the checks for requests whose client left and for the queue's deadlines, while requests run or wait.
-TICK = 0.1
+TICK = 0.05
 
 #: turnkit's grammar as vLLM loads it in its engine process (``logits_processors``: :mod:`.vllm_grammar`).
 _GRAMMAR = "turnkit.serve.engines.vllm_grammar:TurnkitGrammar"
@@ -138,7 +139,7 @@ class _VllmInbox(Inbox):
         return min(60.0, max(1.0, self._service * (1 + (waiting + vllm.waiting) / at_once)))
 
 
-class VllmBackend:
+class VllmBackend(InboxFront):
     """Serves a Hugging Face folder (or a GGUF file, converted once to one) on vLLM's ``AsyncLLM``. Build it with
     :meth:`load`."""
 
@@ -171,12 +172,13 @@ class VllmBackend:
         self.tokenizer = tokenizer or folder
         self._vllm = VllmLoad()
         self._closed = False
-        self._inbox = _VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout)
+        super().__init__(_VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout))
         # The rest is the engine's loop's own: touched there only (reads elsewhere see a whole int or reference).
         self._tasks: dict[Generation, asyncio.Task[None]] = {}
         self._outbox: list[tuple[Generation, TokenEvent]] = []  # this step's tokens for other loops, to hand over
         self._running = 0
         self._ticking = False
+        self._fresh = 0  # requests handed to vLLM since its latest reading: waiting there for its next step only
         self._home: asyncio.AbstractEventLoop | None = None  # the loop AsyncLLM runs on, from the first request
         self._own: threading.Thread | None = None  # the thread of the engine's own loop, where no server's runs
         self._bind_lock = threading.Lock()
@@ -271,9 +273,11 @@ class VllmBackend:
 
             def record(self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any) -> None:
                 if scheduler_stats is not None:
+                    waiting = int(scheduler_stats.num_waiting_reqs) + int(scheduler_stats.num_skipped_waiting_reqs)
+                    fresh, backend._fresh = backend._fresh, 0
                     backend._vllm = VllmLoad(
                         int(scheduler_stats.num_running_reqs),
-                        int(scheduler_stats.num_waiting_reqs) + int(scheduler_stats.num_skipped_waiting_reqs),
+                        max(0, waiting - fresh),
                         float(scheduler_stats.kv_cache_usage),
                     )
 
@@ -296,7 +300,7 @@ class VllmBackend:
             raise EngineError(
                 "vLLM's engine ran on a server's event loop that has stopped; load the model again to serve it"
             )
-        generation = self._inbox.submit(request, loop)
+        generation = super().submit(request, loop)
         if _running_in(home):
             home.call_soon(self._admit)
         else:
@@ -319,17 +323,11 @@ class VllmBackend:
     def load_now(self) -> Load:
         """turnkit's queue and vLLM's: requests vLLM holds back (no cache room) count as waiting, not running; the
         cache is vLLM's, its ``used`` what vLLM's requests hold now."""
-        ours = self._inbox.load_now()
+        ours = super().load_now()
         vllm = self.vllm_load()
         held_back = min(vllm.waiting, ours.running)
         used = round(vllm.kv_usage * self.kv_capacity) if self.kv_capacity else 0
         return Load(ours.running - held_back, ours.waiting + held_back, self.kv_capacity, used)
-
-    def stop_admitting(self, refusal: BackendBusyError) -> None:
-        self._inbox.stop_admitting(refusal)
-
-    def abort(self, error: BackendBusyError) -> None:
-        self._inbox.abort(error)
 
     def close(self) -> None:
         """Cancel what runs (vLLM aborts it) and stop vLLM's engine process, on the engine's loop where it runs."""
@@ -373,6 +371,7 @@ class VllmBackend:
 
     def _start(self, request: GenerationRequest, generation: Generation) -> None:
         self._running += 1
+        self._fresh += 1
         self._tasks[generation] = asyncio.get_running_loop().create_task(self._generate(request, generation))
 
     async def _tick(self) -> None:
