@@ -23,6 +23,10 @@ Loads, through the official ``openai`` client, greedy, streamed:
   the server gave, a tool's output, the next question), so each prompt extends the last one (prefix caching counts):
   the wall time of all turns and the p50 TTFT of a turn.
 
+``--turnkit-src DIR`` adds a third server: ``turnkit serve`` from another source tree (its ``src`` first on the
+path), e.g. a worktree of an earlier commit, so that a change is measured before and after in the same run, each
+against vLLM's own server. ``--no-long`` leaves out the 4k-token prompt, ``--agents 0`` the agent conversations.
+
 For each level, the CPU seconds per completion token spent in each server's own process (``/proc/PID/stat``, all its
 threads, not its children: vLLM's engine core runs in a child process of both), which is the front end's cost
 whatever the load: turnkit's front end (its server, session, reply parser and the in-process ``AsyncLLM`` client)
@@ -108,12 +112,15 @@ async def _measure(url: str, model: str, pid: int, args: argparse.Namespace, lon
         stats.cpu = _front_cpu_seconds(pid) - cpu
         figures.levels[clients] = stats
         figures.errors += stats.errors
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
-    long_stats = Stats()
-    ttft = await _stream(client, model, [{"role": "user", "content": long_text}], 8, long_stats)
-    await client.close()
-    figures.long_ttft = ttft if ttft is not None else float("nan")
-    figures.errors += long_stats.errors
+    if args.long:
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+        long_stats = Stats()
+        ttft = await _stream(client, model, [{"role": "user", "content": long_text}], 8, long_stats)
+        await client.close()
+        figures.long_ttft = ttft if ttft is not None else float("nan")
+        figures.errors += long_stats.errors
+    if not args.agents:
+        return figures
     agent_stats = Stats()
     figures.agent_wall = await _agents(url, model, args.agents, args.agent_tokens, agent_stats)
     figures.agent_ttft = agent_stats.ttft
@@ -133,7 +140,14 @@ def _servers(folder: Path, args: argparse.Namespace) -> list[Peer]:
         key, _, value = item.partition("=")
         turnkit += ["--vllm-arg", item]
         vllm += [f"--{key.replace('_', '-')}", value]
-    return [Peer("turnkit/vllm", turnkit, "bench"), Peer("vllm", vllm, "bench")]
+    peers = [Peer("turnkit/vllm", turnkit, "bench"), Peer("vllm", vllm, "bench")]
+    if args.turnkit_src:  # the same command, run from the other tree's modules
+        src = Path(args.turnkit_src).resolve() / "src"
+        if not (src / "turnkit").is_dir():
+            sys.exit(f"--turnkit-src {args.turnkit_src}: no src/turnkit there (give a turnkit checkout or worktree)")
+        path = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))
+        peers.insert(1, Peer(f"turnkit@{src.parent.name}", list(turnkit), "bench", {"PYTHONPATH": path}))
+    return peers
 
 
 def _folder(args: argparse.Namespace) -> Path:
@@ -159,6 +173,10 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-long", dest="long", action="store_false", help="leave out the 4k-token prompt")
+    parser.add_argument(
+        "--turnkit-src", metavar="DIR", help="also run turnkit serve from this checkout (e.g. an earlier commit's)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     folder = _folder(args)
@@ -229,32 +247,40 @@ def _summary(rounds: list[Figures], args: argparse.Namespace) -> dict[str, float
 def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder: Path, loads: list[float]) -> None:
     print(f"\nmodel {folder}; {os.cpu_count()} cores; load average after each round {loads}")
     print(f"medians of {args.rounds} rounds; {args.requests} requests a stream, {args.max_tokens} tokens each")
-    print(f"{'server':<14} {'streams':>7} {'tok/s':>9} {'TTFT p50':>9} {'ITL p50':>9} {'front CPU/token':>16}")
+    print(f"{'server':<18} {'streams':>7} {'tok/s':>9} {'TTFT p50':>9} {'ITL p50':>9} {'front CPU/token':>16}")
     summaries = {name: _summary(rounds, args) for name, rounds in results.items()}
     for name, s in summaries.items():
         for clients in args.levels:
             print(
-                f"{name:<14} {clients:>7} {s[f'rate{clients}']:>9.1f} {s[f'ttft{clients}']:>8.3f}s "
+                f"{name:<18} {clients:>7} {s[f'rate{clients}']:>9.1f} {s[f'ttft{clients}']:>8.3f}s "
                 f"{s[f'itl{clients}'] * 1000:>7.1f}ms {s[f'cpu{clients}'] * 1000:>14.2f}ms"
             )
         print(
-            f"{name:<14} 4k-token prompt TTFT {s['long']:.3f}s; {args.agents} agents x {TURNS} turns: "
+            f"{name:<18} 4k-token prompt TTFT {s['long']:.3f}s; {args.agents} agents x {TURNS} turns: "
             f"{s['agent_wall']:.1f}s, turn TTFT p50 {s['agent_ttft']:.3f}s; errors {s['errors']:.0f}"
         )
-    ours, theirs = summaries["turnkit/vllm"], summaries["vllm"]
-    print("\nturnkit / vLLM (throughput: >1 turnkit faster; times: <1 turnkit faster)")
-    for clients in args.levels:
-        print(
-            f"  {clients:>2} streams: tok/s {ours[f'rate{clients}'] / theirs[f'rate{clients}']:.3f}, TTFT p50 "
-            f"{ours[f'ttft{clients}'] / theirs[f'ttft{clients}']:.3f}, "
-            f"ITL p50 {ours[f'itl{clients}'] / theirs[f'itl{clients}']:.3f}, "
-            f"front CPU/token {ours[f'cpu{clients}'] / theirs[f'cpu{clients}']:.3f}"
-        )
-    print(f"  4k-token prompt TTFT {ours['long'] / theirs['long']:.3f}")
-    print(
-        f"  agent conversations: wall {ours['agent_wall'] / theirs['agent_wall']:.3f}, "
-        f"turn TTFT p50 {ours['agent_ttft'] / theirs['agent_ttft']:.3f}"
-    )
+    theirs = summaries["vllm"]
+    for name, ours in summaries.items():
+        if name == "vllm":
+            continue
+        print(f"\n{name} / vLLM (throughput: >1 turnkit faster; times: <1 turnkit faster)")
+        for clients in args.levels:
+            print(
+                f"  {clients:>2} streams: tok/s {_ratio(ours, theirs, f'rate{clients}'):.3f}, TTFT p50 "
+                f"{_ratio(ours, theirs, f'ttft{clients}'):.3f}, ITL p50 {_ratio(ours, theirs, f'itl{clients}'):.3f}, "
+                f"front CPU/token {_ratio(ours, theirs, f'cpu{clients}'):.3f}"
+            )
+        if args.long:
+            print(f"  4k-token prompt TTFT {_ratio(ours, theirs, 'long'):.3f}")
+        if args.agents:
+            print(
+                f"  agent conversations: wall {_ratio(ours, theirs, 'agent_wall'):.3f}, "
+                f"turn TTFT p50 {_ratio(ours, theirs, 'agent_ttft'):.3f}"
+            )
+
+
+def _ratio(ours: dict[str, float], theirs: dict[str, float], key: str) -> float:
+    return ours[key] / theirs[key] if theirs[key] else float("nan")
 
 
 if __name__ == "__main__":
