@@ -220,6 +220,21 @@ def _wait_up(url: str, process: subprocess.Popen, timeout: float = 600) -> str |
     return f"did not answer within {timeout:.0f} s"
 
 
+def _client(url: str, timeout: float) -> openai.AsyncOpenAI:
+    """An OpenAI client that opens a new connection for every request (loopback: a fraction of a millisecond).
+
+    Why not reuse connections: llama-server (the llama.cpp that llama-cpp-python 0.3.36 vendors) closes the connection
+    after every streamed reply although it did not say ``Connection: close`` (tools/server/server-http.cpp,
+    ``process_handler_response``: its chunked content provider returns ``has_next``, false, right after
+    ``sink.done()``, which cpp-httplib's ``write_content_chunked`` takes as a cancelled write, so the keep-alive loop
+    ends). A client that sends its next request on that connection before the close arrives gets "Server
+    disconnected without sending a response" (``APIConnectionError``), and llama-server logs nothing: it never read
+    the request. Every server gets the same fresh connections, so the comparison stays even."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    http = openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=timeout, http_client=http)
+
+
 def _ready(servers: list[_Running]) -> list[_Running]:
     """The servers that answered, in order; each one that did not is a ``not run`` line naming its log."""
     ready = []

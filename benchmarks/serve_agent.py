@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
-from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
+from serve import Peer, _client, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
 
 LOOPS = ("agent", "edit", "decode")
 
@@ -126,7 +126,7 @@ async def _round(url: str, model: str, texts: dict, args: argparse.Namespace) ->
     for part in LOOPS:
         if part not in args.loops:
             continue
-        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+        client = _client(url, 3600)
         stage = [part]
         try:
             await PARTS[part](client, model, texts, args, run, stage)

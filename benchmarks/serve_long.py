@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
-from serve import Peer, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
+from serve import Peer, _client, _free_port, _ready, _Running  # the same server handling as benchmarks/serve.py
 
 TRAINED_CONTEXT = 8192
 #: The parts of a round (``--parts``): the lone ~4k prompt, the lone long one, the concurrent conversations.
@@ -106,14 +106,14 @@ async def _ask(client: openai.AsyncOpenAI, model: str, text: str, max_tokens: in
 async def _warm(url: str, model: str) -> None:
     """One short request, so no server's first timed request pays for its first use (llama-server warms its model
     up when it starts; turnkit's first request would pay for lazily built parts: the template, the parser)."""
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    client = _client(url, 600)
     await _ask(client, model, "Say hello.", 4, Round())
     await client.close()
 
 
 async def _round(url: str, model: str, texts: dict[str, list[str]], max_tokens: int) -> Round:
     run = Round()
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+    client = _client(url, 3600)
     if texts["4k"]:
         run.ttft_4k, run.prompt_4k = await _ask(client, model, texts["4k"][0], max_tokens, run)
     if texts["long"]:
