@@ -235,6 +235,11 @@ def main() -> None:
         f"turns from {args.system_tokens} tokens, {args.turn_tokens} new a turn; edit loop a {args.file_tokens}-token "
         f"file; decode 1 and {args.streams} streams; greedy; logs in {log_dir}"
     )
+    print(
+        "speculation: turnkit's own (drafts of up to 16 tokens from the context; 'turnkit no-spec': --spec-type none); "
+        "'llama-server ngram': --spec-type ngram-simple with its defaults (a 12-token match, drafts of up to 48 "
+        "tokens); every request on a new connection (benchmarks/serve.py's _client says why)"
+    )
     for line in missing:
         print(f"not run: {line}")
     servers = [_Running(peer, port, log_dir) for peer, port in peers]
