@@ -14,10 +14,10 @@ unified key/value cache of ``--kv-tokens`` shared by 16 slots:
 * 16 concurrent ~4,000-token conversations (``--conversations``): wall time, prompt tokens per second, TTFT p50 and
   max, errors.
 
-Every server first answers one short request (llama-server warms its model up when it starts; turnkit would pay for
-its first use in the first timed request). ``--parts 4k`` times only the lone ~4,000-token prompt (a few minutes with
-``--repeats 3``; the whole run takes about 25). Every prompt is fresh (its own numbers throughout), so no server reuses
-a cached prefix. Figures are medians over
+Every server first answers one short request (llama-server warms its model up when it starts; turnkit's first request
+pays about 0.2 s of first use in the server's Python, not in llama.cpp). ``--parts 4k`` times only the lone
+~4,000-token prompt (a minute and a half with ``--repeats 3`` on a quiet machine; the whole run takes about 25). Every
+prompt is fresh (its own numbers throughout), so no server reuses a cached prefix. Figures are medians over
 ``--repeats`` rounds, servers interleaved within a round; the load average is printed, since the machine is shared.
 The peer is llama.cpp's ``llama-server`` (``--llama-server``, ``$LLAMA_SERVER`` or ``PATH``), built from the llama.cpp
 that llama-cpp-python 0.3.36 vendors (the same kernels as turnkit's engine); without it, llama-cpp-python's own
@@ -105,7 +105,7 @@ async def _ask(client: openai.AsyncOpenAI, model: str, text: str, max_tokens: in
 
 async def _warm(url: str, model: str) -> None:
     """One short request, so no server's first timed request pays for its first use (llama-server warms its model
-    up when it starts; turnkit's first request would pay for lazily built parts: the template, the parser)."""
+    up when it starts; turnkit's first request takes about 0.2 s more than later ones, outside llama.cpp)."""
     client = _client(url, 600)
     await _ask(client, model, "Say hello.", 4, Round())
     await client.close()
@@ -142,7 +142,7 @@ def _peers(args: argparse.Namespace, gguf: Path) -> tuple[list[tuple[Peer, int]]
         port = _free_port()
         command = [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", "16", "--kv-unified"]
         command += ["-c", str(args.kv_tokens), "-t", str(args.threads), "-tb", str(args.prefill_threads)]
-        command += ["--no-webui"]  # its own batch sizes (2,048 / 512); turnkit reads prompts 128 tokens per step
+        command += ["--no-webui"]  # its own batch sizes (2,048 / 512); turnkit reads a lone prompt 512 tokens a step
         if args.context > TRAINED_CONTEXT:
             command += ["--rope-scaling", "yarn", "--rope-scale", f"{args.context / TRAINED_CONTEXT:g}"]
             command += ["--yarn-orig-ctx", str(TRAINED_CONTEXT)]
