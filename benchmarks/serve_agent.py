@@ -305,9 +305,8 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
     print("\nratios (times: < 1 is faster; tok/s: > 1 is faster):")
     for mine, peer in pairs:
         if results.get(mine) and results.get(peer):
-            ratios = "  ".join(
-                f"{label} {med(results[mine], pick) / med(results[peer], pick):.2f}" for label, pick in picks.items()
-            )
+            shares = {label: med(results[mine], pick) / med(results[peer], pick) for label, pick in picks.items()}
+            ratios = "  ".join(f"{label} {share:.2f}" for label, share in shares.items() if share == share)  # not nan
             print(f"  {mine} / {peer}: {ratios}")
 
 
