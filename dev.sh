@@ -73,8 +73,9 @@ llama_check() {
 # own, set up only when asked (./dev.sh vllm-setup) or by CI's test run, again when pyproject.toml changes.
 VLLM_VENV=.venv-vllm
 VLLM_STAMP=$VLLM_VENV/.turnkit-installed
-# --engine vllm (vLLM's engine in process) and the vLLM plugin (vLLM's own server): one vLLM start per module
-VLLM_TESTS=(tests/test_serve_vllm.py tests/test_vllm_plugin.py)
+# --engine vllm (vLLM's engine in process, alone and as a --ray replica) and the vLLM plugin (vLLM's own server): one
+# vLLM start per module
+VLLM_TESTS=(tests/test_serve_vllm.py tests/test_vllm_plugin.py tests/test_serve_vllm_ray.py)
 
 vllm_setup() {
     local want

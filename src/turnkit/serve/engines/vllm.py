@@ -240,7 +240,9 @@ class VllmBackend(InboxFront):
         """What vLLM was given, for ``/health``: its release, the model folder, and every engine option it got
         (``AsyncEngineArgs`` keywords: the ``--vllm-arg`` ones and those turnkit sets, such as ``max_num_seqs`` from
         ``--max-batch`` and ``max_model_len`` from ``--context``), as JSON; and what vLLM made of them (its
-        ``max_model_len``, its key/value cache in tokens)."""
+        ``max_model_len``, its key/value cache in tokens); and the event loop it runs on (``loop``): ``"server"``, the
+        loop of the server in this process (a ``--ray`` replica's own), ``"own"``, a thread of the engine's own (no
+        server runs, or its app's lifespan never ran), None before the first request chose one."""
         from importlib.metadata import PackageNotFoundError, version
 
         release = "?"
@@ -255,6 +257,7 @@ class VllmBackend(InboxFront):
             "model": self.args["model"],
             "max_model_len": self.context_length,
             "kv_cache_tokens": self.kv_capacity,
+            "loop": None if self._home is None else "own" if self._own is not None else "server",
             "args": args,
         }
 
