@@ -239,11 +239,14 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
     )
     for name, runs in results.items():
         print(
-            f"{name:<17} {med(runs, lambda r: r.ttft_4k):>7.1f}s {med(runs, lambda r: r.prompt_4k / r.ttft_4k):>6.0f} "
-            f"{med(runs, lambda r: r.ttft_long):>8.1f}s {med(runs, lambda r: r.prompt_long / r.ttft_long):>6.0f} "
-            f"{med(runs, lambda r: r.wall):>11.0f}s {med(runs, lambda r: r.prompt_tokens / r.wall):>12.0f} "
-            f"{med(runs, lambda r: statistics.median(r.ttfts or [nan])):>8.1f}s "
-            f"{med(runs, lambda r: max(r.ttfts or [nan])):>6.0f}s "
+            f"{name:<17} {_cell(med(runs, lambda r: r.ttft_4k), 7, '.1f', 's')} "
+            f"{_cell(med(runs, lambda r: r.prompt_4k / r.ttft_4k), 6, '.0f')} "
+            f"{_cell(med(runs, lambda r: r.ttft_long), 8, '.1f', 's')} "
+            f"{_cell(med(runs, lambda r: r.prompt_long / r.ttft_long), 6, '.0f')} "
+            f"{_cell(med(runs, lambda r: r.wall), 11, '.0f', 's')} "
+            f"{_cell(med(runs, lambda r: r.prompt_tokens / r.wall), 12, '.0f')} "
+            f"{_cell(med(runs, lambda r: statistics.median(r.ttfts or [nan])), 8, '.1f', 's')} "
+            f"{_cell(med(runs, lambda r: max(r.ttfts or [nan])), 6, '.0f', 's')} "
             f"{sum(len(r.errors) for r in runs):>4}"
         )
         for error in [e for r in runs for e in r.errors][:2]:
@@ -257,7 +260,14 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
             (f"{many}x{short} wall", lambda r: r.wall),
             ("prompt tok/s", lambda r: r.prompt_tokens / r.wall),
         ):
-            print(f"  {label}: {med(mine, pick) / med(peer, pick):.2f}")
+            ratio = med(mine, pick) / med(peer, pick)
+            if ratio == ratio:  # not nan: the part ran (--parts)
+                print(f"  {label}: {ratio:.2f}")
+
+
+def _cell(value: float, width: int, spec: str, unit: str = "") -> str:
+    """A table cell: the value and its unit, or "-" for a part not run (--parts), in the column's width."""
+    return f"{value:>{width}{spec}}{unit}" if value == value else f"{'-':>{width + len(unit)}}"
 
 
 if __name__ == "__main__":
