@@ -16,15 +16,18 @@ Per server, on the embedded SmolLM2 GGUF with the same threads (``-t``/``-tb`` o
   context is for);
 * decode: 1 and ``--streams`` concurrent short prompts, 64 tokens each: aggregate tokens per second.
 
-Every server gets the same texts in a round and fresh ones (their own numbers) the next, so no server reuses a
-cached prompt from an earlier round, and greedy replies can be compared (turnkit's two are the same tokens). Ratios are
-turnkit over llama-server (times: < 1 is faster; rates: > 1 is faster), and turnkit with speculation over without;
-the load average is printed, since the machine is shared. llama-server is ``--llama-server``, ``$LLAMA_SERVER`` or
-``PATH`` (built from the llama.cpp that llama-cpp-python 0.3.36 vendors, ``-DGGML_NATIVE=OFF``); its ngram
-speculation is ``--spec-type ngram-simple`` (``common/arg.cpp`` of that version). ``--smoke``: a few turns, a short
-file, 4 streams (checks the script, measures nothing worth quoting). ``--loops edit`` runs only the edit loop. Each
-part runs on a client of its own: a dropped connection costs only its own part (its error names the part, the request
-and the transport's exception).
+Every server gets one warm-up request first (not measured). In a round, the servers take turns request by request
+(every server's agent turn 3, then every server's turn 4, ...; the order rotated each step; never two servers at
+once), so a noisy second of this shared machine falls on all of them alike. Each server gets the same texts in a
+round and fresh ones (their own numbers) the next, so no server reuses a cached prompt from an earlier round, and
+greedy replies can be compared (turnkit's two are the same tokens). Ratios are turnkit over llama-server (times: < 1
+is faster; rates: > 1 is faster), and turnkit with speculation over without; the load average is printed, since the
+machine is shared. llama-server is ``--llama-server``, ``$LLAMA_SERVER`` or ``PATH`` (built from the llama.cpp that
+llama-cpp-python 0.3.36 vendors, ``-DGGML_NATIVE=OFF``); its ngram speculation is ``--spec-type ngram-simple``
+(``common/arg.cpp`` of that version). ``--smoke``: a few turns, a short file, 4 streams (checks the script, measures
+nothing worth quoting). ``--loops edit`` runs only the edit loop. Each server has a client of its own for each part:
+a dropped connection costs only that server's part (its error names the part, the request and the transport's
+exception).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,55 +123,98 @@ async def _stream(
     return (first or end) - started, end - started, "".join(text), usage.completion_tokens if usage else 0, cached
 
 
-async def _round(url: str, model: str, texts: dict, args: argparse.Namespace) -> Round:
-    """The parts of ``--loops`` in turn, each on a client (and connections) of its own, so a part that fails (its
-    error names the part, the request and the transport's own exception) costs no other part its figures."""
-    run = Round()
+@dataclass
+class Lane:
+    """One server in one part of a round: its client (and connections) of its own, its figures, and the request it
+    is on (for its error)."""
+
+    name: str
+    model: str
+    client: openai.AsyncOpenAI
+    run: Round
+    stage: str = ""
+    failed: bool = False
+
+
+async def _round(servers: list[_Running], texts: dict, args: argparse.Namespace) -> dict[str, Round]:
+    """The parts of ``--loops`` in turn, the servers **interleaved request by request** (the agent loop's turn 3 on
+    every server, then turn 4 on every server, ...; never two servers at once), so a noisy second on this shared
+    machine falls on every server alike instead of on one server's whole round. Each server has a client of its own
+    for each part, so a part that fails on a server (its error names the part, the request and the transport's own
+    exception) costs no other part or server its figures."""
+    runs = {server.peer.name: Round() for server in servers}
     for part in LOOPS:
         if part not in args.loops:
             continue
-        client = _client(url, 3600)
-        stage = [part]
+        lanes = [Lane(s.peer.name, s.peer.model, _client(s.url, 3600), runs[s.peer.name], part) for s in servers]
         try:
-            await PARTS[part](client, model, texts, args, run, stage)
+            await PARTS[part](lanes, texts, args)
+        finally:
+            for lane in lanes:
+                await lane.client.close()
+    return runs
+
+
+async def _each(lanes: list[Lane], step: int, stage: str, request: Callable[[Lane], Awaitable[None]]) -> None:
+    """``request(lane)`` on every server still in the part, one after another, the order rotated by ``step`` so that
+    no server always goes first (or always follows the same one); a server whose request fails records the error and
+    leaves the part."""
+    live = [lane for lane in lanes if not lane.failed]
+    if not live:
+        return
+    first = step % len(live)
+    for lane in live[first:] + live[:first]:
+        lane.stage = stage
+        try:
+            await request(lane)
         except openai.OpenAIError as exc:
             cause = exc.__cause__
             why = f" ({type(cause).__name__}: {cause or 'no message'})" if cause else ""
-            run.errors.append(f"{stage[-1]}: {type(exc).__name__}: {exc}{why}")
-        finally:
-            await client.close()
-    return run
+            lane.run.errors.append(f"{stage}: {type(exc).__name__}: {exc}{why}")
+            lane.failed = True
 
 
-async def _agent(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
-    messages = [{"role": "system", "content": texts["system"]}]
+async def _agent(lanes: list[Lane], texts: dict, args: argparse.Namespace) -> None:
+    histories = {lane.name: [{"role": "system", "content": texts["system"]}] for lane in lanes}
     for turn, output in enumerate(texts["turns"]):
-        stage.append(f"agent turn {turn + 1}")
-        messages.append({"role": "user", "content": output})
-        ttft, _, reply, _, cached = await _stream(client, model, messages, args.reply_tokens)
-        messages.append({"role": "assistant", "content": reply})
-        if turn == 0:
-            run.first_turn = ttft
-        else:
-            run.later_turns.append(ttft)
-            run.cached.append(cached)
+
+        async def one(lane: Lane, turn: int = turn, output: str = output) -> None:
+            messages = histories[lane.name]
+            messages.append({"role": "user", "content": output})
+            ttft, _, reply, _, cached = await _stream(lane.client, lane.model, messages, args.reply_tokens)
+            messages.append({"role": "assistant", "content": reply})
+            if turn == 0:
+                lane.run.first_turn = ttft
+            else:
+                lane.run.later_turns.append(ttft)
+                lane.run.cached.append(cached)
+
+        await _each(lanes, turn, f"agent turn {turn + 1}", one)
 
 
-async def _edit(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
+async def _edit(lanes: list[Lane], texts: dict, args: argparse.Namespace) -> None:
     ask = "Print this file back whole, with every `scale` argument renamed to `factor`:\n\n" + texts["file"]
-    ttft, total, _, tokens, _ = await _stream(client, model, [{"role": "user", "content": ask}], args.edit_tokens)
-    run.edit_time, run.edit_tokens = total, tokens
-    run.edit_rate = (tokens - 1) / max(1e-9, total - ttft)
+
+    async def one(lane: Lane) -> None:
+        ttft, total, _, tokens, _ = await _stream(
+            lane.client, lane.model, [{"role": "user", "content": ask}], args.edit_tokens
+        )
+        lane.run.edit_time, lane.run.edit_tokens = total, tokens
+        lane.run.edit_rate = (tokens - 1) / max(1e-9, total - ttft)
+
+    await _each(lanes, 0, "edit", one)
 
 
-async def _decode(client, model: str, texts: dict, args: argparse.Namespace, run: Round, stage: list[str]) -> None:
-    for streams in (1, args.streams):
-        stage.append(f"decode {streams}")
-        started = time.perf_counter()
-        questions = texts["questions"][:streams]
-        asks = [[{"role": "user", "content": question}] for question in questions]
-        results = await asyncio.gather(*(_stream(client, model, ask, 64) for ask in asks))
-        run.decode[streams] = sum(r[3] for r in results) / (time.perf_counter() - started)
+async def _decode(lanes: list[Lane], texts: dict, args: argparse.Namespace) -> None:
+    for step, streams in enumerate((1, args.streams)):
+        asks = [[{"role": "user", "content": question}] for question in texts["questions"][:streams]]
+
+        async def one(lane: Lane, streams: int = streams, asks: list = asks) -> None:
+            started = time.perf_counter()
+            results = await asyncio.gather(*(_stream(lane.client, lane.model, ask, 64) for ask in asks))
+            lane.run.decode[streams] = sum(r[3] for r in results) / (time.perf_counter() - started)
+
+        await _each(lanes, step, f"decode {streams}", one)
 
 
 PARTS = {"agent": _agent, "edit": _edit, "decode": _decode}
@@ -247,34 +294,48 @@ def main() -> None:
     loads = []
     seed = 0
     try:
-        ready = _ready(servers)
+        ready = [server for server in _ready(servers) if _warmed(server)]
         results.update((server.peer.name, []) for server in ready)
-        for _ in range(args.repeats):
-            seed += 1  # the same texts for every server in a round (each its own process and cache), fresh ones a round
-            for server in ready:
-                system = _fill(
+        for seed in range(1, args.repeats + 1):  # the same texts for every server in a round, fresh ones a round
+            texts = {
+                "system": _fill(
                     fmt, args.system_tokens, lambda n, s=seed: f"Rule {s}.{n}: tool_{n % 23} takes arg_{n}.\n"
-                )
-                texts = {
-                    "system": system,
-                    "turns": [
-                        _fill(fmt, args.turn_tokens, lambda n, s=seed, t=t: f"out {s}-{t}-{n}: ok {n * 7 % 101}\n")
-                        for t in range(args.turns)
-                    ],
-                    "file": _source(fmt, args.file_tokens, seed),
-                    "questions": [
-                        f"Question {seed}-{n}: tell me about the number {n * 37}." for n in range(args.streams)
-                    ],
-                }
-                loads.append(os.getloadavg()[0])
-                run = asyncio.run(_round(server.url, server.peer.model, texts, args))
-                results[server.peer.name].append(run)
-                print(f"  {server.peer.name}: round done", flush=True)
+                ),
+                "turns": [
+                    _fill(fmt, args.turn_tokens, lambda n, s=seed, t=t: f"out {s}-{t}-{n}: ok {n * 7 % 101}\n")
+                    for t in range(args.turns)
+                ],
+                "file": _source(fmt, args.file_tokens, seed),
+                "questions": [f"Question {seed}-{n}: tell me about the number {n * 37}." for n in range(args.streams)],
+            }
+            loads.append(os.getloadavg()[0])
+            for name, run in asyncio.run(_round(ready, texts, args)).items():
+                results[name].append(run)
+            print(f"  round {seed} done", flush=True)
         loads.append(os.getloadavg()[0])
     finally:
         for server in servers:
             server.stop()
     _report(results, loads, args)
+
+
+def _warmed(server: _Running) -> bool:
+    """One short request before the rounds (not measured): what a server builds on its first request is no round's
+    cost. False, with a ``not run`` line naming its log, when it fails."""
+
+    async def ask() -> None:
+        client = _client(server.url, 600)
+        try:
+            await _stream(client, server.peer.model, [{"role": "user", "content": "Say hello."}], 8)
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(ask())
+    except openai.OpenAIError as exc:
+        print(f"not run: {server.peer.name}: its warm-up request failed: {exc} (log: {server.log_path})")
+        return False
+    return True
 
 
 def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.Namespace) -> None:
@@ -289,7 +350,7 @@ def _report(results: dict[str, list[Round]], loads: list[float], args: argparse.
         "decode 1": lambda r: r.decode.get(1, float("nan")),
         f"decode {args.streams}": lambda r: r.decode.get(args.streams, float("nan")),
     }
-    print(f"\nload average (1 min) at each server's round start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
+    print(f"\nload average (1 min) at each round's start and the end: {', '.join(f'{x:.1f}' for x in loads)}")
     print(f"{'server':<20}" + "".join(f"{label:>13}" for label in picks) + f"{'edit tokens':>12}{'err':>5}")
     for name, runs in results.items():
         row = "".join(f"{med(runs, pick):>13.2f}" for pick in picks.values())

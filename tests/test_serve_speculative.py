@@ -16,6 +16,7 @@ from serve_harness import TOOL_MODEL, TOOLS, turnkit_serve
 
 from turnkit import ChatFormat
 from turnkit.serve.engines.base import GenerationRequest
+from turnkit.serve.engines.speculate import Drafter, StepCosts
 
 CODE = "".join(f"def scale_{i}(x):\n    return x * {i} + {i * 3}\n\n" for i in range(6))
 QUESTIONS = [
@@ -29,8 +30,10 @@ QUESTIONS = [
 def engines(smollm2_gguf):
     from turnkit.serve.engines.llama_cpp import LlamaCppBackend
 
-    on = LlamaCppBackend(smollm2_gguf, threads=1, prefill_threads=1, max_batch=4)
-    off = LlamaCppBackend(smollm2_gguf, threads=1, prefill_threads=1, max_batch=4, speculate=False)
+    # two threads for batches, as served by default here: on one, a verified token costs as much as a one-token step
+    # with this model and CPU, so no draft pays and the engine (rightly) makes none
+    on = LlamaCppBackend(smollm2_gguf, threads=1, prefill_threads=2, max_batch=4)
+    off = LlamaCppBackend(smollm2_gguf, threads=1, prefill_threads=2, max_batch=4, speculate=False)
     yield on, off
     on.close()
     off.close()
@@ -95,12 +98,73 @@ def test_seeded_sampling_is_the_same_reply_with_and_without_drafts(engines, smol
     assert [t for t, _ in first] == [t for t, _ in _generate(off, prompt, **sampling)]
 
 
+# -- how long a draft: step costs and acceptance --------------------------------------------------------------------
+
+
+def _costs(**seconds: float) -> StepCosts:
+    costs = StepCosts()
+    for size, value in seconds.items():
+        costs.observe(int(size.removeprefix("s")), value)
+    return costs
+
+
+def test_step_costs_are_measured_means_interpolated_and_extrapolated():
+    costs = StepCosts()
+    assert costs.seconds(1) is None
+    costs.observe(1, 1.0)
+    assert costs.seconds(5) == pytest.approx(2.0)  # only one size known: the optimistic prior, a quarter a token
+    costs.observe(5, 3.0)
+    costs.observe(5, 4.0)  # a moving mean: 0.7 * 3 + 0.3 * 4
+    assert costs.seconds(5) == pytest.approx(3.3)
+    assert costs.seconds(3) == pytest.approx(1.0 + 2.3 / 2)  # between two measured sizes
+    assert costs.seconds(9) == pytest.approx(3.3 + 4 * 2.3 / 4)  # past the biggest: the slope of the two biggest
+    costs.observe(10_000, 99.0)  # a prompt chunk's size: never a draft's, not kept
+    assert costs.seconds(9) == pytest.approx(5.6)
+
+
+def _copying(drafter: Drafter, costs: StepCosts, source: list[int], steps: int, known: list[int]):
+    """Drafts while the reply copies ``source`` token by token: each step the next source token comes (a draft, if
+    one is made, verified against what follows). The draft lengths, and the sequence after them."""
+    lengths = []
+    for _ in range(steps):
+        draft = drafter.draft(known, 16, 1, costs)
+        lengths.append(len(draft))
+        following = source[len(known) - len(source) :][: len(draft) + 1]
+        accepted = next((n for n, (a, b) in enumerate(zip(draft, following, strict=False)) if a != b), len(draft))
+        drafter.verified(len(draft), accepted)
+        known = known + following[: accepted + 1]
+    return lengths, known
+
+
+def test_a_draft_is_made_at_the_length_that_pays_and_only_where_one_pays():
+    """CPU-like costs (a step of 2 tokens costs twice a step of 1, of 17 seven times): drafts of a copied text start
+    after a few right proposals not made (checked against the tokens that came: free evidence) and grow long; after
+    drafts that are rejected none is made, and drafting starts again once the text runs along its context again;
+    where verified tokens cost almost nothing (a GPU) even a draft seldom accepted pays."""
+    cpu = _costs(s1=1.0, s2=2.0, s3=2.8, s5=3.2, s9=4.2, s17=7.0)
+    source = list(range(100, 300))  # the prompt; the reply copies it from its start
+    drafter = Drafter(16)
+    lengths, known = _copying(drafter, cpu, source, 12, [*source, *source[:8]])
+    assert lengths[0] == 0 and lengths[-1] == 16  # first the evidence of proposals not made, then ever longer drafts
+    for _ in range(4):
+        drafter.verified(8, 0)  # the reply left the copied text: drafts rejected whole
+    lengths, _ = _copying(drafter, cpu, source, 12, known)
+    assert lengths[0] == 0 and lengths[-1] >= 8  # back to drafting, on evidence it did not pay for
+    assert Drafter(16).draft([*source, 7, 8, 9], 16, 1, cpu) == []  # no match, no draft
+    prose = Drafter(16)
+    for _ in range(3):
+        prose.verified(4, 1)
+    assert prose.draft([*source, *source[:8]], 16, 1, cpu) == []
+    assert len(prose.draft([*source, *source[:8]], 16, 1, _costs(s1=1.0, s2=1.02, s17=1.3))) > 0
+    assert Drafter(16).draft([*source, *source[:8]], 16, 1, StepCosts()) == []  # no plain step measured yet
+
+
 # -- through the server ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def servers():
-    common = (*TOOL_MODEL, "--prefill-threads", "1", "--no-ui")
+    common = (*TOOL_MODEL, "--prefill-threads", "2", "--no-ui")  # two, as in the engines fixture
     with turnkit_serve(*common, name="spec-on") as (on, _), turnkit_serve(*common, "--spec-type", "none") as (off, _):
         yield on, off
 

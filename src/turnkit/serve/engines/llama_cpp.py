@@ -44,7 +44,7 @@ from turnkit.serve.engines.llama_context import MEMORY_SHARE, default_kv_tokens,
 from turnkit.serve.engines.llama_slots import SlotCache
 from turnkit.serve.engines.sampler import Sampler, log_probability
 from turnkit.serve.engines.schedule import Entry, Request, plan
-from turnkit.serve.engines.speculate import Drafter
+from turnkit.serve.engines.speculate import Drafter, StepCosts
 
 __all__ = ["MEMORY_SHARE", "LlamaCppBackend", "default_kv_tokens"]
 
@@ -121,7 +121,7 @@ class LlamaCppBackend(InboxFront):
         )
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
         self.drafted = self.accepted = 0  # speculative decoding: tokens drafted, and of them accepted
-        self._step_seconds = 0.0  # the last llama_decode's time (drafters compare steps with and without drafts)
+        self._costs = StepCosts()  # what a step costs by its size: how long a draft pays (:mod:`.speculate`)
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
 
@@ -213,17 +213,20 @@ class LlamaCppBackend(InboxFront):
             prefilling,
             chunk=self.prefill_chunk,
             batch=self.llama.batch_size,
-            draft=_draft if self.speculate else None,
+            draft=self._draft if self.speculate else None,
             draft_streams=self.draft_streams,
             context=self.context_length,
         )
         if not entries:
             return
-        started = time.perf_counter()
-        while (rows := self._decode(entries)) is None:  # the cache is full
-            if not self._slots.make_room(entries):
+        while True:
+            started = time.perf_counter()
+            rows = self._decode(entries)
+            if rows is not None:
+                break
+            if not self._slots.make_room(entries):  # the cache is full
                 return
-        self._step_seconds = time.perf_counter() - started
+        self._costs.observe(sum(len(entry.tokens) for entry in entries), time.perf_counter() - started)
         for entry, first in zip(entries, rows, strict=True):
             slot, chunk = entry.slot, entry.tokens
             req = slot.running
@@ -262,13 +265,16 @@ class LlamaCppBackend(InboxFront):
                 continue
             req.todo = [event.token_id]
             break
-        if req.drafter is not None and req.produced > 1:  # what drafting costs and gives, against not drafting
-            req.drafter.timed(self._step_seconds, accepted + 1, drafts > 0)
-            if drafts:
-                req.drafter.verified(drafts, accepted)
-                self.drafted += drafts
-                self.accepted += accepted
+        if drafts and req.drafter is not None:
+            req.drafter.verified(drafts, accepted)
+            self.drafted += drafts
+            self.accepted += accepted
         return base + accepted + 1
+
+    def _draft(self, req: Request, room: int, planned: int) -> list[int]:
+        """A request's draft of at most ``room`` tokens, in a step of ``planned`` tokens so far (none where its
+        drafter is off)."""
+        return req.drafter.draft(req.known, room, planned, self._costs) if req.drafter is not None else []
 
     def _decode(self, entries: list[Entry]) -> list[int] | None:
         """Run the plan; for each entry, the batch index of its first token (rows with logits: a prompt's scored
@@ -319,8 +325,3 @@ class LlamaCppBackend(InboxFront):
             or req.produced >= request.max_tokens
             or req.generation.cancelled.is_set()
         )
-
-
-def _draft(req: Request, room: int) -> list[int]:
-    """A request's draft of at most ``room`` tokens (none where its drafter is off)."""
-    return req.drafter.draft(req.known, room) if req.drafter is not None else []

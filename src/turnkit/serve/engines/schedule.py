@@ -98,17 +98,19 @@ def plan(
     *,
     chunk: int,
     batch: int,
-    draft: Callable[[Request, int], list[int]] | None = None,
+    draft: Callable[[Request, int, int], list[int]] | None = None,
     draft_streams: int = 0,
     context: int,
 ) -> list[Entry]:
     """One step's entries (see the module's docstring). ``decoding``: slots whose request has its next token to feed;
-    ``prefilling``: slots with prompt tokens left (and no prefix to wait for). ``draft(request, room)``: at most
-    ``room`` drafted tokens for a request; drafts are made only while at most ``draft_streams`` requests decode, and
+    ``prefilling``: slots with prompt tokens left (and no prefix to wait for). ``draft(request, room, planned)``: at
+    most ``room`` drafted tokens for a request, the step having ``planned`` tokens so far (one for each decoding
+    stream, and the drafts made before); drafts are made only while at most ``draft_streams`` requests decode, and
     never past the request's ``max_tokens`` or the ``context``. Every token fits in ``batch``."""
     oldest = sorted(decoding, key=_age)
     entries: list[Entry] = []
     room = batch - len(oldest)
+    planned = len(oldest)  # the step's tokens so far: one a stream, and the drafts made
     for slot in oldest:
         req = slot.running
         assert req is not None
@@ -116,8 +118,9 @@ def plan(
         if draft is not None and len(oldest) <= draft_streams and room > 0:
             # the draft's tokens need cache cells the request was promised: the budget's and the context's rest
             left = min(req.request.max_tokens - req.produced - 1, context - len(slot.tokens) - 1)
-            drafted = draft(req, min(room, left)) if left > 0 else []
+            drafted = draft(req, min(room, left), planned) if left > 0 else []
             room -= len(drafted)
+            planned += len(drafted)
         entries.append(Entry(slot, req.todo + drafted, True, len(drafted)))
     budget = min(chunk if oldest else batch, room)
     for slot in sorted(prefilling, key=_age):

@@ -16,30 +16,71 @@ stream parser see the same tokens. For sampled replies this is standard speculat
 otherwise draws from the residual max(0, p - q), i.e. p without d, renormalized; drawing t from p and accepting
 iff t == d has the same two outcomes with the same probabilities.
 
-When it pays. A verified token is not free: on a CPU it costs about what a prompt token does, which for a small model
-is much of a one-token step (the embedded model on this machine kind: a batch of 2 costs about twice one token on one
-thread, 17 tokens about six times on two). Whether drafting pays therefore depends on the machine, the model and the
-text, so each :class:`Drafter` measures it for its own request: the seconds per token it got from steps with a draft
-against steps without one (:meth:`Drafter.timed`, from the engine's step times). It drafts only where the context
-has a match, sizes its drafts from the acceptance it has seen (longer while drafts are accepted), and rests (drafts
-nothing for a while, then tries again) when a draft was rejected whole or when drafting was slower than not: a reply
-that repeats its prompt keeps long drafts where they pay, a reply of new text soon stops drafting. The engine drafts
-only while few streams decode (:mod:`.schedule`): a batch of many streams is already compute-bound.
+When it pays, and how long a draft. A verified token is not free, and what it costs depends on the machine and the
+model: on this machine kind's CPU, with the embedded model, a step of 2 tokens costs about twice a step of 1, of 5
+about three times, of 17 about seven times; on a GPU a few more tokens cost almost nothing. So the engine measures
+what its steps cost by their number of tokens (:class:`StepCosts`, shared by every request), and each request's
+:class:`Drafter` estimates how likely its drafted tokens are to be accepted (from its verified drafts, and from the
+drafts it proposed but did not make, checked for free against the tokens that came). A draft is made only at the
+length that gives the most tokens per second at those two estimates, and not at all where no length beats a plain
+step: a reply of new text soon stops drafting (its few lookups that match are seldom right), a reply that repeats
+its prompt keeps long drafts, and one that stopped drafting starts again as soon as the text it writes runs along
+its context again. The engine drafts only while few streams decode (:mod:`.schedule`): a batch of many streams is
+already compute-bound.
 """
 
 from __future__ import annotations
 
-import math
-
-__all__ = ["Drafter"]
+__all__ = ["Drafter", "StepCosts"]
 
 #: Lookup lengths, longest first: a longer match predicts better, a shorter one finds more (two tokens match all over
 #: prose, where drafts are seldom accepted; three already find a copied text again right after an edit in it).
 NGRAMS = (6, 4, 3)
-#: A draft is cut where the estimated chance that the whole of it is accepted falls under this.
-_WHOLE = 0.5
-#: The per-token acceptance assumed before any draft was verified, and how fast the estimate forgets.
-_PRIOR, _DECAY = 0.85, 0.9
+#: The per-token acceptance assumed before any evidence, and how fast the estimate forgets. The prior is low: a request
+#: drafts only once the proposals it did not make (free evidence) were right a few times in a row, so a reply of new
+#: text, whose lookups match now and then but seldom predict, costs nothing, and one that copies its prompt starts
+#: drafting after a few tokens.
+_PRIOR, _DECAY = 0.5, 0.9
+#: Before a step bigger than the plain one was measured, each more token is assumed to cost this share of the plain
+#: step: optimistic (a GPU's figure), so that drafting is tried and its real cost measured.
+_PRIOR_SLOPE = 0.25
+#: Step sizes measured (bigger steps are prompt chunks: no draft ever makes one), and how fast a mean forgets.
+_LARGEST, _WEIGHT = 256, 0.3
+
+
+class StepCosts:
+    """What a step costs by its number of tokens: a moving mean of the measured seconds for each size, and for sizes
+    not measured yet an estimate from the nearest measured ones."""
+
+    def __init__(self) -> None:
+        self._mean: dict[int, float] = {}
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """A step of ``tokens`` tokens took ``seconds``."""
+        if 0 < tokens <= _LARGEST:
+            old = self._mean.get(tokens)
+            self._mean[tokens] = seconds if old is None else (1 - _WEIGHT) * old + _WEIGHT * seconds
+
+    def seconds(self, tokens: int) -> float | None:
+        """The estimated seconds of a step of ``tokens`` tokens; None before any step at most that big was measured.
+        Between two measured sizes: linear; past the biggest: the slope of the two biggest (at least a small share of
+        a step a token), or :data:`_PRIOR_SLOPE` while only one size is known."""
+        if tokens in self._mean:
+            return self._mean[tokens]
+        below = [size for size in self._mean if size < tokens]
+        if not below:
+            return None
+        low = max(below)
+        above = [size for size in self._mean if size > tokens]
+        if above:
+            high = min(above)
+            share = (tokens - low) / (high - low)
+            return self._mean[low] + share * (self._mean[high] - self._mean[low])
+        if len(below) == 1:
+            return self._mean[low] * (1 + _PRIOR_SLOPE * (tokens - low))
+        second = max(size for size in below if size != low)
+        slope = (self._mean[low] - self._mean[second]) / (low - second)
+        return self._mean[low] + max(slope, 0.02 * self._mean[low]) * (tokens - low)
 
 
 class Drafter:
@@ -51,67 +92,75 @@ class Drafter:
         self._index: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # n-grams ending before this position are indexed
         self._hits, self._misses = _PRIOR * 4, (1 - _PRIOR) * 4
-        self._rest_until = 0  # no drafts before the sequence reaches this length
-        self._rest = 8
-        self._plain: float | None = None  # seconds per token of steps without a draft (a moving average)
-        self._drafting: float | None = None  # and of steps with one
+        self._shadow: list[int] = []  # a proposal not drafted, to be checked against the token that comes
+        self._shadow_at = 0  # the position of its first token
         self.drafted = self.accepted = 0
 
-    def draft(self, known: list[int], room: int) -> list[int]:
+    def draft(self, known: list[int], room: int, base: int, costs: StepCosts) -> list[int]:
         """At most ``room`` tokens likely to follow ``known`` (the prompt and the reply so far, its last token the
-        one about to be fed): what followed the last occurrence of its longest indexed suffix. Empty when nothing
-        matches, or while resting."""
+        one about to be fed): what followed the last occurrence of its longest indexed suffix, cut to the length that
+        gives the step the most tokens per second (:meth:`_length`). ``base``: the step's tokens without this draft
+        (this request's own included). Empty when nothing matches or no draft pays."""
+        self._check_shadow(known)
         self._grow(known)
-        length = min(room, self._length())
-        if length <= 0 or len(known) < self._rest_until or self._plain is None:
-            return []  # resting, or no plain step measured yet to compare with
-        if self._drafting is not None and self._drafting > self._plain:
-            self._resting(len(known))  # drafting was slower than not: rest, then measure both again
-            self._plain = self._drafting = None
+        proposal = self._lookup(known, min(room, self.n_max))
+        length = self._length(len(proposal), base, costs) if proposal else 0
+        if length == 0:
+            self._shadow, self._shadow_at = proposal, len(known)
+            return []
+        self._shadow = []
+        return proposal[:length]
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        """A draft of ``drafted`` tokens had its first ``accepted`` kept."""
+        if not drafted:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        for _ in range(accepted):
+            self._observe(True)
+        if accepted < drafted:
+            self._observe(False)
+
+    def _observe(self, hit: bool) -> None:
+        """One drafted token accepted or not; each observation weighs more than the older ones."""
+        self._hits, self._misses = self._hits * _DECAY + hit, self._misses * _DECAY + (not hit)
+
+    def _check_shadow(self, known: list[int]) -> None:
+        """The first token of the last proposal not drafted, against the token that came in its place: evidence of
+        the acceptance at no cost, so a request that stopped drafting starts again where its text runs along its
+        context again."""
+        if self._shadow and len(known) > self._shadow_at:
+            self._observe(known[self._shadow_at] == self._shadow[0])
+        self._shadow = []
+
+    def _lookup(self, known: list[int], room: int) -> list[int]:
+        """What followed the last earlier occurrence of the longest suffix of ``known`` that occurred before."""
+        if room <= 0:
             return []
         for n in NGRAMS:
             if len(known) > n:
                 start = self._index.get(tuple(known[-n:]))
                 if start is not None:
-                    return known[start : start + length]
+                    return known[start : start + room]
         return []
 
-    def verified(self, drafted: int, accepted: int) -> None:
-        """A draft of ``drafted`` tokens had its first ``accepted`` kept: update the acceptance estimate, and rest
-        after a draft nothing of which was kept."""
-        if not drafted:
-            return
-        self.drafted += drafted
-        self.accepted += accepted
-        for _ in range(accepted):  # each verified token one observation, the older ones weighing less
-            self._hits, self._misses = self._hits * _DECAY + 1, self._misses * _DECAY
-        if accepted < drafted:
-            self._hits, self._misses = self._hits * _DECAY, self._misses * _DECAY + 1
-        if accepted == 0:
-            self._resting(self._indexed)
-        else:
-            self._rest = 8
-
-    def timed(self, seconds: float, tokens: int, drafted: bool) -> None:
-        """A step took ``seconds`` and gave this request ``tokens`` tokens, with a draft or without one."""
-        per_token = seconds / max(1, tokens)
-        if drafted:
-            self._drafting = per_token if self._drafting is None else 0.7 * self._drafting + 0.3 * per_token
-        else:
-            self._plain = per_token if self._plain is None else 0.7 * self._plain + 0.3 * per_token
-
-    def _resting(self, length: int) -> None:
-        """No drafts for the next ``_rest`` tokens (8, doubling while drafting keeps failing, at most 256)."""
-        self._rest_until = length + self._rest
-        self._rest = min(256, self._rest * 2)
-
-    def _length(self) -> int:
-        """The longest draft whose whole acceptance is at least :data:`_WHOLE` likely, at the estimated per-token
-        acceptance rate (each token accepted with that chance, given the ones before it were)."""
+    def _length(self, longest: int, base: int, costs: StepCosts) -> int:
+        """The draft length (0: none) that makes the most tokens per second of the step: with per-token acceptance
+        ``a`` (each token accepted with that chance, given the ones before it were), a draft of L gives
+        (1 - a^(L+1)) / (1 - a) tokens, the sampled one included, where a plain step gives 1; the step's other
+        ``base - 1`` tokens give one each. Lengths tried: 1, 2, 4, 8, ... and ``longest``."""
+        plain = costs.seconds(base)
+        if plain is None:
+            return 0  # no step of this size measured yet: a plain one measures it
         rate = self._hits / (self._hits + self._misses)
-        if rate >= 1.0:
-            return self.n_max
-        return min(self.n_max, max(1, int(math.log(_WHOLE) / math.log(rate))))
+        best, best_value = 0, base / plain
+        for length in _lengths(longest):
+            tokens = length + 1 if rate >= 1.0 else (1 - rate ** (length + 1)) / (1 - rate)
+            value = (base - 1 + tokens) / (costs.seconds(base + length) or plain)
+            if value > best_value:
+                best, best_value = length, value
+        return best
 
     def _grow(self, known: list[int]) -> None:
         """Index the n-grams that end before the last token: each maps to the position after it (its continuation,
@@ -122,3 +171,12 @@ class Drafter:
                 if position >= n:
                     self._index[tuple(known[position - n : position])] = position
         self._indexed = max(self._indexed, end + 1)
+
+
+def _lengths(longest: int) -> list[int]:
+    """Powers of two up to ``longest``, and ``longest`` itself."""
+    lengths, length = [], 1
+    while length < longest:
+        lengths.append(length)
+        length *= 2
+    return [*lengths, longest] if longest > 0 else []
