@@ -105,7 +105,7 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
         )
     if args.spec_type == "none" and args.spec_draft_n_max is not None:
         raise UsageError("--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one")
-    llama_only = _given(args, "--kv-tokens", "--prefill-threads", "--spec-type", "--spec-draft-n-max")
+    llama_only = _given(args, "--kv-tokens", "--cache-ram", "--prefill-threads", "--spec-type", "--spec-draft-n-max")
     engines = {_engine_of(spec) for spec in specs}
     if llama_only and "llama.cpp" not in engines:
         which = "the model runs" if len(specs) == 1 else "every model here runs"
@@ -147,6 +147,7 @@ def _engine_options(args: argparse.Namespace, threads: int | None, prefill_threa
         context=args.context,
         kv_tokens=args.kv_tokens,
         draft_max=_draft_max(args),
+        cache_ram_mib=args.cache_ram,
         vllm_args=_vllm_args(args),
     )
 
@@ -295,6 +296,17 @@ def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[st
     return Server(registry, **server).app()
 
 
+def _mebibytes(text: str) -> int:
+    """An argparse type: a size in MiB, 0 included (off)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or more MiB, got {value}")
+    return value
+
+
 def _tokens(text: str) -> int:
     """An argparse type: a number of tokens for a context or a cache (at least 16)."""
     value = positive_int(text)
@@ -371,6 +383,14 @@ def register(commands: Any) -> None:
         metavar="N",
         help="llama.cpp's key/value cache shared by the slots, in tokens (default: every slot a whole context, "
         "within a sixteenth of the machine's memory)",
+    )
+    serve.add_argument(
+        "--cache-ram",
+        type=_mebibytes,
+        metavar="MIB",
+        help="llama.cpp: host memory for finished requests' prefixes, parked off the key/value cache (so running "
+        "requests attend over their own cells only) and restored when a prompt starts alike; llama-server's flag "
+        "and default, 8192; 0 keeps them in the cache",
     )
     serve.add_argument(
         "--spec-type",

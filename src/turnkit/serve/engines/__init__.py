@@ -31,7 +31,8 @@ class EngineOptions:
     requests generate together and ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
     longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
     YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp); ``draft_max`` the longest draft of
-    speculative decoding from the context (llama.cpp; 0: off).
+    speculative decoding from the context (llama.cpp; 0: off); ``cache_ram_mib`` host memory for finished requests'
+    prefixes parked off the cache (llama.cpp; 0: they stay in the cache).
     """
 
     threads: int | None = None
@@ -42,6 +43,7 @@ class EngineOptions:
     context: int | None = None
     kv_tokens: int | None = None
     draft_max: int = DRAFT_MAX
+    cache_ram_mib: int | None = None
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
 
@@ -93,6 +95,7 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
         threads=options.threads or 1,
         speculate=options.draft_max > 0,
         **options.keywords("prefill_threads", "context", "kv_tokens", "draft_max"),
+        **({} if options.cache_ram_mib is None else {"cache_ram_mib": options.cache_ram_mib}),
     )
 
 

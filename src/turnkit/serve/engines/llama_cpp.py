@@ -46,7 +46,10 @@ from turnkit.serve.engines.sampler import Sampler, log_probability
 from turnkit.serve.engines.schedule import Entry, Request, plan
 from turnkit.serve.engines.speculate import Drafter, StepCosts
 
-__all__ = ["MEMORY_SHARE", "LlamaCppBackend", "default_kv_tokens"]
+__all__ = ["CACHE_RAM_MIB", "MEMORY_SHARE", "LlamaCppBackend", "default_kv_tokens"]
+
+#: Host memory for parked prefixes unless told (``--cache-ram``), in MiB: llama-server's default.
+CACHE_RAM_MIB = 8192
 
 log = logging.getLogger("turnkit.serve")
 
@@ -68,6 +71,8 @@ class LlamaCppBackend(InboxFront):
         prefill_batch: prompt tokens computed per step while nothing decodes (a lone prompt); the llama batch.
         speculate: draft tokens from the context and verify them in the step (:mod:`.speculate`); draft_max: the
             longest draft; draft_streams: drafts are made only while at most this many streams decode.
+        cache_ram_mib: host memory for finished requests' prefixes parked off the cache (:mod:`.llama_host_cache`;
+            llama-server's ``--cache-ram``, and its default); 0: idle prefixes stay in the cache.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class LlamaCppBackend(InboxFront):
         speculate: bool = True,
         draft_max: int = 16,
         draft_streams: int = 4,
+        cache_ram_mib: int = CACHE_RAM_MIB,
     ) -> None:
         path = Path(path)
         self.name = path.stem
@@ -109,7 +115,7 @@ class LlamaCppBackend(InboxFront):
         self.kv_tokens = self.llama.kv_tokens
         #: The longest sequence one request may have: the context, unless the whole cache is smaller.
         self.context_length = self.llama.context_length
-        self._slots = SlotCache(self.llama, max_batch)
+        self._slots = SlotCache(self.llama, max_batch, host_bytes=cache_ram_mib * 2**20)
         super().__init__(
             Inbox(
                 max_batch,

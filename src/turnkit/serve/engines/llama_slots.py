@@ -10,6 +10,10 @@ instead of computing it, from an idle slot in place or copied from a busy one (i
 the same cells with another sequence id). A request whose prefix another request is still prefilling waits for it
 rather than computing it twice.
 
+Host memory. When a request is placed, every other idle slot is parked in host memory (:mod:`.llama_host_cache`) and
+cleared from the cache, so the attention of the running requests spans their own cells only; a prompt that starts
+like a parked one gets it back from there (unless no budget is given: then idle prefixes stay in the cache).
+
 Room. Should a step find the cache full, cells held by idle slots (finished requests' prefixes) are cleared, oldest
 first; then the youngest running request is preempted: its cells are freed and it is recomputed later from its prompt
 and the tokens it already generated, its client none the wiser. Only a request that cannot fit even alone ends, with
@@ -23,6 +27,7 @@ import time
 
 from turnkit.serve.engines.base import CacheFullError, TokenEvent
 from turnkit.serve.engines.llama_context import LlamaContext
+from turnkit.serve.engines.llama_host_cache import HostCache
 from turnkit.serve.engines.schedule import Entry, Paused, Request, Slot, common
 
 __all__ = ["SlotCache"]
@@ -37,8 +42,9 @@ class SlotCache:
     """``slots`` sequences of one llama.cpp cache: placing a request where the longest prefix of its sequence is,
     waiting on another's prefill, making room, preempting and resuming. Used by the engine's thread only."""
 
-    def __init__(self, llama: LlamaContext, slots: int) -> None:
+    def __init__(self, llama: LlamaContext, slots: int, host_bytes: int = 0) -> None:
         self.ll, self.memory, self.kv_tokens = llama.ll, llama.memory, llama.kv_tokens
+        self.host = HostCache(llama.ll, llama.ctx, host_bytes) if host_bytes > 0 else None
         self.slots = [Slot(n) for n in range(slots)]
         self.paused: list[Paused] = []  # preempted requests, to resume before new ones
         self.left = 0  # requests that have left the batch, for resuming preempted ones
@@ -74,13 +80,24 @@ class SlotCache:
         idle = [slot for slot in self.slots if slot.running is None]
         shared = {slot.seq_id: min(common(slot.tokens, known), limit) for slot in self.slots}
         source = max(self.slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
-        if shared[source.seq_id] and source.running is None:  # an idle slot holds the longest prefix: reuse in place
-            slot = source
+        parked, parked_shared = self.host.longest(known, limit) if self.host else (None, 0)
+        if parked is not None and parked_shared > shared[source.seq_id]:  # back from host memory
+            slot = min(idle, key=lambda s: (bool(s.tokens), s.last_used))
+            self._park(slot)
+            self.clear(slot)
+            if self.host.restore(parked, slot.seq_id):  # type: ignore[union-attr]
+                slot.tokens = list(parked.tokens)
+                if not self.ll.llama_memory_seq_rm(self.memory, slot.seq_id, parked_shared, -1):
+                    self.clear(slot)
+                del slot.tokens[parked_shared:]
+        elif shared[source.seq_id] and source.running is None and self._may_cut(source, shared[source.seq_id], idle):
+            slot = source  # an idle slot holds the longest prefix: reuse it in place
             if not self.ll.llama_memory_seq_rm(self.memory, slot.seq_id, shared[slot.seq_id], -1):
                 self.clear(slot)
             del slot.tokens[shared[slot.seq_id] :]
         else:  # a fresh slot (empty ones first, then the least recently used), with a running one's prefix if any
             slot = min(idle, key=lambda s: (shared[s.seq_id], bool(s.tokens), s.last_used))
+            self._park(slot)
             self.clear(slot)
             self._copy(source, slot, shared[source.seq_id])
         req.todo = known[len(slot.tokens) :]
@@ -94,6 +111,22 @@ class SlotCache:
                 if future >= len(slot.tokens) + _MIN_SHARED_WAIT and future > req.wait_shared:
                     req.wait_for, req.wait_shared = other, future
         slot.running = req
+        for other in idle:
+            if other is not slot and other.tokens and self._park(other):
+                self.clear(other)
+
+    def _may_cut(self, slot: Slot, shared: int, idle: list[Slot]) -> bool:
+        """Whether an idle slot may be cut to its first ``shared`` tokens for a new request: yes when that drops less
+        than it keeps (the next turn of the same conversation), or once the rest is parked in host memory; otherwise
+        (another conversation that only starts alike) only when no empty slot could take a copy of the prefix."""
+        if len(slot.tokens) <= 2 * shared or self._park(slot):
+            return True
+        return not any(not other.tokens for other in idle)
+
+    def _park(self, slot: Slot) -> bool:
+        """Copy an idle slot's cells to host memory (nothing without a budget, or for an empty slot); True if
+        parked, so the caller may clear the slot without losing its prefix."""
+        return self.host is not None and bool(slot.tokens) and self.host.park(slot.seq_id, slot.tokens)
 
     def _copy(self, source: Slot, target: Slot, count: int) -> None:
         if count:
