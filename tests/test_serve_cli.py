@@ -128,6 +128,10 @@ def test_ray_checks_its_port_before_starting_ray(capsys):
             "--kv-tokens is a llama.cpp engine setting and every model here runs on torch",
         ),
         (
+            ["--engine", "torch", "--cache-ram", "0"],
+            "--cache-ram is a llama.cpp engine setting and the model runs on torch, where it would do nothing",
+        ),
+        (
             ["--engine", "torch", "--spec-type", "ngram"],
             "--spec-type is a llama.cpp engine setting and the model runs on torch, where it would do nothing",
         ),
@@ -144,6 +148,13 @@ def test_ray_checks_its_port_before_starting_ray(capsys):
 def test_flags_that_would_do_nothing_are_refused(arguments, error, capsys):
     assert main(["serve", *arguments]) == 2
     assert _one_error(capsys.readouterr().err).startswith(error)
+
+
+def test_a_negative_cache_ram_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--cache-ram", "-1"])
+    assert exit_.value.code == 2
+    assert "argument --cache-ram: must be 0 (off) or more MiB, got -1" in capsys.readouterr().err
 
 
 def test_llama_cpp_settings_stand_when_one_model_runs_on_llama_cpp(tmp_path, capsys):

@@ -36,6 +36,8 @@ log = logging.getLogger("turnkit.serve")
 
 # A request waits for another one's prefill only when that saves at least this many tokens of computing.
 _MIN_SHARED_WAIT = 16
+# A finished sequence's prefix shorter than this (and than a quarter of it) is computed again rather than reused.
+_MIN_KEEP = 256
 
 
 class SlotCache:
@@ -78,11 +80,11 @@ class SlotCache:
         # The last known token is always computed (its logits give the next token); a prompt to score, all of them.
         limit = 0 if req.scored is not None and not req.produced else len(known) - 1
         idle = [slot for slot in self.slots if slot.running is None]
-        shared = {slot.seq_id: min(common(slot.tokens, known), limit) for slot in self.slots}
+        shared = {slot.seq_id: self._reusable(slot, min(common(slot.tokens, known), limit)) for slot in self.slots}
         source = max(self.slots, key=lambda slot: (shared[slot.seq_id], slot.running is None))
         parked, parked_shared = self.host.longest(known, limit) if self.host else (None, 0)
-        if parked is not None and parked_shared > shared[source.seq_id]:  # back from host memory
-            slot = min(idle, key=lambda s: (bool(s.tokens), s.last_used))
+        if parked is not None and self._worth(parked_shared, len(parked.tokens)) > shared[source.seq_id]:
+            slot = min(idle, key=lambda s: (bool(s.tokens), s.last_used))  # back from host memory
             self._park(slot)
             self.clear(slot)
             if self.host.restore(parked, slot.seq_id):  # type: ignore[union-attr]
@@ -114,6 +116,20 @@ class SlotCache:
         for other in idle:
             if other is not slot and other.tokens and self._park(other):
                 self.clear(other)
+
+    def _reusable(self, slot: Slot, shared: int) -> int:
+        """The prefix of an idle slot worth reusing (:meth:`_worth`); a running slot's, all of it (its cells are in
+        every step's attention anyway)."""
+        return shared if slot.running is not None else self._worth(shared, len(slot.tokens))
+
+    def _worth(self, shared: int, held: int) -> int:
+        """``shared`` tokens of a finished sequence of ``held``, or 0 where computing them again is better: with host
+        memory, a short prefix (under :data:`_MIN_KEEP` tokens and a quarter of the sequence, llama-server's rule)
+        of another conversation would keep its cells wherever that conversation had them, maybe far up the cache,
+        and every step of the new request would attend over the span up to them."""
+        if self.host is None or shared >= _MIN_KEEP or 4 * shared >= held:
+            return shared
+        return 0
 
     def _may_cut(self, slot: Slot, shared: int, idle: list[Slot]) -> bool:
         """Whether an idle slot may be cut to its first ``shared`` tokens for a new request: yes when that drops less
