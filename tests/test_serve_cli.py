@@ -154,7 +154,7 @@ def test_a_negative_cache_ram_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--cache-ram", "-1"])
     assert exit_.value.code == 2
-    assert "argument --cache-ram: must be 0 (off) or more MiB, got -1" in capsys.readouterr().err
+    assert "argument --cache-ram: must be at least 0 MiB, not -1" in capsys.readouterr().err
 
 
 def test_llama_cpp_settings_stand_when_one_model_runs_on_llama_cpp(tmp_path, capsys):

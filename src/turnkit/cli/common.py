@@ -141,12 +141,17 @@ def load_tools(args: argparse.Namespace, tools: Any) -> Any:
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1 (a count of tokens, workers, records)."""
+    return whole_number(text, least=1)
+
+
+def whole_number(text: str, *, least: int, unit: str = "") -> int:
+    """A whole number of at least ``least`` (argparse's type error otherwise, naming ``unit`` where given)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number{unit and ' of ' + unit}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}{unit and ' ' + unit}, not {value}")
     return value
 
 

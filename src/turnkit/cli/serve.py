@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import UsageError, add_count, add_switch, missing_model, positive_int
+from turnkit.cli.common import UsageError, add_count, add_switch, missing_model, positive_int, whole_number
 from turnkit.serve.engines import ENGINES, EngineOptions
 from turnkit.serve.replicas import INGRESSES
 
@@ -298,13 +298,7 @@ def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[st
 
 def _mebibytes(text: str) -> int:
     """An argparse type: a size in MiB, 0 included (off)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or more MiB, got {value}")
-    return value
+    return whole_number(text, least=0, unit="MiB")
 
 
 def _tokens(text: str) -> int:
