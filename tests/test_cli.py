@@ -219,6 +219,11 @@ def _library_errors(smollm2_hf_folder):
         template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
         ChatFormat.from_template(template, tokenizer=smollm2_hf_folder).encode(TOOL_CALL_TURN)
 
+    def no_template():
+        import tempfile
+
+        ChatFormat.from_pretrained(tempfile.mkdtemp())
+
     return [
         no_tokenizer,
         not_prefix_stable,
@@ -226,6 +231,7 @@ def _library_errors(smollm2_hf_folder):
         continue_and_prompt,
         continue_without_content,
         dropped_tool_calls,
+        no_template,
     ]
 
 
@@ -250,6 +256,32 @@ def test_encode_refuses_a_trained_turn_the_template_leaves_out(tmp_path, capsys)
     assert main(["encode", "--model", "default", "--allow-dropped", "--json", str(conversation)]) == 0
     (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [t for t, m in zip(row["tokens"], row["assistant_masks"], strict=True) if m] == ["<|im_end|>"]
+
+
+def _folder_without_template(tmp_path, smollm2_hf_folder):
+    """A tokenizer saved alone, as a base model's folder is: no chat_template.jinja, none in tokenizer_config.json."""
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes((smollm2_hf_folder / "tokenizer.json").read_bytes())
+    config = json.loads((smollm2_hf_folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_folder_without_a_template_is_told_the_flags(tmp_path, conversation, capsys, smollm2_hf_folder):
+    """The library says ChatFormat.from_template; the command line names --template FILE and --family NAME, and the
+    way it names works (issue 45)."""
+    folder = _folder_without_template(tmp_path, smollm2_hf_folder)
+    for command in (["render", "--model", str(folder)], ["encode", "--model", str(folder)]):
+        assert main([*command, str(conversation)]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"turnkit: error: {folder} has no chat template"), error
+        assert "pass one with --template FILE or --family NAME" in error and "from_template" not in error
+        assert len(error.splitlines()) == 1
+    command = ["encode", "--family", "chatml", "--tokenizer", str(folder), "--turns", "none", "--json"]
+    assert main([*command, str(conversation)]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"][:2] == ["<|im_start|>", "system"]
 
 
 def test_every_rewritten_phrase_is_still_the_librarys(smollm2_hf_folder):

@@ -35,6 +35,12 @@ FLAG_ADVICE: tuple[tuple[str, str], ...] = (
     ),
     ("encode with split_turns=True (see check_prefix_stable)", "rerun with --split-turns (--check-prefix shows where)"),
     ("pass allow_dropped=True", "pass --allow-dropped"),
+    # a folder with no chat template (a base model's, or a tokenizer saved alone): the flags that give it one
+    (
+        "pass one with ChatFormat.from_template or pick a family",
+        "pass one with --template FILE or --family NAME (encode, parse and inspect take the folder as --tokenizer "
+        "then)",
+    ),
     ("pass template_name= one of", "pass --template-name with one of"),
     (
         "continue_final_message and add_generation_prompt exclude each other",
