@@ -121,10 +121,35 @@ def test_encode_table_json_and_prefix_check(tmp_path, capsys, smollm2_gguf):
 def test_encode_family_with_tokenizer_and_errors(tmp_path, capsys, smollm2_hf_folder):
     conversation = tmp_path / "c.json"
     conversation.write_text(json.dumps([{"role": "user", "content": "x"}]))
-    assert main(["encode", "--family", "chatml", "--tokenizer", str(smollm2_hf_folder), str(conversation)]) == 2
-    assert "no assistant turn" in capsys.readouterr().err
+    assert main(["encode", "--family", "chatml", "--tokenizer", str(smollm2_hf_folder), str(conversation)]) == 0
+    assert "no assistant turn, so nothing is trained" in capsys.readouterr().err
     assert main(["encode", "--family", "chatml", str(conversation)]) == 2
     assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_encode_shows_a_prompt_without_an_assistant_turn(conversation, capsys):
+    """A conversation that ends before any reply is a prompt: its tokens are shown, nothing trained, and a note on
+    stderr says so (it was "no token would be trained", exit 2; issue 45). Through the console script, as typed."""
+    for extra in ([], ["--split-turns"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "turnkit.cli", "encode", "--model", "default", *extra, str(conversation)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == (
+            "turnkit: note: the conversation has no assistant turn, so nothing is trained: these are the prompt's "
+            "tokens (prepare would reject it as a training record)\n"
+        )
+        rows = result.stdout.splitlines()[1:]
+        assert rows and not any(line.split()[4:5] == ["yes"] for line in rows)
+        assert any("'Be'" in line and line.split()[3] == "data" for line in rows)
+    assert main(["encode", "--model", "default", "--json", "--generation-prompt", str(conversation)]) == 0
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert not any(payload["assistant_masks"]) and payload["text"].endswith("<|im_start|>assistant\n")
+    assert "nothing is trained" in captured.err
 
 
 def _qwen3_template():

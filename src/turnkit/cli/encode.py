@@ -69,13 +69,23 @@ def _cmd_encode(args: argparse.Namespace) -> int:
             if not diff.agrees:
                 sys.stdout.write(str(diff) + "\n")
         return 0 if report else 1
+    training = training_options(args)
+    if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages) and args.turns != "none":
+        # The library refuses to make a training example that trains nothing (EmptyMaskError); a person looking at
+        # a prompt wants its tokens, so they are shown with nothing trained, and this says so.
+        training.update(turns="none", split_turns=False)
+        print(
+            "turnkit: note: the conversation has no assistant turn, so nothing is trained: these are the prompt's "
+            "tokens (prepare would reject it as a training record)",
+            file=sys.stderr,
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         encoded = fmt.encode(
             messages,
             tools=tools,
             **render_options(args),
-            **training_options(args),
+            **training,
             **variables,
         )
     for warning in caught:  # one line each, like errors (a marker the tokenizer lacks, trusted data)
