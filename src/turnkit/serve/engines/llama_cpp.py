@@ -127,7 +127,8 @@ class LlamaCppBackend(InboxFront):
         )
         self.prompt_tokens_computed = 0  # prompt tokens run through the model (not reused): for tests and logs
         self.drafted = self.accepted = 0  # speculative decoding: tokens drafted, and of them accepted
-        self._costs = StepCosts()  # what a step costs by its size: how long a draft pays (:mod:`.speculate`)
+        # what a step costs by its size: how long a draft pays (:mod:`.speculate`; fixed by a test's TURNKIT_STEP_COSTS)
+        self._costs = StepCosts.from_environment()
         self._thread = threading.Thread(target=self._run, name="turnkit-llama", daemon=True)
         self._thread.start()
 

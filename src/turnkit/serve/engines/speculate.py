@@ -31,7 +31,17 @@ already compute-bound.
 
 from __future__ import annotations
 
-__all__ = ["Drafter", "StepCosts"]
+import os
+from collections.abc import Mapping
+
+from turnkit.errors import ServeConfigError
+
+__all__ = ["STEP_COSTS_ENV", "Drafter", "StepCosts"]
+
+#: A test seam: fixed step costs (``TOKENS=SECONDS,...``, e.g. ``1=1.0,2=1.02,17=1.3``) instead of measured ones, so
+#: that whether a draft pays follows from the tokens alone, not from how busy the machine is while a test runs (a busy
+#: machine rightly measures that drafts do not pay, and makes none). Never needed to serve.
+STEP_COSTS_ENV = "TURNKIT_STEP_COSTS"
 
 #: Lookup lengths, longest first: a longer match predicts better, a shorter one finds more (two tokens match all over
 #: prose, where drafts are seldom accepted; three already find a copied text again right after an edit in it).
@@ -52,12 +62,38 @@ class StepCosts:
     """What a step costs by its number of tokens: a moving mean of the measured seconds for each size, and for sizes
     not measured yet an estimate from the nearest measured ones."""
 
-    def __init__(self) -> None:
-        self._mean: dict[int, float] = {}
+    def __init__(self, fixed: Mapping[int, float] | None = None) -> None:
+        self._mean: dict[int, float] = dict(fixed or {})
+        self._fixed = fixed is not None  # fixed costs: what is measured is not kept
+
+    @classmethod
+    def from_environment(cls) -> StepCosts:
+        """Measured costs, or the fixed ones of :data:`STEP_COSTS_ENV` where it is set (a test's seam).
+
+        Raises:
+            ServeConfigError: the variable is set but is not a list of ``TOKENS=SECONDS`` with positive numbers.
+        """
+        text = os.environ.get(STEP_COSTS_ENV, "").strip()
+        if not text:
+            return cls()
+        fixed: dict[int, float] = {}
+        for item in text.split(","):
+            tokens, _, seconds = item.partition("=")
+            try:
+                size, value = int(tokens), float(seconds)
+            except ValueError:
+                size, value = 0, 0.0
+            if not (0 < size <= _LARGEST and value > 0):
+                raise ServeConfigError(
+                    f"{STEP_COSTS_ENV}={text!r}: {item.strip()!r} is not TOKENS=SECONDS (a step size from 1 to "
+                    f"{_LARGEST} and its positive seconds), e.g. 1=1.0,2=1.02,17=1.3"
+                )
+            fixed[size] = value
+        return cls(fixed)
 
     def observe(self, tokens: int, seconds: float) -> None:
-        """A step of ``tokens`` tokens took ``seconds``."""
-        if 0 < tokens <= _LARGEST:
+        """A step of ``tokens`` tokens took ``seconds`` (ignored where the costs are fixed)."""
+        if 0 < tokens <= _LARGEST and not self._fixed:
             old = self._mean.get(tokens)
             self._mean[tokens] = seconds if old is None else (1 - _WEIGHT) * old + _WEIGHT * seconds
 
