@@ -35,22 +35,28 @@ TOOL_MODEL = ("--model", "smollm2=default:qwen2.5", "--engine", "llama.cpp", "--
 
 
 @contextmanager
-def turnkit_serve(*arguments: str, name: str = "serve") -> Iterator[tuple[str, Path]]:
-    """``turnkit serve ARGUMENTS --port P`` as a subprocess, its output in a log file; yields (URL, log) once it answers
-    ``/health``, and stops it on the way out."""
-    with turnkit_serve_process(*arguments, name=name) as (url, _process, log):
+def turnkit_serve(
+    *arguments: str, name: str = "serve", env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Path]]:
+    """``turnkit serve ARGUMENTS --port P`` as a subprocess (``env``: variables added to this one's environment), its
+    output in a log file; yields (URL, log) once it answers ``/health``, and stops it on the way out."""
+    with turnkit_serve_process(*arguments, name=name, env=env) as (url, _process, log):
         yield url, log
 
 
 @contextmanager
-def turnkit_serve_process(*arguments: str, name: str = "serve") -> Iterator[tuple[str, subprocess.Popen, Path]]:
+def turnkit_serve_process(
+    *arguments: str, name: str = "serve", env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen, Path]]:
     """:func:`turnkit_serve`, yielding the process too (for a test that signals it); stopped on the way out unless the
     test ended it."""
     port = free_port()
     command = [sys.executable, "-m", "turnkit.cli", "serve", *arguments, "--port", str(port)]
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-{name}-{port}.log"
     with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url, process)
@@ -61,8 +67,32 @@ def turnkit_serve_process(*arguments: str, name: str = "serve") -> Iterator[tupl
             process.wait(timeout=60)
 
 
+#: Ports handed out by :func:`free_port`: below Linux's ephemeral range (32768-60999), where the kernel never picks a
+#: client connection's local port, in blocks of :data:`_BLOCK`: one for each pytest-xdist worker (``gw0``, ``gw1``
+#: ...), the blocks of one test run placed by its process id, so that another run on the machine starts elsewhere.
+_FIRST_PORT, _LAST_PORT, _BLOCK = 20000, 32000, 400
+_handed: list[int] = []  # the ports this process handed out, in order
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port free now and not handed out before by this process, for a server a test starts (which binds it
+    a moment later). Ports come from this worker's own block, so parallel workers never race for one, and a client
+    connection (which takes its local port from the ephemeral range) cannot take it in the meantime."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run = os.getppid() if worker else os.getpid()  # a worker's parent is the run's controller
+    index = int(worker.removeprefix("gw")) if worker and worker.removeprefix("gw").isdigit() else 0
+    block = _FIRST_PORT + (run * 7 + index) % ((_LAST_PORT - _FIRST_PORT) // _BLOCK) * _BLOCK
+    after = _handed[-1] - block + 1 if _handed else 0
+    for step in range(_BLOCK):
+        port = block + (after + step) % _BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed.append(port)
+        return port
+    with socket.socket() as sock:  # the whole block is taken (by another run): any free port
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 

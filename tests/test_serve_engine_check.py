@@ -30,6 +30,18 @@ TURNKIT = [sys.executable, "-m", "turnkit.cli"]
 SIGILL = "import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n"
 BROKEN = "raise RuntimeError('a broken build')\n"
 HANGS = "import time\ntime.sleep(600)\n"
+SPINS = "while True:\n    pass\n"
+#: a child slower than the check's limit on the clock (over 5 s against 2), as on a busy machine, but running all along
+#: (a few CPU ticks every half second), then done
+SLOW = (
+    "import sys, time\n"
+    "for _ in range(10):\n"
+    "    time.sleep(0.5)\n"
+    "    start = time.process_time()\n"
+    "    while time.process_time() - start < 0.03:\n"
+    "        pass\n"
+    "sys.exit(0)\n"
+)
 
 
 def _pinned() -> str:
@@ -110,11 +122,30 @@ def test_load_backend_raises_one_line_engine_error(smollm2_gguf, tmp_path, monke
     assert "--no-cache-dir --force-reinstall --no-deps" in message and "--engine torch" in message
 
 
-def test_a_child_that_hangs_is_stopped_at_the_timeout(smollm2_gguf, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("body", "cause"),
+    [
+        (HANGS, "it ran not at all for 2 s (asleep or blocked: a hang, not a busy machine)"),
+        (SPINS, "it used 2 s of CPU without finishing (a busy loop)"),
+    ],
+    ids=["asleep", "spins"],
+)
+def test_a_child_that_hangs_is_stopped_at_the_timeout(smollm2_gguf, tmp_path, monkeypatch, body, cause):
+    """The limit counts the child's CPU time: one asleep for good is stopped after that many seconds without a tick,
+    one in a busy loop after that many seconds of CPU."""
     monkeypatch.setattr(engine, "_PASSED", set())
-    monkeypatch.setenv("PYTHONPATH", _fake_library(tmp_path, HANGS)["PYTHONPATH"])
-    with pytest.raises(EngineError, match=re.escape("it did not finish in 2 s")):
+    monkeypatch.setenv("PYTHONPATH", _fake_library(tmp_path, body)["PYTHONPATH"])
+    with pytest.raises(EngineError, match=re.escape(cause)):
         engine.check_library(smollm2_gguf, timeout=2)
+
+
+def test_a_slow_child_is_not_stopped_for_slowness(smollm2_gguf, tmp_path, monkeypatch):
+    """A child that takes longer than the limit on the clock but runs all along (a busy machine: the check timed out at
+    62 s under load 9 when its limit was on the clock) passes."""
+    monkeypatch.setattr(engine, "_PASSED", set())
+    monkeypatch.setenv("PYTHONPATH", _fake_library(tmp_path, SLOW)["PYTHONPATH"])
+    engine.check_library(smollm2_gguf, timeout=2)
+    assert len(engine._PASSED) == 1
 
 
 def test_the_real_library_passes_once_per_process(smollm2_gguf, monkeypatch):

@@ -5,13 +5,21 @@ a native wheel pip reused from its cache: pip's wheel cache does not key on ``CM
 wrong, then dies with SIGILL on the first token, taking the whole server with it. :func:`check_library` therefore
 generates one token in a child process first (``load_backend`` runs it before every llama.cpp load), and a child that
 dies, fails or hangs becomes one :class:`~turnkit.errors.EngineError` saying what to do.
+
+A busy machine is not a broken library: the check never fails for slowness alone. Its limit counts the child's own
+CPU time (``/proc``), not the clock: a child that gets a sliver of a core behind other work (0.4 s of work took 62 s
+at load 9 on 2 cores) keeps going as long as it runs at all, and is stopped only when it spins past the limit in CPU
+seconds, or runs not at all (asleep or blocked, no CPU tick) for that many seconds on end. Where ``/proc`` is not
+there, the limit is on the clock.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from turnkit.errors import EngineError
@@ -90,10 +98,13 @@ def check_library(
     one token (0.35-0.4 s for the embedded model on a shared 2-core machine, 0.15 s of it the import; a large model's
     weights are read once, by whichever load comes first). ``threads`` and ``prefill_threads`` are the engine's.
 
+    ``timeout`` (default: a minute, plus a second for every 50 MB of the file) is counted in the child's CPU seconds,
+    and in seconds on end without a CPU tick: a hung child is stopped, a slow one on a busy machine is waited for.
+
     Raises:
         EngineError: the child was killed by a signal (SIGILL: the library uses CPU instructions this machine refuses),
-            exited with an error, or ran past ``timeout`` seconds (default: a minute, plus a second for every 50 MB of
-            the file); the message is one line with the portable build's exact command, or ``--engine torch``.
+            exited with an error, used ``timeout`` seconds of CPU without finishing, or ran not at all for ``timeout``
+            seconds; the message is one line with the portable build's exact command, or ``--engine torch``.
     """
     path = Path(path)
     stat = path.stat()
@@ -105,21 +116,30 @@ def check_library(
         timeout = 60.0 + stat.st_size / 50e6
     advice = f"rebuild it portable with {portable_install_command()}, or use --engine torch"
     what = f"the llama.cpp engine failed its start check (one token of {path.name} in a child process)"
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(path), str(threads), str(batch_threads)],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"{what}: it did not finish in {timeout:.0f} s; {advice}") from None
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path), str(threads), str(batch_threads)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+    )
+    stuck = _Watch(child.pid, timeout)
+    wait = 0.02
+    while True:
+        try:
+            _, stderr = child.communicate(timeout=wait)  # retried after a timeout without losing output
+            break
+        except subprocess.TimeoutExpired:
+            wait = min(wait * 2, 0.5)
+            if (why := stuck.verdict()) is not None:
+                child.kill()
+                child.communicate()
+                raise EngineError(f"{what}: {why}; {advice}") from None
     if child.returncode in (0, 3):  # 3: llama.cpp ran and refused the file; the engine's own load says why
         _PASSED.add(key)
         return
-    said = [line.strip() for line in child.stderr.splitlines() if line.strip()]
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
     last = f" (its last words: {said[-1]})" if said else ""
     if child.returncode < 0:
         number = -child.returncode
@@ -133,3 +153,42 @@ def check_library(
             cause = "the llama.cpp library crashed (a build for another CPU, or a broken build)"
         raise EngineError(f"{what}: the child was killed by {name}: {cause}{last}; {advice}")
     raise EngineError(f"{what}: the child exited with status {child.returncode}{last}; {advice}")
+
+
+class _Watch:
+    """Whether a running child is stuck rather than slow: it used ``limit`` seconds of CPU (a busy loop), or no CPU at
+    all for ``limit`` seconds on end (asleep, blocked: a hang). Without ``/proc``: ``limit`` seconds on the clock."""
+
+    def __init__(self, pid: int, limit: float) -> None:
+        self._stat = Path(f"/proc/{pid}/stat")
+        self._limit = limit
+        self._started = self._moved = time.monotonic()
+        self._cpu = 0.0
+
+    def verdict(self) -> str | None:
+        """None while the child may go on; else why it is stopped, for the error line."""
+        now = time.monotonic()
+        cpu = self._cpu_seconds()
+        if cpu is None:
+            if now - self._started >= self._limit:
+                return f"it did not finish in {self._limit:.0f} s"
+            return None
+        if cpu > self._cpu:
+            self._cpu, self._moved = cpu, now
+        if cpu >= self._limit:
+            return f"it used {self._limit:.0f} s of CPU without finishing (a busy loop)"
+        if now - self._moved >= self._limit:
+            return f"it ran not at all for {self._limit:.0f} s (asleep or blocked: a hang, not a busy machine)"
+        return None
+
+    def _cpu_seconds(self) -> float | None:
+        """The child's user and system CPU time, all its threads; None where ``/proc`` cannot tell."""
+        try:
+            fields = self._stat.read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _TICKS
+        except (OSError, IndexError, ValueError):
+            return None
+
+
+#: Clock ticks a second, the unit of ``/proc``'s CPU times.
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
