@@ -226,6 +226,82 @@ def test_a_broken_python_literal_is_a_failed_call_not_content():
     assert not reply.ended_cleanly
 
 
+#: A pythonic template that writes each value with ``{{ value }}``: strings without quotes (issue 45 item 10).
+PYTHONIC_UNQUOTED = """{%- if tools %}<|im_start|>system
+You can call these tools: {{ tools | tojson }}<|im_end|>
+{% endif %}
+{%- for message in messages %}<|im_start|>{{ message.role }}
+{% if message.tool_calls %}[
+{%- for call in message.tool_calls %}{{ call.function.name }}(
+{%- for key, value in call.function.arguments.items() %}{{ key }}={{ value }}{% if not loop.last %}, {% endif %}
+{%- endfor %}){% if not loop.last %}, {% endif %}{% endfor %}]
+{%- else %}{{ message.content }}{% endif %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+FORECAST_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"}},
+                "required": ["city"],
+            },
+        },
+    },
+    TOOLS[1],
+]
+
+
+def test_unquoted_pythonic_values_are_read_by_the_schema():
+    """``[get_weather(city=São Paulo, days=3)]`` returned no calls (the Python literal reader stopped at ``São``):
+    a string parameter takes the raw text up to the next ``, name=`` or ``)``, another type reads as that type,
+    whole and streamed token by token (issue 45 item 10)."""
+    fmt = _hand_written(PYTHONIC_UNQUOTED, ("<|im_start|>", "<|im_end|>"))
+    assert fmt.reply_choice.format.name == "pythonic", fmt.reply_choice.format.reason
+    forecast = {"city": "São Paulo", "days": 3, "metric": True}
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [_call("get_weather", forecast), _call("get_time", {"zone": "America/Sao Paulo (BRT)"})],
+    }
+    prompt, text = _written(fmt, message, FORECAST_TOOLS)
+    assert text.startswith("[get_weather(city=São Paulo, days=3, metric=True), get_time(zone=America/Sao Paulo (BRT))]")
+    reply = _read(fmt, text, prompt=prompt, tools=FORECAST_TOOLS)
+    assert _named(reply) == [("get_weather", forecast), ("get_time", {"zone": "America/Sao Paulo (BRT)"})]
+    assert reply.content == "" and reply.finish_reason == "tool_calls" and reply.ended_cleanly
+    # a quoted value beside unquoted ones is still the literal it is, ", name=" inside it included
+    text = "[get_weather(city='Rio, days=2', days=2, metric=false), get_time(zone=UTC-3)]<|im_end|>"
+    quoted = _read(fmt, text, tools=FORECAST_TOOLS)
+    assert _named(quoted) == [
+        ("get_weather", {"city": "Rio, days=2", "days": 2, "metric": False}),
+        ("get_time", {"zone": "UTC-3"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        ("get_weather(city=São Paulo, days=three)", "its schema types it integer: the text does not read as one"),
+        ("get_weather(city=New York, units=metric)", "'units' is no parameter of get_weather"),
+        ("get_weather(city=Oslo, city=Bergen)", "argument 'city' of get_weather is written twice"),
+        ("get_weather(city=, days=3)", "argument 'city' of get_weather has no value"),
+    ],
+)
+def test_unquoted_values_the_text_does_not_settle_are_failed_calls_with_the_reason(written, why):
+    """Where the schema allows no one reading, the call fails and says why (it is not content, nor a guess)."""
+    fmt = _hand_written(PYTHONIC_UNQUOTED, ("<|im_start|>", "<|im_end|>"))
+    reply = _read(fmt, f"[{written}]<|im_end|>", tools=FORECAST_TOOLS)
+    (call,) = reply.tool_calls
+    assert (call.name, call.status.value, reply.content) == ("get_weather", "invalid_json", "")
+    assert why in call.error, call.error
+    untyped = [{"type": "function", "function": {"name": "get_weather"}}]  # no parameters: nothing says "string"
+    (call,) = _read(fmt, "[get_weather(city=São Paulo)]<|im_end|>", tools=untyped).tool_calls
+    assert call.status.value == "invalid_json" and "no schema of get_weather types it" in call.error
+
+
 #: A template that wraps a value holding ``<``, ``&`` or a newline in CDATA, as MiniCPM5's does, in markup of its own.
 CDATA_TEMPLATE = """{%- for message in messages %}<|im_start|>{{ message.role }}
 {% if message.tool_calls %}

@@ -21,7 +21,7 @@ from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
 from turnkit.parse.literals import ValueSyntaxError, gemma_value, python_arguments, python_literal
 from turnkit.parse.reply import CallStatus
 from turnkit.parse.state import WS, ReadingState
-from turnkit.parse.values import element_arguments
+from turnkit.parse.values import UnreadableArguments, element_arguments, unquoted_arguments
 
 __all__ = ["ArgumentReader"]
 
@@ -184,13 +184,13 @@ class ArgumentReader:
         else:
             try:
                 if spec.encoding == "python":
-                    value = python_arguments(reader.text)
+                    value = self._python(call, reader.text)
                 else:
                     value = gemma_value(reader.text, self.s.plain(spec.quote))
                     if not isinstance(value, dict):
                         raise ValueSyntaxError("the arguments are not an object")
             except ValueSyntaxError as exc:
-                if not call.confirmed:
+                if not call.confirmed and not isinstance(exc, UnreadableArguments):
                     self.walk.fall_back("")
                     return
                 call.status, call.error = CallStatus.INVALID_JSON, str(exc)
@@ -203,6 +203,19 @@ class ArgumentReader:
         call.pos += 1
         call.core = 0
         self.walk.enter()
+
+    def _python(self, call: CallState, text: str) -> dict[str, Any]:
+        """A Python call's arguments: Python literals, else, for a tool the request offers, values a template wrote
+        without quotes read by the tool's schema (:func:`~.values.unquoted_arguments`; where the text allows no one
+        reading, the call fails with the reason, :class:`~.values.UnreadableArguments`, rather than being content).
+        Read whole, so a stream and a whole reply read them alike."""
+        try:
+            return python_arguments(text)
+        except ValueSyntaxError:
+            tools, name = self.s.tools, call.name
+            if not tools or name is None or name not in tools or "=" not in text:
+                raise
+            return unquoted_arguments(self.s.plain(text), tools[name], name)
 
     def _literal_done(self, call: CallState, spec: Arguments, text: str) -> bool:
         """Arguments written as a Python literal where JSON would be, read whole: for ``json_call`` the object also

@@ -16,12 +16,21 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from turnkit.parse.literals import ValueSyntaxError, skip_space
+from turnkit.parse.literals import ValueSyntaxError, python_literal_at, skip_space
 
-__all__ = ["element_arguments", "is_plain_string", "param_schema", "schema_types", "typed_value"]
+__all__ = [
+    "UnreadableArguments",
+    "element_arguments",
+    "is_plain_string",
+    "param_schema",
+    "schema_types",
+    "typed_value",
+    "unquoted_arguments",
+]
 
 Schema = Mapping[str, Any]
 
@@ -181,6 +190,108 @@ def _guess(raw: str) -> Any:
         if value is not _NOTHING and not (isinstance(value, float) and not math.isfinite(value)):
             return value
     return raw
+
+
+# -- Python call arguments written without quotes -------------------------------------------------------------------
+
+
+class UnreadableArguments(ValueSyntaxError):  # noqa: N818 - a signal to the argument reader, never raised to a caller
+    """Arguments that are a call's (the tool is known, ``key=value`` pairs are there) but that the text does not
+    let be read one way: the call fails with this reason rather than passing for content."""
+
+
+#: An argument's start: its name and ``=`` (``==`` is a comparison, not an assignment).
+_ARGUMENT = re.compile(r"([A-Za-z_]\w*)\s*=(?!=)")
+#: Where a value written without quotes ends: the next ``, name=``.
+_NEXT_ARGUMENT = re.compile(r",\s*[A-Za-z_]\w*\s*=(?!=)")
+
+
+def unquoted_arguments(text: str, parameters: Schema | None, tool: str) -> dict[str, Any]:
+    """A Python call's keyword arguments where a template wrote values without quotes (``{{ key }}={{ value }}``:
+    ``city=São Paulo, days=3``), read with the tool's schema, as the template that wrote them would have them read.
+
+    A value that reads as a Python literal up to the next comma is that literal (a quoted string, a number, a list);
+    a string parameter takes the raw text up to the next ``, name=`` or the end of the arguments; another type reads
+    the raw text as that type (``days=3``). Where the text does not allow exactly one reading, the call fails with
+    the reason (:class:`UnreadableArguments`): no schema says the value is a string, the type does not read, a
+    ``, name=`` inside a raw value names no parameter of the tool (text of the value, or an argument of its own?),
+    an argument given twice or without a value.
+    """
+    names = _parameter_names(parameters)
+    out: dict[str, Any] = {}
+    raw_before: str | None = None  # the argument before, when its value was raw text
+    pos = 0
+    while True:
+        pos = skip_space(text, pos)
+        if pos >= len(text):
+            return out
+        match = _ARGUMENT.match(text, pos)
+        if match is None:
+            raise UnreadableArguments(f"expected an argument name (key=value) at {text[pos : pos + 30]!r}")
+        key = match.group(1)
+        if key in out:
+            raise UnreadableArguments(f"argument {key!r} of {tool} is written twice")
+        if names is not None and key not in names and raw_before is not None:
+            raise UnreadableArguments(
+                f"{key!r} is no parameter of {tool}, so ', {key}=' may be text of the unquoted value of {raw_before!r} "
+                "or an argument of its own: the text allows two readings"
+            )
+        start = skip_space(text, match.end())
+        schema = param_schema(parameters, key)
+        literal = _literal_argument(text, start, plain_string=_types(schema) == ["string"])
+        if literal is not None:
+            out[key], pos = literal
+            raw_before = None
+            continue
+        found = _NEXT_ARGUMENT.search(text, start)
+        end = found.start() if found else len(text)
+        out[key] = _unquoted_value(text[start:end].strip(), schema, key, tool)
+        raw_before = key
+        pos = end + 1 if found else end
+
+
+def _parameter_names(parameters: Schema | None) -> set[str] | None:
+    """The parameters a tool's schema lists (None when it lists none, so no name can be told unknown)."""
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    return set(properties) if isinstance(properties, Mapping) and properties else None
+
+
+def _literal_argument(text: str, start: int, *, plain_string: bool) -> tuple[Any, int] | None:
+    """The Python literal at ``start`` and where the next argument starts, when the literal runs to a comma or the end
+    (``3`` in ``days=3, ...``; not ``3`` in ``street=3rd Avenue``); an unquoted literal for a parameter that can only
+    be a string is its text instead (``zip=02139`` keeps its zero), so None."""
+    if plain_string and text[start : start + 1] not in ("'", '"', "[", "{", "("):
+        return None
+    try:
+        value, after = python_literal_at(text, start)
+    except ValueSyntaxError:
+        return None
+    after = skip_space(text, after)
+    if after < len(text) and text[after] != ",":
+        return None
+    return value, after + 1 if after < len(text) else after
+
+
+def _unquoted_value(raw: str, schema: Schema | None, key: str, tool: str) -> Any:
+    """A value written without quotes, typed by its parameter's schema (one reading, or the reason there is none)."""
+    if not raw:
+        raise UnreadableArguments(f"argument {key!r} of {tool} has no value")
+    kinds = _types(schema)
+    if not kinds:
+        raise UnreadableArguments(
+            f"argument {key!r} of {tool} is written without quotes ({raw!r}) and no schema of {tool} types it, so "
+            "nothing says it is a string (give the tools with their parameters)"
+        )
+    if "string" in kinds:
+        return typed_value(raw, schema)
+    for kind in kinds:
+        ok, value = _as(kind, raw)
+        if ok:
+            return value
+    raise UnreadableArguments(
+        f"argument {key!r} of {tool} is written without quotes ({raw!r}), and its schema types it "
+        f"{' or '.join(kinds)}: the text does not read as one"
+    )
 
 
 # -- MiniMax M3's elements -------------------------------------------------------------------------------------------
