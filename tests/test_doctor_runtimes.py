@@ -179,6 +179,89 @@ def test_runtimes_usage_errors_are_one_line(tmp_path, capsys):
         assert len(lines) == 1 and lines[0].startswith("turnkit: error: ") and says in lines[0], lines
 
 
+def _doctor(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``turnkit doctor`` as a user runs it, with an empty cache folder: llama.cpp's program and node's package are
+    not there (not checked, at once), minijinja runs in process."""
+    env = {**os.environ, "TURNKIT_CACHE": str(cwd / "empty-cache")}
+    command = [str(TURNKIT), "doctor", *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=300, check=False)
+
+
+def test_a_word_after_runtimes_that_names_no_engine_is_the_checkpoint(tmp_path):
+    """``turnkit doctor --runtimes my-model`` read my-model as the engine list, then asked for the checkpoint; it
+    audits my-model with every engine now, the explicit ``--runtimes=...`` and the documented ``PATH --runtimes
+    ENGINE`` name engines as before (issue 45)."""
+    _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "my-model")
+    every = ["llama.cpp", "minijinja", "hf-jinja"]
+    for argv, engines in (
+        (["--runtimes", "my-model"], every),
+        (["--runtimes", "my-model", "--strict"], every),
+        (["--runtimes=minijinja", "my-model"], ["minijinja"]),
+        (["--runtimes", "minijinja,hf-jinja", "my-model"], ["minijinja", "hf-jinja"]),
+        (["my-model", "--runtimes", "minijinja"], ["minijinja"]),
+        (["my-model", "--runtimes"], every),
+    ):
+        done = _doctor(tmp_path, *argv, "--json")
+        assert done.returncode in (0, 1) and done.stderr == "", (argv, done.stderr)
+        report = json.loads(done.stdout)
+        assert report["target"] == "my-model" and [r["engine"] for r in report["runtimes"]] == engines, argv
+    for argv, says in (
+        (["--runtimes=my-model", "my-model"], "unknown runtime my-model for --runtimes"),
+        (["my-model", "--runtimes", "other-model"], "unknown runtime other-model for --runtimes"),
+        (["--runtimes", "minijinja"], "give a checkpoint (turnkit doctor PATH)"),
+    ):
+        done = _doctor(tmp_path, *argv)
+        assert done.returncode == 2 and done.stdout == "", argv
+        assert done.stderr.startswith("turnkit: error: ") and says in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_template_file_is_checked_alone_or_with_a_tokenizer(tmp_path):
+    """A ``.jinja`` file was refused ("neither a model folder nor a .gguf file") though checking a template before
+    release is what --runtimes is for: alone, the runtimes compare its text and the checks that need ids say so;
+    with --tokenizer, they run and a difference says whether the ids change (issue 45)."""
+    model = _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "model")
+    draft = tmp_path / "chat_template.jinja"
+    shutil.copy(model / "chat_template.jinja", draft)
+    alone = _doctor(tmp_path, str(draft), "--runtimes=minijinja", "--json")
+    assert alone.returncode == 0 and alone.stderr == "", alone.stderr
+    report = json.loads(alone.stdout)
+    (minijinja,) = report["runtimes"]
+    assert minijinja["status"] == "differs" and minijinja["ids_changed"] is None
+    needs_ids = {s["check"] for s in report["not_evaluated"] if s["why"].startswith("needs token ids")}
+    assert {"marker-not-single-token", "no-end-marker", "forgeable-tokenizer"} <= needs_ids
+    assert all("--tokenizer PATH" in s["why"] for s in report["not_evaluated"] if s["check"] in needs_ids)
+    assert not any("TokenizerError" in s["why"] or "from_template" in s["why"] for s in report["not_evaluated"])
+    finding = next(f for f in report["findings"] if f["check"] == "runtime-divergence")
+    assert "no tokenizer to compare ids" in finding["message"] and finding["severity"] == "warning"
+
+    paired = _doctor(tmp_path, str(draft), "--tokenizer", "model", "--runtimes=minijinja")
+    assert paired.returncode == 0 and paired.stderr == "", paired.stderr
+    assert paired.stdout.startswith(f"turnkit doctor: {draft} (chat template file and a tokenizer)")
+    assert "needs token ids" not in paired.stdout and "the token ids change" in paired.stdout
+    report = json.loads(_doctor(tmp_path, str(draft), "--tokenizer", "model", "--json").stdout)
+    assert {"marker-not-single-token", "no-end-marker", "forgeable-tokenizer"} <= set(report["checks_run"])
+    for argv, says in (
+        (["model", "--tokenizer", "model"], "--tokenizer goes with a .jinja template"),
+        ([str(draft), "--tokenizer", "nowhere"], "nowhere does not exist"),
+    ):
+        done = _doctor(tmp_path, *argv)
+        assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_marker_the_tokenizer_lacks_is_one_warning_line(tmp_path):
+    """MissingControlTokenWarning reached stderr as Python prints warnings: the library's file, line and source
+    line. turnkit's warnings are one line each, like its errors (issue 45)."""
+    model = _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "model")
+    llama = next(t for t in all_templates() if t.name == "llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja")
+    draft = tmp_path / "llama.jinja"
+    draft.write_text(llama.source, encoding="utf-8")
+    done = _doctor(tmp_path, str(draft), "--tokenizer", str(model))
+    assert done.returncode == 1  # marker-not-single-token: the SmolLM2 tokenizer has no <|eot_id|>
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith("turnkit: warning: the template writes '<|") for line in lines), lines
+    assert "<|eot_id|>" in done.stderr and len(lines) == len(set(lines)) and ".py:" not in done.stderr
+
+
 def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
     """benchmarks/runtimes.py as CI runs it: 24 templates spread over the corpus, every engine, counts that add up."""
     require(Path(__file__).resolve().parents[2] / "shared" / "conformance")

@@ -17,7 +17,8 @@ shards (the model: the one their manifest names, unless given).
 ``turnkit add-chatml BASE --out DIR`` gives a base model folder the ChatML format and audits the result with doctor.
 
 Errors are printed as one clear line (``turnkit: error: message 2, field 'role': ...``) with exit status 2, never as a
-stack trace; advice in the library's messages that names Python arguments is given as the flags instead.
+stack trace; turnkit's own warnings as one line each (``turnkit: warning: ...``), without the library's source line;
+advice in the library's messages that names Python arguments is given as the flags instead.
 
 One module per command (``render.py``, ``encode.py``, ``parse.py``, ``inspect.py``, ``prepare.py``, ``doctor.py``,
 ``serve.py``, ``terminal.py`` for ``generate`` and ``chat``, ``chatml.py`` for ``add-chatml``), each with a
@@ -35,7 +36,7 @@ from typing import Any, NoReturn
 
 from turnkit import __version__
 from turnkit.cli import chatml, doctor, encode, inspect, parse, prepare, render, serve, terminal
-from turnkit.cli.common import FLAG_ADVICE, UsageError, command_line_message
+from turnkit.cli.common import FLAG_ADVICE, UsageError, command_line_message, one_line_warnings
 from turnkit.errors import TurnkitError
 
 __all__ = ["FLAG_ADVICE", "UsageError", "build_parser", "command_line_message", "main"]
@@ -94,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:  # what argparse reports as "unrecognized arguments", told by the command's parser
         args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return args.handler(args)
+        with one_line_warnings():
+            return args.handler(args)
     except (TurnkitError, UsageError, ValueError) as exc:
         print(f"turnkit: error: {command_line_message(str(exc))}", file=sys.stderr)
         return 2

@@ -4,11 +4,13 @@ flag types, the library advice rewritten as flags, and visible whitespace."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
 import sys
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,32 @@ def command_line_message(message: str) -> str:
     for library, flags in FLAG_ADVICE:
         message = message.replace(library, flags)
     return _TURNS_ADVICE.sub(r"--turns \1", message)
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """turnkit's own warnings (``MissingControlTokenWarning``, ``TrustedDataWarning`` ...) as one line each on stderr,
+    ``turnkit: warning: MESSAGE``, once per message, like the errors: Python's default shows the file, the line number
+    and the source line of the library code that warned, which tell a command-line user nothing. Warnings of other
+    packages keep Python's own output."""
+    shown: set[str] = set()
+    default = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not category.__module__.startswith("turnkit"):
+            default(message, category, *args, **kwargs)
+            return
+        text = command_line_message(str(message))
+        if text not in shown:
+            shown.add(text)
+            print(f"turnkit: warning: {text}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        if warnings.showwarning is show:
+            warnings.showwarning = default
 
 
 def read_json(path: str, what: str) -> Any:

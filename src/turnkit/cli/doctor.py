@@ -11,15 +11,41 @@ from typing import Any
 from turnkit.cli.common import UsageError, add_count, add_switch, hub_name, missing_model
 
 
+def _engine_list(value: str) -> bool:
+    """Whether ``value`` names engines only (``llama.cpp,minijinja``, ``all``), as ``--runtimes`` takes them."""
+    from turnkit.doctor.runtimes import ENGINES
+
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    return bool(parts) and all(part in ENGINES or part == "all" for part in parts)
+
+
+def _runtimes_and_path(args: argparse.Namespace) -> None:
+    """``--runtimes`` takes an optional value, so argparse gives it the word after it: ``turnkit doctor --runtimes
+    my-model`` read ``my-model`` as the engine list and then asked for the checkpoint. A value given with a space that
+    names no engine is the checkpoint when none was given; ``--runtimes=ENGINE,...`` (the explicit form) always names
+    engines, and ``PATH --runtimes ENGINE,...`` (the documented form) still does."""
+    if not args.runtimes:
+        return
+    explicit = {token for token in getattr(args.command_parser, "_given", []) if token.startswith("--runtimes=")}
+    for index, value in enumerate(args.runtimes):
+        if f"--runtimes={value}" in explicit or _engine_list(value):
+            continue  # engines (a name that is none is refused by the engine table, with the names)
+        if args.path is None and args.data is None:
+            args.path, args.runtimes[index] = value, "all"
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from turnkit import doctor
     from turnkit.doctor.output import format_ci, format_human
 
+    _runtimes_and_path(args)
     if (args.path is None) == (args.data is None):
         raise UsageError("give a checkpoint (turnkit doctor PATH) or prepared data (turnkit doctor --data DIR)")
     for flag, value in (("", args.path), ("--model", args.model), ("--base", args.base)):
         if value is not None and hub_name(value) and not Path(value).exists():  # told how to download it
             raise missing_model(value, flag)
+    if args.tokenizer is not None and args.path is None:
+        raise UsageError("--tokenizer goes with a template file: turnkit doctor TEMPLATE.jinja --tokenizer PATH")
     if args.data is not None and args.runtimes is not None:
         raise UsageError("--runtimes checks a checkpoint's template: turnkit doctor PATH --runtimes")
     if args.data is not None:
@@ -27,7 +53,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         if args.model is not None:
             raise UsageError("--model goes with --data; audit a checkpoint with turnkit doctor PATH")
-        report = doctor.run(args.path, ignore=args.ignore or [], base=args.base, runtimes=args.runtimes)
+        report = doctor.run(
+            args.path, ignore=args.ignore or [], base=args.base, runtimes=args.runtimes, tokenizer=args.tokenizer
+        )
     if args.json:
         json.dump(report.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
         sys.stdout.write("\n")
@@ -44,7 +72,15 @@ def register(commands: Any) -> None:
         "doctor", help="audit a checkpoint (or prepared training data) for chat-format mistakes, with fixes"
     )
     doc.add_argument(
-        "path", nargs="?", metavar="PATH", help="a Hugging Face folder, a .gguf file, default, or a PEFT adapter folder"
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help="a Hugging Face folder, a .gguf file, default, a PEFT adapter folder, or a .jinja template",
+    )
+    doc.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="a .jinja template's tokenizer (a model folder or a .gguf file), for the checks that need token ids",
     )
     doc.add_argument(
         "--base", metavar="PATH", help="a PEFT adapter's base model folder (when base_model_name_or_path is a hub name)"
@@ -55,7 +91,8 @@ def register(commands: Any) -> None:
         const="all",
         action="append",
         metavar="ENGINE[,ENGINE...]",
-        help="also render the template in other Jinja engines: llama.cpp, minijinja, hf-jinja (default: all)",
+        help="also render the template in other Jinja engines: llama.cpp, minijinja, hf-jinja (default: all); "
+        "--runtimes=ENGINE names them explicitly, and a word after --runtimes that names no engine is the PATH",
     )
     doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
     doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")

@@ -67,8 +67,11 @@ def run(
     ignore: Iterable[str] = (),
     base: str | Path | None = None,
     runtimes: Iterable[str] | None = None,
+    tokenizer: str | Path | None = None,
 ) -> Report:
-    """Audit a checkpoint: a Hugging Face folder, a ``.gguf`` file, ``"default"``, or a PEFT adapter folder.
+    """Audit a checkpoint: a Hugging Face folder, a ``.gguf`` file, ``"default"``, or a PEFT adapter folder; or a
+    chat template file (``.jinja``) before it is released, with ``tokenizer`` (a model folder or a ``.gguf`` file)
+    for the checks that need token ids (without one they are listed as not evaluated, saying so).
 
     ``base`` is an adapter's base model folder, when its ``base_model_name_or_path`` is a hub name. ``runtimes``
     (engine names, or ``["all"]``) also runs ``runtime-divergence``: the template in those other Jinja engines.
@@ -78,7 +81,7 @@ def run(
     """
     skip = validate_ignore(ignore)
     engines = None if runtimes is None else renderers(runtimes)
-    target = load_target(path, base=base)
+    target = load_target(path, base=base, tokenizer=tokenizer)
     context = Context(target)
     report = run_checks(context, CHECKPOINT_CHECKS, _report(target, str(path)), skip)
     if context.forgery is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnkit.doctor.findings import NotEvaluated
 from turnkit.doctor.probe import Skeleton, learn_skeleton
-from turnkit.doctor.target import Target
+from turnkit.doctor.target import NEEDS_IDS, Target
 from turnkit.format import ChatFormat
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class Context:
     @property
     def tokenizer(self) -> Any:
         if self.target.tokenizer is None:
-            raise NotEvaluated("no tokenizer could be read")
+            raise NotEvaluated(NEEDS_IDS if self.target.kind == "template" else "no tokenizer could be read")
         return self.target.tokenizer
 
     @property

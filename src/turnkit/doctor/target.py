@@ -22,7 +22,16 @@ from turnkit.embedded import resolve_model
 from turnkit.errors import TemplateError, TemplateNotFoundError, TurnkitError
 from turnkit.format import ChatFormat
 
-__all__ = ["Adapter", "JsonFile", "Target", "TemplateSource", "load_target", "read_json_file"]
+__all__ = [
+    "NEEDS_IDS",
+    "TEMPLATE_SUFFIXES",
+    "Adapter",
+    "JsonFile",
+    "Target",
+    "TemplateSource",
+    "load_target",
+    "read_json_file",
+]
 
 #: Files that hold a vocabulary; a folder with none of them has no tokenizer to audit.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "tokenizer.tiktoken")
@@ -68,7 +77,7 @@ class Target:
 
     given: str
     path: Path
-    kind: str  # "hf", "gguf" or "adapter"
+    kind: str  # "hf", "gguf", "adapter" or "template" (a .jinja file, with a tokenizer from elsewhere or none)
     fmt: ChatFormat | None
     #: Why there is no usable template (``fmt`` is None): none found, or one that does not compile.
     no_template: str | None
@@ -84,6 +93,8 @@ class Target:
 
     @property
     def description(self) -> str:
+        if self.kind == "template":
+            return "chat template file" + (" and a tokenizer" if self.tokenizer is not None else ", no tokenizer")
         return {"hf": "Hugging Face folder", "gguf": "GGUF file", "adapter": "PEFT adapter"}[self.kind]
 
     def label(self, path: Path) -> str:
@@ -187,20 +198,34 @@ def _tokenizer_of(fmt: ChatFormat | None, folder: Path) -> Any:
         raise DoctorInputError(f"cannot load the tokenizer of {folder}: {exc}") from None
 
 
-def load_target(given: str | Path, *, base: str | Path | None = None) -> Target:
+#: The file names a chat template alone is given under (``chat_template.jinja``, a template kept beside a repo's code).
+TEMPLATE_SUFFIXES = (".jinja", ".j2")
+
+
+def load_target(given: str | Path, *, base: str | Path | None = None, tokenizer: str | Path | None = None) -> Target:
     """Read a checkpoint for auditing; :class:`DoctorInputError` (or another ``TurnkitError``) on bad input.
 
     ``base`` is a PEFT adapter's base model folder, in place of its ``base_model_name_or_path`` (a hub name there
-    cannot be read: doctor reads no hub).
+    cannot be read: doctor reads no hub). A ``.jinja`` file is a template checked before it is released:
+    ``tokenizer`` (a model folder or a ``.gguf`` file) gives it token ids and special tokens; without one, the checks
+    that need ids are listed as not evaluated, saying so, and the rest run (``--runtimes`` compares the text).
     """
     path = resolve_model(given)
     if not path.exists():
         raise DoctorInputError(
-            f"{path} does not exist (give a Hugging Face model folder, a .gguf file, a PEFT adapter folder, or default)"
+            f"{path} does not exist (give a Hugging Face model folder, a .gguf file, a PEFT adapter folder, a .jinja "
+            "template, or default)"
+        )
+    if path.is_file() and path.suffix.lower() in TEMPLATE_SUFFIXES:
+        return _load_template(str(given), path, None if tokenizer is None else Path(tokenizer))
+    if tokenizer is not None:
+        raise DoctorInputError(
+            f"--tokenizer goes with a .jinja template (turnkit doctor TEMPLATE.jinja --tokenizer PATH); {path} has "
+            "its own tokenizer"
         )
     if path.is_file():
         if path.suffix.lower() != ".gguf":
-            raise DoctorInputError(f"{path} is neither a model folder nor a .gguf file")
+            raise DoctorInputError(f"{path} is neither a model folder, a .gguf file nor a .jinja template")
         return _load_gguf(str(given), path)
     if (path / "adapter_config.json").is_file():
         return _load_adapter(str(given), path, Path(base) if base is not None else None)
@@ -227,6 +252,49 @@ def _load_gguf(given: str, path: Path) -> Target:
             raise DoctorInputError(f"cannot read the tokenizer of {path}: {exc}") from None
     sources = [TemplateSource(path.name, facts.templates["default"])] if "default" in facts.templates else []
     return Target(given, path, "gguf", fmt, why, invalid, sources, tokenizer, gguf=facts)
+
+
+#: Why a check did not run on a template given without a tokenizer (``Context.tokenizer`` raises it).
+NEEDS_IDS = "needs token ids, and a template alone has none: add --tokenizer PATH (a model folder or a .gguf file)"
+
+
+def _load_template(given: str, path: Path, tokenizer_path: Path | None) -> Target:
+    """A chat template file, with the special tokens and the tokenizer of ``tokenizer_path`` where given."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DoctorInputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    special: dict[str, Any] = {}  # template variables by name (Any: the keywords of from_template they fill)
+    binding = tokenizer_config = None
+    if tokenizer_path is not None:
+        from turnkit.template.sources import special_tokens_of
+        from turnkit.tokenizer import TokenizerBinding
+
+        tokenizer_path = resolve_model(str(tokenizer_path))
+        is_gguf = tokenizer_path.is_file() and tokenizer_path.suffix.lower() == ".gguf"
+        if not tokenizer_path.exists():
+            raise DoctorInputError(f"--tokenizer {tokenizer_path} does not exist (give a model folder or a .gguf file)")
+        if not (tokenizer_path.is_dir() and _has_tokenizer(tokenizer_path)) and not is_gguf:
+            raise DoctorInputError(
+                f"--tokenizer {tokenizer_path} is neither a model folder with a tokenizer nor a .gguf file"
+            )
+        try:
+            special = special_tokens_of(tokenizer_path)
+            binding = (
+                TokenizerBinding.from_gguf(tokenizer_path) if is_gguf else TokenizerBinding.from_folder(tokenizer_path)
+            )
+        except TurnkitError as exc:
+            raise DoctorInputError(f"cannot load the tokenizer of {tokenizer_path}: {exc}") from None
+        if not is_gguf:
+            config_path = tokenizer_path / "tokenizer_config.json"
+            tokenizer_config = read_json_file(config_path, str(config_path)) if config_path.is_file() else None
+    fmt, why, invalid = None, None, False
+    try:
+        fmt = ChatFormat.from_template(text, tokenizer=binding, **special)
+    except TemplateError as exc:
+        why, invalid = f"the chat template does not compile: {exc}", True
+    sources = [TemplateSource(path.name, text)]
+    return Target(given, path, "template", fmt, why, invalid, sources, binding, tokenizer_config)
 
 
 def _load_folder(given: str, folder: Path) -> Target:

@@ -25,7 +25,15 @@ from typing import Any
 
 from turnkit.errors import TemplateNotFoundError
 
-__all__ = ["SPECIAL_TOKEN_NAMES", "TemplateSet", "load_gguf", "load_hf_folder", "open_gguf", "read_gguf_metadata"]
+__all__ = [
+    "SPECIAL_TOKEN_NAMES",
+    "TemplateSet",
+    "load_gguf",
+    "load_hf_folder",
+    "open_gguf",
+    "read_gguf_metadata",
+    "special_tokens_of",
+]
 
 #: The named special tokens transformers passes to every template as variables (``special_tokens_map``).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -101,6 +109,17 @@ def _special_tokens_of_folder(folder: Path, config: Mapping[str, Any]) -> dict[s
             if name in SPECIAL_TOKEN_NAMES and (text := _token_text(value)) is not None:
                 tokens[name] = text
     return tokens
+
+
+def special_tokens_of(path: str | Path) -> dict[str, str]:
+    """The named special tokens (``bos_token``, ``eos_token`` ...) of a Hugging Face folder or a GGUF file, whether
+    or not it has a chat template: what a template from elsewhere is rendered with over that checkpoint's tokenizer
+    (``turnkit doctor TEMPLATE.jinja --tokenizer PATH``)."""
+    path = Path(path)
+    if path.is_dir():
+        config_path = path / "tokenizer_config.json"
+        return _special_tokens_of_folder(path, _read_json(config_path) if config_path.is_file() else {})
+    return dict(read_gguf_metadata(path)["special_tokens"])
 
 
 def load_hf_folder(folder: str | Path) -> TemplateSet:
