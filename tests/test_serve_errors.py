@@ -418,6 +418,51 @@ def test_a_function_call_output_must_answer_a_call(url):
         assert caught.value.body["param"].endswith(".call_id") and "no function call" in caught.value.body["message"]
 
 
+def test_a_tool_message_must_answer_a_call_in_chat_and_messages(url):
+    """A chat ``tool`` message whose ``tool_call_id`` no earlier assistant call has was rendered as an orphan result,
+    where Responses refuses the same (above) and OpenAI answers 400: now a 400 naming the message and field, in chat
+    completions, ``/tokenize`` and Messages (a ``tool_result`` naming no earlier ``tool_use``), through the official
+    clients; a result that answers its call passes (issue 45)."""
+    import anthropic
+
+    client, claude = _clients(url)
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    made = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    answered = client.chat.completions.create(
+        model="replay", messages=[*made, {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}], tools=TOOLS
+    )
+    assert answered.choices[0].message.content == "Paris."
+    for messages, index in (
+        ([*made, {"role": "tool", "tool_call_id": "call_2", "content": "Sunny"}], 2),
+        ([*QUESTION, {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}], 1),  # no call at all
+        ([{"role": "tool", "tool_call_id": "call_1", "content": "x"}, *made], 0),  # before its call
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="replay", messages=messages, tools=TOOLS)
+        error = caught.value.body
+        assert error["param"] == f"messages[{index}].tool_call_id", error
+        assert (
+            error["message"].startswith(f"messages[{index}].tool_call_id: 'call_")
+            and "answers no tool call" in (error["message"])
+        )
+        answer = httpx.post(url + "/tokenize", json={"messages": messages, "tools": TOOLS})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == f"messages[{index}].tool_call_id"
+    used = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]}
+    result = {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Sunny"}
+    orphan = [*QUESTION, used, {"role": "user", "content": [result]}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        claude.messages.create(model="replay", max_tokens=8, messages=orphan, tools=[_WEATHER])
+    message = caught.value.body["error"]["message"]
+    assert message.startswith("messages[2].content[0].tool_use_id: 'toolu_2' answers no tool call"), message
+    reply = claude.messages.create(
+        model="replay",
+        max_tokens=8,
+        messages=[*QUESTION, used, {"role": "user", "content": [{**result, "tool_use_id": "toolu_1"}]}],
+        tools=[_WEATHER],
+    )
+    assert reply.content[0].text == "Paris."
+
+
 def test_every_counting_endpoint_refuses_tools_the_template_does_not_show(smollm2_hf_folder):
     """SmolLM2's own template renders no tools: chat, count_tokens and /tokenize all refuse them alike (/tokenize had
     counted the prompt without them)."""

@@ -57,6 +57,31 @@ def _check_roles(messages: list[Any]) -> None:
             raise APIError(400, f"role must be {roles}, got {role!r}", param=f"messages[{index}].role")
 
 
+def _check_tool_results(messages: list[Any]) -> None:
+    """Every ``tool`` message answers a call made before it: its ``tool_call_id`` is the ``id`` of a tool call of an
+    earlier assistant message. OpenAI refuses one that answers nothing, and the Responses API here refuses a
+    ``function_call_output`` whose ``call_id`` no ``function_call`` made; a result that answers no call would reach
+    the template as an orphan turn, which the model never saw in training. A tool message without an id is left to
+    the template (some read only the order of results)."""
+    made: set[str] = set()
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    made.add(call["id"])
+        elif message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str) and call_id and call_id not in made:
+                place = f"messages[{index}].tool_call_id"
+                reason = (
+                    f"{call_id!r} answers no tool call: no assistant message before it has a tool call with that "
+                    "id" + (f" (the calls made: {', '.join(map(repr, sorted(made)))})" if made else "")
+                )
+                raise APIError(400, f"{place}: {reason}", param=place, reason=reason)
+
+
 def read_chat_input(body: dict[str, Any]) -> ChatInput:
     """``messages``, ``tools``, ``tool_choice``, ``chat_template_kwargs`` and the template override fields, checked
     (the messages themselves are checked where they are rendered, with their index in every error)."""
@@ -64,6 +89,7 @@ def read_chat_input(body: dict[str, Any]) -> ChatInput:
     if not messages:
         raise APIError(400, "messages must be a non-empty list", param="messages")
     _check_roles(messages)
+    _check_tool_results(messages)
     tools = read_field(body, "tools", list)
     if tools is not None:
         for index, tool in enumerate(tools):
