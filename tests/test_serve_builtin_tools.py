@@ -180,6 +180,47 @@ def test_forcing_a_left_out_tool_is_a_400(servers):
     assert caught.value.body["param"] == "tool_choice"
 
 
+# -- Chat Completions -------------------------------------------------------------------------------------------------
+
+
+def test_chat_serves_without_web_search_options_and_says_so_as_responses_does(servers, fmt):
+    """``web_search_options`` was a 400 on chat while Responses served Codex's ``web_search`` without it: one rule
+    now, whole and streamed, and the 400 on a strict server (issue 45)."""
+    url, recorder = servers["lenient"]
+    messages = [{"role": "user", "content": QUESTION}]
+    client = _openai(url)
+    raw = client.chat.completions.with_raw_response.create(
+        model="smollm2", messages=messages, web_search_options={"search_context_size": "low"}, max_tokens=16
+    )
+    assert raw.http_response.status_code == 200 and raw.headers[HEADER] == "web_search"
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "Sunny."
+    (dropped,) = completion.model_extra["turnkit_dropped_tools"]
+    assert dropped["param"] == "web_search_options" and "hosted" in dropped["reason"]
+    assert recorder.prompts[-1] == _prompt(fmt, None)  # the prompt of the same request without it
+    stream = client.chat.completions.create(
+        model="smollm2", messages=messages, web_search_options={}, max_tokens=16, stream=True
+    )
+    assert stream.response.headers[HEADER] == "web_search"
+    chunks = list(stream)
+    assert chunks[0].model_extra["turnkit_dropped_tools"] == [dropped]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Sunny."
+    plain = client.chat.completions.with_raw_response.create(model="smollm2", messages=messages, max_tokens=4)
+    assert HEADER not in plain.headers and "turnkit_dropped_tools" not in (plain.parse().model_extra or {})
+    strict_url, strict = servers["strict"]
+    seen = len(strict.prompts)
+    with pytest.raises(openai.BadRequestError) as caught:
+        _openai(strict_url).chat.completions.create(
+            model="smollm2", messages=messages, web_search_options={}, max_tokens=4
+        )
+    error = caught.value.body
+    assert error["param"] == "web_search_options" and error["code"] == "unsupported_parameter"
+    assert "--refuse-builtin-tools" in error["message"] and len(strict.prompts) == seen
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="smollm2", messages=messages, web_search_options="yes", max_tokens=4)
+    assert caught.value.body["param"] == "web_search_options"
+
+
 # -- Messages ---------------------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from turnkit.serve.protocol import (
     SAMPLING_REFUSALS,
     APIError,
     ChatRequest,
+    DroppedTool,
     Fields,
     read_chat_input,
     read_field,
@@ -32,7 +33,9 @@ _SYSTEM_MESSAGE = "a message with role 'system' in messages"
 #: do (audio, predicted outputs, the legacy functions, ...), where the value asks for something.
 FIELDS = Fields(
     "Chat Completions",
-    read=SAMPLING_FIELDS | CHAT_INPUT_FIELDS | {"max_completion_tokens", "logprobs", "top_logprobs", "response_format"},
+    read=SAMPLING_FIELDS
+    | CHAT_INPUT_FIELDS
+    | {"max_completion_tokens", "logprobs", "top_logprobs", "response_format", "web_search_options"},
     without_effect=frozenset(
         {
             "store",
@@ -51,7 +54,6 @@ FIELDS = Fields(
         "audio": ("audio output is not supported", ()),
         "modalities": ("only the text modality is supported", (["text"],)),
         "prediction": ("predicted outputs are not supported", ()),
-        "web_search_options": ("web search is not supported", ()),
         "functions": ("the legacy functions field is not supported; use tools", ()),
         "function_call": ("the legacy function_call field is not supported; use tool_choice", ()),
         "verbosity": ("verbosity other than 'medium' is not supported", ("medium",)),
@@ -73,9 +75,33 @@ FIELDS = Fields(
 )
 
 
-def parse_chat(body: dict[str, Any]) -> ChatRequest:
-    """A chat completions body, checked field by field (400s name the field)."""
+#: Why ``web_search_options`` cannot be honoured: chat completions' one built-in tool, as Responses' hosted ones.
+_WEB_SEARCH = "a hosted tool: OpenAI runs it on its own servers, and this server has nothing to run it"
+
+
+def _web_search(body: dict[str, Any], refuse: bool) -> tuple[DroppedTool, ...]:
+    """``web_search_options`` (the search models' web search) treated as the Responses and Messages APIs treat a
+    hosted tool: the request is served without it and the response names it (``turnkit-dropped-tools``,
+    ``turnkit_dropped_tools``), or with ``refuse`` (``turnkit serve --refuse-builtin-tools``) it is a 400. It was a
+    400 here whatever the server was told, while Responses served Codex's ``web_search`` without it: one rule now."""
+    if read_field(body, "web_search_options", dict) is None:
+        return ()
+    if refuse:
+        raise APIError(
+            400,
+            f"web_search_options is not supported: {_WEB_SEARCH} (this server refuses such requests; without turnkit "
+            "serve --refuse-builtin-tools it leaves web search out and says so)",
+            param="web_search_options",
+            code="unsupported_parameter",
+        )
+    return (DroppedTool("web_search", "web_search_options", _WEB_SEARCH),)
+
+
+def parse_chat(body: dict[str, Any], *, refuse_builtin: bool = False) -> ChatRequest:
+    """A chat completions body, checked field by field (400s name the field). ``web_search_options`` is left out
+    and named in ``dropped_tools`` (with ``refuse_builtin``, a 400)."""
     FIELDS.check(body)
+    dropped = _web_search(body, refuse_builtin)
     sampling = read_sampling(body)
     chat_input = read_chat_input(body)
     logprobs = read_field(body, "logprobs", bool, False)
@@ -97,6 +123,7 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
         top_logprobs=top_logprobs,
         chat_input=chat_input,
         response_format=response_format,
+        dropped_tools=dropped,
     )
 
 

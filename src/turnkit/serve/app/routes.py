@@ -279,12 +279,15 @@ class Server:
     # -- generating endpoints -------------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        req = await read_request(request, parse_chat)
+        refuse = self.refuse_builtin_tools
+        req = await read_request(request, lambda body: parse_chat(body, refuse_builtin=refuse))
+        headers = self._dropped(request, req.dropped_tools)
         sessions, name = await self._start_chat(req)
         chunks = choices(sessions, name, chat_chunks)
         if req.response_format is not None:
             chunks = structured.checked(chunks)
-        return await _reply(chunks, fold_chat, req)
+        extra = {"turnkit_dropped_tools": [tool.to_dict() for tool in req.dropped_tools]} if req.dropped_tools else {}
+        return await _reply(chunks, fold_chat, req, extra=extra, headers=headers)
 
     async def messages(self, request: Request) -> Response:
         """Anthropic's Messages API on the same sessions (:mod:`..messages`)."""
@@ -467,8 +470,29 @@ def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str) -> None:
         raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
 
 
-async def _reply(chunks: AsyncGenerator[Chunk, None], fold: Callable[[list[Chunk]], Chunk], req: Sampling) -> Response:
-    """The chunks as a stream of server-sent events, or folded into one response: the same chunks either way."""
+async def _reply(
+    chunks: AsyncGenerator[Chunk, None],
+    fold: Callable[[list[Chunk]], Chunk],
+    req: Sampling,
+    *,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """The chunks as a stream of server-sent events, or folded into one response: the same chunks either way.
+    ``extra``: turnkit's own fields of the answer (``turnkit_dropped_tools``), on a stream's first chunk and on the
+    whole response, which clients keep and ignore."""
     if req.stream:
-        return StreamingResponse(event_stream(chunks, include_usage=req.include_usage), media_type="text/event-stream")
-    return JSONResponse(fold(await collect(chunks)))
+        if extra:
+            chunks = _first_with(chunks, extra)
+        stream = event_stream(chunks, include_usage=req.include_usage)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+    return JSONResponse({**fold(await collect(chunks)), **(extra or {})}, headers=headers)
+
+
+async def _first_with(chunks: AsyncGenerator[Chunk, None], extra: dict[str, Any]) -> AsyncGenerator[Chunk, None]:
+    """The chunks, the first one carrying ``extra`` too."""
+    first = True
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            yield {**chunk, **extra} if first else chunk
+            first = False

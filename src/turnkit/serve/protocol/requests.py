@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnkit.serve.protocol.builtin_tools import DroppedTool
 from turnkit.serve.protocol.wording import Wording
 
 __all__ = ["ChatInput", "ChatRequest", "CompletionRequest", "Sampling", "Thinking"]
@@ -82,6 +83,9 @@ class ChatRequest(Sampling):
     response_format: dict[str, Any] | None = None
     #: How the API the request came from names its fields, for the errors raised on the one path.
     wording: Wording = field(default_factory=Wording)
+    #: Built-in tools the request asked for and the prompt leaves out (chat completions' ``web_search_options``):
+    #: named in the response. Responses and Messages keep theirs on their own requests.
+    dropped_tools: tuple[DroppedTool, ...] = ()
 
 
 @dataclass
