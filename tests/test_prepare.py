@@ -765,6 +765,30 @@ def test_records_that_share_an_id_are_counted_and_named(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_records_named_by_where_they_were_read_are_counted(tmp_path, capsys):
+    """A record without an id is named by its file and line, an id that changes when the input is reordered: the
+    summary and the manifest say how many (it was said nowhere but the id_field's wording; issue 45)."""
+    lines = [json.dumps({"id": "r1", **GOOD}), json.dumps(GOOD), json.dumps({"id": 7, **GOOD}), "{not json"]
+    data = _jsonl(tmp_path / "d.jsonl", [*lines, json.dumps({"id": "", **GOOD})])
+    for extra in ([], ["--workers", "2", "--shard-records", "2"]):
+        out_dir = tmp_path / f"out{len(extra)}"
+        code, out, err = _prepare_cli(capsys, str(data), "--out", str(out_dir), *extra)
+        assert code == 0 and err == ""
+        assert (
+            "ids from source               3   records have no 'id' field: each is named by where it was read "
+            "(file:line)" in out
+        )
+        manifest = json.loads((out_dir / "manifest.json").read_text())
+        assert manifest["record_ids"] == {"own": 2, "from_source": 3}
+        assert sorted(row["record_id"] for row in load_rows(out_dir)) == ["7", "d.jsonl:2", "d.jsonl:5", "r1"]
+    code, out, _ = _prepare_cli(capsys, str(data), "--out", str(tmp_path / "uid"), "--id-field", "id")
+    assert json.loads((tmp_path / "uid" / "manifest.json").read_text())["record_ids"] == {"own": 2, "from_source": 3}
+    named = _jsonl(tmp_path / "named.jsonl", [json.dumps({"id": f"r{n}", **GOOD}) for n in range(3)])
+    code, out, _ = _prepare_cli(capsys, str(named), "--out", str(tmp_path / "named"))
+    assert code == 0 and "ids from source" not in out
+    assert json.loads((tmp_path / "named" / "manifest.json").read_text())["record_ids"] == {"own": 3, "from_source": 0}
+
+
 def test_a_rerun_with_nothing_to_do_says_so(tmp_path, capsys):
     data = _jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD)] * 5)
     out_dir = tmp_path / "out"

@@ -24,6 +24,7 @@ __all__ = [
     "ID_FIELD_DEFAULT",
     "PREPARE_ADVICE",
     "duplicate_ids",
+    "has_own_id",
     "prepare_advice",
     "reason_key",
     "record_id",
@@ -96,6 +97,14 @@ def prepare_advice(reason: str) -> str:
     return reason
 
 
+def has_own_id(data: Any, id_field: str | None) -> bool:
+    """Whether the record carries its id (``data[id_field]``, or ``data["id"]`` by default) as :func:`record_id`
+    takes it; a record without one is named by where it was read, which the manifest counts
+    (``record_ids.from_source``): such an id changes when the input is reordered or split, so a run says so."""
+    value = data.get(id_field or ID_FIELD_DEFAULT) if isinstance(data, dict) else None
+    return isinstance(value, str | int) and not isinstance(value, bool) and str(value) != ""
+
+
 def record_id(data: Any, source: str, id_field: str | None) -> str:
     """The record's own id: ``data[id_field]``, or ``data["id"]`` when present by default, else its source.
 
@@ -104,7 +113,7 @@ def record_id(data: Any, source: str, id_field: str | None) -> str:
     """
     field = id_field or ID_FIELD_DEFAULT
     value = data.get(field) if isinstance(data, dict) else None
-    if isinstance(value, str | int) and not isinstance(value, bool) and str(value) != "":
+    if has_own_id(data, id_field):
         return str(value)
     if id_field is None:
         return source

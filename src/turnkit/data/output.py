@@ -167,6 +167,7 @@ def finish(
             "records_with_markers",
             "reasoning_left_out",
             "records_reasoning_left_out",
+            "ids_from_source",
         ):
             totals[key] += summary.get(key, 0)  # a shard an older version wrote lacks the newer counts
         reasons.update(summary["rejected_by_reason"])
@@ -197,6 +198,12 @@ def finish(
         "tokenizer_sha256": tokenizer_sha256,
         "tokenizer_path": fmt.tokenizer.tokenizer_path,
         "id_field": config.id_field or f"{ID_FIELD_DEFAULT} (where present, else the source file:line)",
+        # how many records are named by where they were read, having no id of their own: such an id changes when the
+        # inputs are reordered, split or filtered, so a trainer's log or a reject found by it may name another record
+        "record_ids": {
+            "own": totals["read"] - totals["ids_from_source"],
+            "from_source": totals["ids_from_source"],
+        },
         "options": config.to_dict(),
         "engine": engine,
         "workers": workers,
@@ -237,9 +244,21 @@ def report(manifest: dict[str, Any]) -> str:
         *(f"  {n:>6,}  {marker}" for marker, n in sorted(manifest["markers_found"].items(), key=lambda x: -x[1])),
         *_reasoning_line(manifest.get("reasoning_left_out")),
         *_duplicates_line(manifest.get("duplicate_ids")),
+        *_source_ids_line(manifest.get("record_ids"), manifest["id_field"]),
         f"time               {manifest['seconds']:>11.1f}s",
     ]
     return "\n".join(lines)
+
+
+def _source_ids_line(record_ids: dict[str, int] | None, id_field: str) -> list[str]:
+    """Records named by where they were read (``file:line``), having no id field: counted, so it is said."""
+    if not record_ids or not record_ids.get("from_source"):
+        return []
+    field = id_field.split()[0]
+    return [
+        f"ids from source    {record_ids['from_source']:>12,}   records have no {field!r} field: each is named by "
+        "where it was read (file:line)"
+    ]
 
 
 def _duplicates_line(duplicates: dict[str, Any] | None) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from turnkit.data.accounting import prepare_advice, reason_key, record_id, reject
+from turnkit.data.accounting import has_own_id, prepare_advice, reason_key, record_id, reject
 from turnkit.data.formats import FieldMap, RecordError, to_conversation
 from turnkit.data.sources import RawRecord
 from turnkit.encode.coverage import REASONING
@@ -63,6 +63,8 @@ class ShardResult:
     #: the records they are in.
     reasoning_left_out: int = 0
     records_reasoning_left_out: int = 0
+    #: Records whose id is where they were read (``file:line``): they had no id field (or could not be read).
+    ids_from_source: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -78,6 +80,7 @@ class ShardResult:
             "records_with_markers": self.records_with_markers,
             "reasoning_left_out": self.reasoning_left_out,
             "records_reasoning_left_out": self.records_reasoning_left_out,
+            "ids_from_source": self.ids_from_source,
         }
 
 
@@ -230,9 +233,11 @@ def process_records(records: Sequence[RawRecord], config: PrepareConfig, *, spar
         source = record.record_id
         data, error, where = record.read()
         if error is not None:
+            result.ids_from_source += 1
             outcomes.append(reject(source, source, error, where))
             continue
         rid = source
+        result.ids_from_source += not has_own_id(data, config.id_field)  # its id is where it was read
         try:
             rid = record_id(data, source, config.id_field)
             messages, tools = to_conversation(data, config.input_format, config.fields)
