@@ -75,7 +75,7 @@ VLLM_VENV=.venv-vllm
 VLLM_STAMP=$VLLM_VENV/.turnkit-installed
 # --engine vllm (vLLM's engine in process, alone and as a --ray replica) and the vLLM plugin (vLLM's own server): one
 # vLLM start per module
-VLLM_TESTS=(tests/test_serve_vllm.py tests/test_vllm_plugin.py tests/test_serve_vllm_ray.py)
+VLLM_TESTS=(tests/test_serve_vllm.py tests/test_serve_vllm_cli.py tests/test_vllm_plugin.py tests/test_serve_vllm_ray.py)
 
 vllm_setup() {
     local want

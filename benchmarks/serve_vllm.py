@@ -27,6 +27,11 @@ Loads, through the official ``openai`` client, greedy, streamed:
 path), e.g. a worktree of an earlier commit, so that a change is measured before and after in the same run, each
 against vLLM's own server. ``--no-long`` leaves out the 4k-token prompt, ``--agents 0`` the agent conversations.
 
+``--burst N`` adds a burst: N chat requests of ``--max-tokens`` tokens sent at once, non-streamed, timed until the last
+answer; refused ones (429) are counted. ``--defaults`` gives neither server a batch size nor turnkit a wide queue:
+each runs as a user starts it (vLLM's own ``max_num_seqs`` on both, turnkit's default ``--max-queue``), where the other
+runs give both the same ``--max-num-seqs``. ``--levels`` with no value leaves out the streaming levels.
+
 For each level, the CPU seconds per completion token spent in each server's own process (``/proc/PID/stat``, all its
 threads, not its children: vLLM's engine core runs in a child process of both), which is the front end's cost
 whatever the load: turnkit's front end (its server, session, reply parser and the in-process ``AsyncLLM`` client)
@@ -65,7 +70,36 @@ class Figures:
     long_ttft: float = float("nan")
     agent_wall: float = float("nan")
     agent_ttft: list[float] = field(default_factory=list)
+    burst_wall: float = float("nan")
+    burst_refused: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+async def _burst(url: str, model: str, requests: int, max_tokens: int) -> tuple[float, int, list[str]]:
+    """``requests`` chats sent at once, non-streamed: the wall time until the last answer, how many were refused
+    (429), and the other errors."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=900)
+
+    async def one(n: int) -> str | None:
+        try:
+            await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": f"Write a short note to colleague number {n}."}],
+                max_tokens=max_tokens,
+                temperature=0,
+            )
+        except openai.RateLimitError:
+            return "refused"
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            return repr(exc)[:200]
+        return None
+
+    start = time.perf_counter()
+    outcomes = await asyncio.gather(*(one(n) for n in range(requests)))
+    wall = time.perf_counter() - start
+    await client.close()
+    errors = [outcome for outcome in outcomes if outcome not in (None, "refused")]
+    return wall, sum(outcome == "refused" for outcome in outcomes), errors
 
 
 async def _agents(url: str, model: str, conversations: int, max_tokens: int, stats: Stats) -> float:
@@ -119,6 +153,9 @@ async def _measure(url: str, model: str, pid: int, args: argparse.Namespace, lon
         await client.close()
         figures.long_ttft = ttft if ttft is not None else float("nan")
         figures.errors += long_stats.errors
+    if args.burst:
+        figures.burst_wall, figures.burst_refused, errors = await _burst(url, model, args.burst, args.max_tokens)
+        figures.errors += errors
     if not args.agents:
         return figures
     agent_stats = Stats()
@@ -131,11 +168,12 @@ async def _measure(url: str, model: str, pid: int, args: argparse.Namespace, lon
 def _servers(folder: Path, args: argparse.Namespace) -> list[Peer]:
     python = sys.executable
     turnkit = [python, "-m", "turnkit.cli", "serve", "--engine", "vllm", "--model", str(folder), "--no-ui"]
-    turnkit += ["--model-id", "bench", "--max-batch", str(args.max_num_seqs), "--max-queue", "4096"]
-    turnkit += ["--context", str(args.max_model_len), "--vllm-arg", f"dtype={args.dtype}"]
+    turnkit += ["--model-id", "bench", "--context", str(args.max_model_len), "--vllm-arg", f"dtype={args.dtype}"]
     vllm = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--served-model-name"]
-    vllm += ["bench", "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", str(args.max_model_len)]
-    vllm += ["--dtype", args.dtype]
+    vllm += ["bench", "--max-model-len", str(args.max_model_len), "--dtype", args.dtype]
+    if not args.defaults:  # the same batch size on both, and no request of the benchmark refused by turnkit's queue
+        turnkit += ["--max-batch", str(args.max_num_seqs), "--max-queue", "4096"]
+        vllm += ["--max-num-seqs", str(args.max_num_seqs)]
     for item in args.vllm_arg:
         key, _, value = item.partition("=")
         turnkit += ["--vllm-arg", item]
@@ -163,7 +201,7 @@ def _folder(args: argparse.Namespace) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="a Hugging Face model folder (default: the embedded model, converted)")
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--levels", type=int, nargs="*", default=[1, 16, 64])
     parser.add_argument("--requests", type=int, default=2, help="requests each stream sends per level")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--agents", type=int, default=4, help="agent conversations at once")
@@ -174,6 +212,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-long", dest="long", action="store_false", help="leave out the 4k-token prompt")
+    parser.add_argument("--burst", type=int, default=0, metavar="N", help="N chats sent at once (0: none)")
+    parser.add_argument(
+        "--defaults", action="store_true", help="each server's own batch size and queue, as a user starts it"
+    )
     parser.add_argument(
         "--turnkit-src", metavar="DIR", help="also run turnkit serve from this checkout (e.g. an earlier commit's)"
     )
@@ -240,13 +282,16 @@ def _summary(rounds: list[Figures], args: argparse.Namespace) -> dict[str, float
     out["long"] = _med([f.long_ttft for f in rounds])
     out["agent_wall"] = _med([f.agent_wall for f in rounds])
     out["agent_ttft"] = _med([_med(f.agent_ttft) for f in rounds])
+    out["burst_wall"] = _med([f.burst_wall for f in rounds])
+    out["burst_refused"] = _med([f.burst_refused for f in rounds])
     out["errors"] = sum(len(f.errors) for f in rounds)
     return out
 
 
 def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder: Path, loads: list[float]) -> None:
     print(f"\nmodel {folder}; {os.cpu_count()} cores; load average after each round {loads}")
-    print(f"medians of {args.rounds} rounds; {args.requests} requests a stream, {args.max_tokens} tokens each")
+    sizes = "each server's own batch size and queue" if args.defaults else f"max_num_seqs {args.max_num_seqs} on both"
+    print(f"medians of {args.rounds} rounds; {args.requests} requests a stream, {args.max_tokens} tokens each; {sizes}")
     print(f"{'server':<18} {'streams':>7} {'tok/s':>9} {'TTFT p50':>9} {'ITL p50':>9} {'front CPU/token':>16}")
     summaries = {name: _summary(rounds, args) for name, rounds in results.items()}
     for name, s in summaries.items():
@@ -259,6 +304,8 @@ def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder:
             f"{name:<18} 4k-token prompt TTFT {s['long']:.3f}s; {args.agents} agents x {TURNS} turns: "
             f"{s['agent_wall']:.1f}s, turn TTFT p50 {s['agent_ttft']:.3f}s; errors {s['errors']:.0f}"
         )
+        if args.burst:
+            print(f"{name:<18} burst of {args.burst}: {s['burst_wall']:.1f}s, refused {s['burst_refused']:.0f}")
     theirs = summaries["vllm"]
     for name, ours in summaries.items():
         if name == "vllm":
@@ -272,6 +319,8 @@ def _report(results: dict[str, list[Figures]], args: argparse.Namespace, folder:
             )
         if args.long:
             print(f"  4k-token prompt TTFT {_ratio(ours, theirs, 'long'):.3f}")
+        if args.burst:
+            print(f"  burst of {args.burst}: wall {_ratio(ours, theirs, 'burst_wall'):.3f}")
         if args.agents:
             print(
                 f"  agent conversations: wall {_ratio(ours, theirs, 'agent_wall'):.3f}, "

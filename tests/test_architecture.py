@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "cache": 0,
     "quiet": 0,
     "collector": 0,
+    "process_group": 0,
     "messages": 1,
     "embedded": 1,
     "template": 2,

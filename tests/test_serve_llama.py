@@ -101,8 +101,12 @@ def test_stop_strings_end_the_reply_and_never_leak(client):
 
 
 def test_the_log_names_the_engine(server):
+    """The start line says what the engine chose, the host cache and speculative decoding included (their defaults:
+    llama-server's 8192 MiB, drafts of up to 16 tokens)."""
     text = server[1].read_text()
     assert "llama.cpp engine" in text and "threads: 1 decoding" in text and "key/value cache" in text
+    assert "8192 MiB of host memory for parked prefixes" in text
+    assert "speculative decoding: drafts of up to 16 tokens" in text
     assert "n_ctx_seq" not in text  # llama.cpp's warning about the shared cache: turnkit says what it chose instead
 
 

@@ -553,3 +553,60 @@ def test_a_vllm_start_with_the_plugin_stops_on_an_unknown_vllm():
     assert result.returncode == 1
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("turnkit: error:")]
     assert "tested with vLLM 0.32.0" in line and "this is vLLM 0.40.0" in line
+
+
+# -- the plugin's flags as one set ----------------------------------------------------------------------------------
+
+#: Command lines with part of the plugin's flags, and what the one line each stops with asks for.
+PARTIAL_FLAGS = [
+    (("--enable-auto-tool-choice", "--tool-call-parser", MODE, "--reasoning-parser", MODE), "add --tokenizer-mode"),
+    (("--reasoning-parser=turnkit",), "add --tokenizer-mode turnkit"),
+    (("--tokenizer-mode", MODE, "--enable-auto-tool-choice", "--tool_call_parser", MODE), "add --reasoning-parser"),
+    (("--tokenizer-mode", MODE, "--reasoning-parser", MODE), "add --tool-call-parser turnkit"),
+    (("--tokenizer-mode", MODE, "--tool-call-parser", MODE, "--reasoning-parser", MODE), "--enable-auto-tool-choice"),
+    (
+        ("--tokenizer-mode", MODE, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+        "give --tool-call-parser",
+    ),
+    ((*FLAGS, "--chat-template", "{{ messages }}"), "drop --chat-template"),
+]
+
+
+def test_read_flags_reads_vllms_spellings_and_its_config_file(tmp_path):
+    """``--flag value``, ``--flag=value``, ``_`` for ``-``, and the keys of ``--config FILE.yaml`` under the command
+    line's (vLLM's own merge order)."""
+    from turnkit.vllm_plugin.flags import PluginFlags, flag_problem, read_flags
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("tool-call-parser: turnkit\nreasoning_parser: turnkit\nenable-auto-tool-choice: true\n")
+    flags = read_flags(["--model", "m", "--config", str(config), "--tokenizer_mode=turnkit"])
+    assert flags == PluginFlags(MODE, MODE, MODE, True, None)
+    assert flag_problem(flags) is None
+    assert flag_problem(read_flags(["--config", str(config)])) is not None  # the parsers without the mode
+    assert flag_problem(read_flags(["--tokenizer-mode", MODE])) is None  # prompts only: replies as text
+    assert flag_problem(read_flags(["--tool-call-parser", "hermes", "--enable-auto-tool-choice"])) is None
+    assert read_flags(["--tokenizer-mode", MODE, "--chat-template", "t.jinja"]).chat_template == "t.jinja"
+
+
+def test_a_start_with_part_of_the_plugins_flags_stops_in_one_line(model_folder):
+    """The parsers without ``--tokenizer-mode turnkit`` would read replies the turnkit way over prompts vLLM renders
+    its own way (a forged turn real, the log saying "replies are read as ..."), so every partial set of the flags
+    stops vLLM's real server at start, before it reads the model: exit 1, one line naming what to add, no traceback.
+    The starts run side by side; each one's time is printed (it is vLLM's import: about 10 CPU seconds)."""
+
+    def start(flags: tuple[str, ...]) -> tuple[subprocess.CompletedProcess[str], float]:
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder), *flags]
+        began = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+        return result, time.monotonic() - began
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(start, [flags for flags, _ in PARTIAL_FLAGS]))
+    for (flags, asks), (result, seconds) in zip(PARTIAL_FLAGS, runs, strict=True):
+        print(f"{' '.join(flags)}: stopped in {seconds:.1f} s")
+        assert result.returncode == 1, (flags, result.stderr[-2000:])
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("turnkit: error:")]
+        assert asks in line, (flags, line)
+        assert "Traceback" not in result.stderr and "Resolved architecture" not in result.stderr + result.stdout

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from turnkit import families
 from turnkit.cli.common import UsageError, add_count, add_switch, missing_model, positive_int, whole_number
-from turnkit.serve.engines import ENGINES, EngineOptions
+from turnkit.serve.engines import ENGINES, MAX_BATCH, EngineOptions
 from turnkit.serve.replicas import INGRESSES
 
 #: How long running replies may go on after SIGTERM, unless --drain-seconds says otherwise.
 _DRAIN_SECONDS = 30.0
+
+#: The longest speculative draft --spec-draft-n-max takes (llama-server's n-gram drafts default to 48 at most).
+DRAFT_LIMIT = 256
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -125,14 +129,21 @@ def _draft_max(args: argparse.Namespace) -> int:
 
 
 def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
-    """``--vllm-arg KEY=VALUE`` as vLLM engine keywords (a wrong one is one error line, before any model is read)."""
+    """``--vllm-arg KEY=VALUE`` as vLLM engine keywords, checked against the installed vLLM's own (names and types)
+    and against the turnkit flags that set the same option: a wrong one is one error line, before any model is read
+    (:mod:`turnkit.serve.engines.vllm_args`)."""
     from turnkit.errors import ServeConfigError
-    from turnkit.serve.engines.vllm import parse_vllm_args
+    from turnkit.serve.engines.vllm_args import check_vllm_args, parse_vllm_args, refuse_both
 
     try:
-        return tuple(parse_vllm_args(args.vllm_arg or ()).items())
+        engine_args = parse_vllm_args(args.vllm_arg or ())
+        refuse_both(engine_args, {"--max-batch": args.max_batch, "--context": args.context})
+        if engine_args:
+            with contextlib.suppress(ImportError):  # no vLLM here: the engine's start says how to install it
+                check_vllm_args(engine_args)
     except ServeConfigError as exc:
         raise UsageError(str(exc)) from None
+    return tuple(engine_args.items())
 
 
 def _engine_options(args: argparse.Namespace, threads: int | None, prefill_threads: int | None) -> EngineOptions:
@@ -251,7 +262,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
         replicas=args.replicas or 1,
         autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
         threads=args.threads or 1,
-        max_ongoing_requests=args.max_batch,
+        max_ongoing_requests=args.max_batch or MAX_BATCH,
         max_queued_requests=args.max_queue,
         host=args.host,
         port=args.port,
@@ -280,7 +291,7 @@ def _replica_gpus(args: argparse.Namespace, specs: list[Any]) -> int:
     """GPUs a ``--ray`` replica reserves: what its vLLM engine takes (CUDA build), the most of any model it serves."""
     if not any(_engine_of(spec) == "vllm" for spec in specs):
         return 0
-    from turnkit.serve.engines.vllm import gpus_per_engine
+    from turnkit.serve.engines.vllm_args import gpus_per_engine
 
     return gpus_per_engine(dict(_vllm_args(args)))
 
@@ -297,8 +308,47 @@ def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[st
 
 
 def _mebibytes(text: str) -> int:
-    """An argparse type: a size in MiB, 0 included (off)."""
-    return whole_number(text, least=0, unit="MiB")
+    """An argparse type: a size in MiB, 0 included (off), at most this machine's memory (the host cache is parked
+    there: a budget past it would swap, then fail)."""
+    value = whole_number(text, least=0, unit="MiB")
+    memory = _memory_mib()
+    if memory is not None and value > memory:
+        raise argparse.ArgumentTypeError(f"must be at most this machine's memory, {memory} MiB, not {value}")
+    return value
+
+
+def _memory_mib() -> int | None:
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _queue_places(text: str) -> int:
+    """An argparse type: requests that may wait, 0 included (none wait: 429 once every slot runs)."""
+    return whole_number(text, least=0)
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, 0 included."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, not {text}")
+    return value
+
+
+def _draft_tokens(text: str) -> int:
+    """An argparse type: the longest speculative draft, at most :data:`DRAFT_LIMIT` tokens (each is verified in the
+    step's one batch, which llama.cpp sizes for the longest draft of every stream)."""
+    value = positive_int(text)
+    if value > DRAFT_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {DRAFT_LIMIT} tokens, not {value}")
+    return value
 
 
 def _tokens(text: str) -> int:
@@ -392,27 +442,41 @@ def register(commands: Any) -> None:
         help="speculative decoding on llama.cpp: ngram (the default) drafts tokens from the prompt and the reply so "
         "far and verifies them in one batch, the same tokens as without it; none turns it off",
     )
-    add_count(serve, "--spec-draft-n-max", "the longest draft of speculative decoding (default 16)")
+    serve.add_argument(
+        "--spec-draft-n-max",
+        type=_draft_tokens,
+        metavar="N",
+        help=f"the longest draft of speculative decoding (default 16, at most {DRAFT_LIMIT})",
+    )
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     override = serve.add_mutually_exclusive_group()
     override.add_argument(
         "--template", metavar="FILE", help="the one model's chat template: a Jinja file instead of the model's own"
     )
     override.add_argument("--family", choices=families.names(), help="the one model's template: a built-in family's")
-    add_count(serve, "--max-batch", "sequences generated together (default 16)", default=16)
+    add_count(
+        serve,
+        "--max-batch",
+        f"sequences generated together (default {MAX_BATCH}; on vllm, vLLM's own max_num_seqs: 128 on CPU, 256 to "
+        "1024 on GPUs)",
+    )
     serve.add_argument(
-        "--max-queue", type=int, default=64, metavar="N", help="requests waiting before 429 answers (default 64)"
+        "--max-queue",
+        type=_queue_places,
+        default=64,
+        metavar="N",
+        help="requests waiting before 429 answers (default 64)",
     )
     serve.add_argument(
         "--queue-timeout",
-        type=float,
+        type=_seconds,
         default=60.0,
         metavar="S",
         help="seconds a request may wait for a slot and cache room before a 503 (0: no limit; default 60)",
     )
     serve.add_argument(
         "--drain-seconds",
-        type=float,
+        type=_seconds,
         metavar="S",
         help="on SIGTERM/SIGINT, how long running replies may take to finish before they end with an error "
         f"(default {_DRAIN_SECONDS:g}; not with --ray, whose replicas Ray Serve drains)",

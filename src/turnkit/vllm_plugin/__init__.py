@@ -140,8 +140,14 @@ def register() -> None:
     vLLM runs it in every process it starts, and also where vLLM runs in turnkit's own ``--engine vllm``: the probe
     and the registries cost about half a second of CPU time in imports, and the renderer and parsers are imported only
     where vLLM asks for them. When vLLM's interfaces are not the ones this plugin knows, a command line that asks for
-    the plugin stops at start with one line naming the versions; any other only logs that line.
+    the plugin stops at start with one line naming the versions; any other only logs that line. A command line with
+    part of the plugin's flags stops with one line naming what is missing (:mod:`.flags`): vLLM loads plugins while it
+    builds its argument parser, before it reads the model. In the engine process of turnkit's own ``--engine vllm``, it
+    first leaves the terminal's process group (:mod:`turnkit.process_group`), so that Ctrl-C drains.
     """
+    from turnkit.process_group import leave_the_group_if_marked
+
+    leave_the_group_if_marked()  # vLLM's engine process of turnkit's --engine vllm: out of the terminal's signals
     release = vllm_release()
     problems = interface_problems(release)
     if problems:
@@ -150,6 +156,11 @@ def register() -> None:
             raise SystemExit(message)
         log.warning(message)
         return
+    from turnkit.vllm_plugin.flags import flag_problem, read_flags
+
+    partial = flag_problem(read_flags(sys.argv[1:]))
+    if partial is not None:
+        raise SystemExit(partial)
     from vllm.reasoning.abs_reasoning_parsers import ReasoningParserManager
     from vllm.renderers.registry import RENDERER_REGISTRY
     from vllm.tokenizers.registry import TokenizerRegistry

@@ -22,13 +22,17 @@ __all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
 #: The longest speculative draft the llama.cpp engine makes unless told (``--spec-draft-n-max``).
 DRAFT_MAX = 16
 
+#: Requests generated together unless told (``--max-batch``), on llama.cpp and torch; vLLM keeps its own default.
+MAX_BATCH = 16
+
 
 @dataclass(frozen=True)
 class EngineOptions:
     """What every engine is given besides the model (None: the engine's choice).
 
     ``threads`` decode one stream; ``prefill_threads`` compute prompts and batches (llama.cpp only); ``max_batch``
-    requests generate together and ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
+    requests generate together (None: :data:`MAX_BATCH`, and vLLM's own ``max_num_seqs`` on vLLM) and
+    ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
     longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
     YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp); ``draft_max`` the longest draft of
     speculative decoding from the context (llama.cpp; 0: off); ``cache_ram_mib`` host memory for finished requests'
@@ -37,7 +41,7 @@ class EngineOptions:
 
     threads: int | None = None
     prefill_threads: int | None = None
-    max_batch: int = 16
+    max_batch: int | None = None
     max_queue: int = 64
     queue_timeout: float | None = 60.0
     context: int | None = None
@@ -49,8 +53,10 @@ class EngineOptions:
 
     def keywords(self, *names: str) -> dict[str, Any]:
         """The options ``names`` under their own names (the engines' constructors take them so), with the queue's
-        settings that every engine takes: ``max_batch``, ``max_queue`` and ``queue_timeout``."""
-        return {name: getattr(self, name) for name in (*names, "max_batch", "max_queue", "queue_timeout")}
+        settings that every engine takes: ``max_batch`` (:data:`MAX_BATCH` where unset), ``max_queue`` and
+        ``queue_timeout``."""
+        chosen = {name: getattr(self, name) for name in (*names, "max_queue", "queue_timeout")}
+        return {**chosen, "max_batch": MAX_BATCH if self.max_batch is None else self.max_batch}
 
 
 #: What a Hugging Face folder holds its weights in, whichever way transformers saved them.
@@ -106,7 +112,8 @@ def _vllm(path: Path, options: EngineOptions) -> Backend:
         _check_model_folder(path)
     elif path.suffix != ".gguf":
         raise ServeConfigError(f"the vllm engine serves Hugging Face folders and .gguf files; {path} is neither")
-    return VllmBackend.load(path, engine_args=dict(options.vllm_args), **options.keywords("context", "threads"))
+    keywords = {**options.keywords("context", "threads"), "max_batch": options.max_batch}  # None: vLLM's default
+    return VllmBackend.load(path, engine_args=dict(options.vllm_args), **keywords)
 
 
 _LOADERS: dict[str, Callable[[Path, EngineOptions], Any]] = {

@@ -115,6 +115,7 @@ class LlamaCppBackend(InboxFront):
         self.kv_tokens = self.llama.kv_tokens
         #: The longest sequence one request may have: the context, unless the whole cache is smaller.
         self.context_length = self.llama.context_length
+        self._host_mib = cache_ram_mib
         self._slots = SlotCache(self.llama, max_batch, host_bytes=cache_ram_mib * 2**20)
         super().__init__(
             Inbox(
@@ -133,8 +134,11 @@ class LlamaCppBackend(InboxFront):
         self._thread.start()
 
     def describe(self) -> str:
-        """What was chosen, in one line for the server's start."""
-        return self.llama.describe(self.max_batch)
+        """What was chosen, in one line for the server's start: the context and cache, the host memory finished
+        prefixes are parked in, and speculative decoding's setting."""
+        host = f"{self._host_mib} MiB of host memory for parked prefixes" if self._host_mib else "no prefix parking"
+        drafts = f"drafts of up to {self.draft_max} tokens" if self.speculate else "off"
+        return f"{self.llama.describe(self.max_batch)}; {host}; speculative decoding: {drafts}"
 
     # -- the server's side (submit, stop_admitting, abort: the InboxFront's) ------------------------------------
 

@@ -13,7 +13,8 @@ the engine picks that loop at its first request (:meth:`VllmBackend._bind`): the
 output handler runs in, with no thread between (a second thread woken each token cost a sixth of the throughput at 1
 stream, on a machine with few cores); a loop of the engine's own, in a thread of its own, where none runs (``turnkit
 generate`` and ``turnkit chat`` run and close loops of their own). Requests come through an :class:`Inbox` (the same
-429 and 503 as the other engines, with ``max_batch`` given to vLLM as ``max_num_seqs``), admitted on the engine's loop
+429 and 503 as the other engines; as many run at once as vLLM's ``max_num_seqs``, vLLM's own default unless
+``--max-batch`` or ``--vllm-arg max_num_seqs`` sets it: :mod:`.vllm_args`), admitted on the engine's loop
 when one arrives or ends; while any runs or waits, a tick every 50 ms cancels the task of a request whose client left
 (``AsyncLLM.generate`` aborts a cancelled request in vLLM) and lets the queue's deadlines pass. A request from another
 loop (``turnkit generate`` beside a server) runs there too; its tokens of one vLLM step cross to its loop together, in
@@ -42,6 +43,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turnkit.errors import EngineError, ServeConfigError
+from turnkit.errors import EngineError
+from turnkit.process_group import shielded_children
 from turnkit.serve.engines.base import (
     Generation,
     GenerationRequest,
@@ -60,19 +63,17 @@ from turnkit.serve.engines.base import (
     put_all,
     serving_loop,
 )
+from turnkit.serve.engines.vllm_args import refuse_both
 
 if TYPE_CHECKING:
     from turnkit.serve.structured import JsonConstraint
 
-__all__ = ["VllmBackend", "gpus_per_engine", "parse_vllm_args"]
+__all__ = ["VllmBackend"]
 
 log = logging.getLogger("turnkit.serve")
 
 #: The vLLM release this engine is written against and tested with (``pip install 'turnkit[vllm]'``).
 TESTED = "0.32.0"
-
-#: vLLM options turnkit sets itself: a ``--vllm-arg`` may not change them (vLLM would detokenize, or read a tokenizer).
-_OWN = frozenset({"model", "skip_tokenizer_init"})
 
 #: Seconds between the checks for requests whose client left and for the queue's deadlines, while requests run or wait.
 TICK = 0.05
@@ -81,37 +82,6 @@ TICK = 0.05
 _GRAMMAR = "turnkit.serve.engines.vllm_grammar:TurnkitGrammar"
 
 _ids = itertools.count()
-
-
-def parse_vllm_args(items: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings (``--vllm-arg``) as ``AsyncEngineArgs`` keywords: a value is read as JSON where it is
-    JSON (``4``, ``0.9``, ``true``, ``{"a": 1}``), else kept as a string (``bfloat16``); ``-`` in a key is ``_``."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().removeprefix("--").replace("-", "_")
-        if not sep or not key:
-            raise ServeConfigError(f"--vllm-arg {item!r}: give KEY=VALUE, e.g. --vllm-arg gpu_memory_utilization=0.8")
-        if key in _OWN:
-            raise ServeConfigError(f"--vllm-arg {key}: turnkit sets {key} itself (give the model with --model)")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
-def gpus_per_engine(engine_args: Mapping[str, Any]) -> int:
-    """The GPUs one vLLM engine takes (``tensor_parallel_size`` x ``pipeline_parallel_size``) where the installed vLLM
-    is the CUDA build (the ``vllm`` distribution); 0 for the CPU build. What a ``--ray`` replica reserves. Read from
-    the installed distributions: importing vLLM takes seconds."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("vllm")
-    except PackageNotFoundError:
-        return 0
-    return int(engine_args.get("tensor_parallel_size", 1)) * int(engine_args.get("pipeline_parallel_size", 1))
 
 
 @dataclass(frozen=True)
@@ -151,14 +121,18 @@ class VllmBackend(InboxFront):
         *,
         name: str,
         engine_args: Mapping[str, Any],
-        max_batch: int = 16,
+        max_batch: int | None = None,
         max_queue: int = 64,
         queue_timeout: float | None = 60.0,
         tokenizer: Path | None = None,
     ) -> None:
         """Start vLLM on ``folder`` with ``engine_args`` (``AsyncEngineArgs`` keywords); returns once it is ready
-        (on CPU the first start compiles for minutes). ``tokenizer``: the model file or folder turnkit reads the
-        tokenizer from (a GGUF's converted folder has none), for grammars in vLLM's engine process."""
+        (on CPU the first start compiles for minutes). ``max_batch``: vLLM's ``max_num_seqs`` (None: vLLM's own
+        default, or the ``max_num_seqs`` of ``engine_args``; giving both is refused, :mod:`.vllm_args`), which turnkit's
+        queue admits at once. ``tokenizer``: the model file or folder turnkit reads the tokenizer from (a GGUF's
+        converted folder has none), for grammars in vLLM's engine process."""
+        refuse_both(engine_args, {"--max-batch": max_batch})
+        _vllm_output_to_stderr()
         try:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -168,11 +142,15 @@ class VllmBackend(InboxFront):
                 "venv of its own (./dev.sh vllm-setup makes one)"
             ) from None
         self.name = name
-        self.max_batch = max_batch
         self.tokenizer = tokenizer or folder
         self._vllm = VllmLoad()
         self._closed = False
-        super().__init__(_VllmInbox(self, max_batch, max_queue, queue_timeout=queue_timeout))
+        self.args = dict(engine_args, model=str(folder), skip_tokenizer_init=True)
+        if max_batch is not None:
+            self.args["max_num_seqs"] = max_batch
+        #: requests vLLM runs at once (its ``max_num_seqs``: known once vLLM has chosen it, where nothing set it)
+        self.max_batch = int(self.args.get("max_num_seqs") or 1)
+        super().__init__(_VllmInbox(self, self.max_batch, max_queue, queue_timeout=queue_timeout))
         # The rest is the engine's loop's own: touched there only (reads elsewhere see a whole int or reference).
         self._tasks: dict[Generation, asyncio.Task[None]] = {}
         self._outbox: list[tuple[Generation, TokenEvent]] = []  # this step's tokens for other loops, to hand over
@@ -182,15 +160,16 @@ class VllmBackend(InboxFront):
         self._home: asyncio.AbstractEventLoop | None = None  # the loop AsyncLLM runs on, from the first request
         self._own: threading.Thread | None = None  # the thread of the engine's own loop, where no server's runs
         self._bind_lock = threading.Lock()
-        self.args = dict(engine_args, model=str(folder), skip_tokenizer_init=True, max_num_seqs=max_batch)
         self.args["logits_processors"] = [*(self.args.get("logits_processors") or ()), _GRAMMAR]
         self.args.setdefault("disable_log_stats", True)  # vLLM's log lines; its load reaches turnkit's logger anyway
 
         def start() -> Any:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.args), stat_loggers=[self._stat_logger()])
 
-        self.engine = _off_loop(start)
+        with shielded_children():  # vLLM's engine process out of the terminal's signals: Ctrl-C drains
+            self.engine = _off_loop(start)
         self.context_length = int(self.engine.model_config.max_model_len)
+        self.max_batch = self._inbox.max_batch = int(self.engine.vllm_config.scheduler_config.max_num_seqs)
         cache = self.engine.vllm_config.cache_config
         blocks = getattr(cache, "num_gpu_blocks", None)
         #: vLLM's key/value cache in tokens (None where vLLM did not say)
@@ -223,8 +202,9 @@ class VllmBackend(InboxFront):
         if threads:
             os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         args = dict(engine_args or {})
+        refuse_both(args, {"--context": context})
         if context is not None:
-            args.setdefault("max_model_len", context)
+            args["max_model_len"] = context
         return cls(folder, name=name, engine_args=args, **kwargs)
 
     def describe(self) -> str:
@@ -234,7 +214,10 @@ class VllmBackend(InboxFront):
         shown = {k: v for k, v in info["args"].items() if k not in ("skip_tokenizer_init", "logits_processors")}
         given = ", ".join(f"{k}={v}" for k, v in shown.items())
         cache = f"{self.kv_capacity} key/value cache tokens" if self.kv_capacity else "key/value cache size unknown"
-        return f"vLLM {info['release']} on {info['model']}, max_model_len {self.context_length}, {cache}; {given}"
+        return (
+            f"vLLM {info['release']} on {info['model']}, max_model_len {self.context_length}, max_num_seqs "
+            f"{self.max_batch}, {cache}; {given}"
+        )
 
     def engine_info(self) -> dict[str, Any]:
         """What vLLM was given, for ``/health``: its release, the model folder, and every engine option it got
@@ -256,6 +239,7 @@ class VllmBackend(InboxFront):
             "release": release,
             "model": self.args["model"],
             "max_model_len": self.context_length,
+            "max_num_seqs": self.max_batch,
             "kv_cache_tokens": self.kv_capacity,
             "loop": None if self._home is None else "own" if self._own is not None else "server",
             "args": args,
@@ -514,6 +498,15 @@ class VllmBackend(InboxFront):
         from turnkit.serve.engines.vllm_grammar import extra_args
 
         return extra_args(constraint.grammar, stop_ids, self.tokenizer)
+
+
+def _vllm_output_to_stderr() -> None:
+    """vLLM's log on stderr, where turnkit's own goes (vLLM's default is stdout, where ``turnkit generate`` writes the
+    reply alone), and its progress bars only on a terminal. Read by vLLM when it is first imported, here and in its
+    engine process (which inherits the environment); a setting of the user's own stays."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
