@@ -137,12 +137,16 @@ if [ "${1:-}" = "test" ]; then
     # Under CI=true (.ci/run) a skip fails (tests/conftest.py), and the 20 slowest tests are listed in the log.
     durations=()
     [ "${CI:-}" = true ] && durations=(--durations=20)
+    # One pytest-xdist worker a core (TURNKIT_TEST_WORKERS=N for N; a later -n in the arguments wins, -n 0 runs in
+    # this process): a module's server or engine stays on the worker that built it, the rest is shared out
+    # (tests/conftest.py's groups, docs/contributing.md)
+    workers=(-n "${TURNKIT_TEST_WORKERS:-auto}" --dist loadgroup)
     if [ "${CI:-}" != true ]; then
-        exec "$VENV/bin/python" -m pytest "${durations[@]}" "$@"
+        exec "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "$@"
     fi
     # CI=true: the vLLM tests run in .venv-vllm after the suite (in .venv they would skip, and a skip fails).
     status=0
-    "$VENV/bin/python" -m pytest "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" "$@" || status=$?
+    "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" "$@" || status=$?
     vllm_test "$@" || status=$?
     exit "$status"
 fi

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,56 @@ def _fail_skip_under_ci(report) -> None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which allows no skip: {reason}"
+
+
+#: Modules that start Ray (a cluster of their own, or ``turnkit serve --ray`` on a local instance) run on one worker,
+#: one after another: two Ray instances at once on a 2-core machine fight over its CPUs and some of Ray's ports.
+RAY_MODULES = ("test_prepare_ray", "test_serve_ray", "test_serve_vllm_ray")
+#: The fewest tests of one module that share a worker's copy of its fixtures (see pytest_collection_modifyitems).
+SHARD = 100
+
+
+def pytest_configure(config) -> None:
+    # pytest-xdist registers it too; .venv-vllm runs its modules without xdist
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's --dist loadgroup runs on one worker")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (``./dev.sh test`` runs one worker a core): a test that uses a
+    fixture built once for its module (a server, an engine; also a session fixture its module defines) runs on the
+    worker that built it, with the rest of its module; every other test (the corpus sweeps' cases, most unit tests)
+    goes to whichever worker is free. A module with more such tests than :data:`SHARD` (a corpus sweep over a lazy
+    cache of tokenizers) is cut into shards of at least that many, each building the module's fixtures once. Without
+    xdist the marks change nothing."""
+    groups = [_xdist_group(item) for item in items]
+    sizes = Counter(groups)
+    seen: Counter[str | None] = Counter()
+    for item, group in zip(items, groups, strict=True):
+        if group is None:
+            continue
+        shards = max(1, sizes[group] // SHARD) if group != "ray" else 1
+        if shards > 1:
+            index = seen[group] * shards // sizes[group]
+            seen[group] += 1
+            group = f"{group}-{index + 1}-of-{shards}"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item) -> str | None:
+    module = item.module.__name__ if getattr(item, "module", None) is not None else None
+    if module is None:
+        return None
+    if module in RAY_MODULES:
+        return "ray"
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in info.name2fixturedefs.values() if info is not None else ():
+        definition = definitions[-1]  # the one this test gets
+        if definition.scope in ("module", "class", "package"):
+            return module
+        if definition.scope == "session" and definition.baseid.endswith(".py"):  # defined in a test module
+            return module
+    return None
 
 
 @pytest.fixture(scope="session")
