@@ -99,6 +99,7 @@ def test_the_clean_folder_has_no_error_and_runs_every_check(model):
         "vocab-exceeds-model",
         "non-special-marker",
         "prefix-unstable",
+        "history-rewrite",
         "forgeable-tokenizer",
     ):
         assert check in report.checks_run, check
@@ -254,6 +255,18 @@ def test_prefix_unstable(model):
     )
     finding = _only(doctor.run(model), "prefix-unstable")
     assert finding.severity == "info" and "split" in finding.fix
+
+
+def test_history_rewrite(model):
+    reasoning = (
+        "{% if loop.last and message.reasoning_content %}<think>{{ message.reasoning_content }}</think>{% endif %}"
+    )
+    _set_template(
+        model, _template(model).replace("'\n' + message['content']", f"'\n' }}}}{reasoning}{{{{ message['content']")
+    )
+    finding = _only(doctor.run(model), "history-rewrite")
+    assert finding.severity == "info" and "rewrites history in an agent episode" in finding.message
+    assert 'history="keep"' in finding.fix and "refuse" in finding.fix
 
 
 TOOLS_SHOWN = (

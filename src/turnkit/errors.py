@@ -20,6 +20,8 @@ The hierarchy::
     ├── EncodeError                          a conversation cannot be encoded as asked
     │   ├── EmptyMaskError                   nothing would be trained
     │   └── DroppedDataError                 the template leaves out a trained turn's data: .index, .field
+    ├── TrajectoryError (ValueError)         a trajectory's steps out of order (two replies in a row, no reply yet)
+    │   └── HistoryRewriteError              history="refuse": the template rewrote what the engine was given: .index
     ├── ReplyParseError (ValueError)         strict parsing: a reply did not end cleanly: .reply, .call_index
     ├── UnknownReplyFormatError (LookupError)
     ├── TranscriptError (ValueError)         a ChatML transcript is malformed: .line, .column
@@ -128,6 +130,16 @@ class EmptyMaskError(EncodeError):
 class DroppedDataError(_MessagePlaceError, EncodeError):
     """A trained assistant turn's tool calls or content are not in the render: the template leaves them out, and the
     example would train what is left (often an empty reply). ``index`` and ``field`` say which message and field."""
+
+
+class TrajectoryError(TurnkitError, ValueError):
+    """A trajectory was driven out of order: two replies without messages between them, messages before any reply,
+    logprobs that do not match the sampled ids."""
+
+
+class HistoryRewriteError(_MessagePlaceError, TrajectoryError):
+    """``history="refuse"``: once later messages follow, the template renders the conversation the engine was given
+    differently (earlier reasoning dropped, a turn written another way); ``index`` is the message rewritten."""
 
 
 class ReplyParseError(TurnkitError, ValueError):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turnkit import families
 from turnkit.errors import TemplateNotFoundError, TokenizerError
 from turnkit.families.spec import Family
-from turnkit.messages import Conversation
+from turnkit.messages import Conversation, normalize_conversation
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.render import Rendered, RenderLimits
 from turnkit.template.sandbox import compile_template
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from turnkit.parse.select import Choice
     from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
+    from turnkit.trajectory import History, Trajectory
 
 __all__ = ["ChatFormat"]
 
@@ -172,8 +173,7 @@ class ChatFormat:
         return self.templates.select(name, tools=tools)[1]
 
     def thinking_switch(self, name: str | None = None, *, tools: object = None) -> ThinkingSwitch:
-        """The variable(s) the template reads to turn reasoning on or off or set its effort (``enable_thinking``,
-        ``thinking``, ``reasoning_effort`` ...), found in the template's text: see :mod:`turnkit.template.switches`."""
+        """The variable(s) the template reads to turn reasoning on or off (:mod:`turnkit.template.switches`)."""
         from turnkit.template.switches import thinking_switch
 
         return thinking_switch(self.template(name, tools=tools))
@@ -376,8 +376,7 @@ class ChatFormat:
         """A push parser for one reply: ``feed(token_ids) -> deltas``, then ``finish() -> Reply``.
 
         Args:
-            prompt: The prompt the reply continues (ids or text). A template that pre-writes ``<think>`` in its
-                generation prompt leaves the reply inside reasoning, and the parser starts there.
+            prompt: The prompt the reply continues (ids or text); after a pre-written ``<think>``, in reasoning.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
                 emits any part of one. The family's own stop strings (``plain``: ``"\\nuser:"``) always apply too.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
@@ -454,7 +453,6 @@ class ChatFormat:
         ``bool(report)`` is True when every turn is; ``str(report)`` shows where each unstable turn breaks.
         """
         from turnkit.encode.prefix import check_prefix_stable
-        from turnkit.messages import normalize_conversation
 
         chat = normalize_conversation(messages, alias_reasoning=False)
         return check_prefix_stable(self.render, chat, tools=tools, **template_kwargs)
@@ -464,14 +462,18 @@ class ChatFormat:
     ) -> list[PromptDiff]:
         """Token by token, where each assistant turn's serving prompt leaves the training encoding."""
         from turnkit.encode.prefix import diff_prompts
-        from turnkit.messages import normalize_conversation
 
         chat = normalize_conversation(training_messages, alias_reasoning=False)
-
-        def encode(messages: Any, **kwargs: Any) -> Encoding:
-            return self.encode(messages, turns="none", **kwargs)  # type: ignore[return-value]
-
+        encode = partial(self.encode, turns="none")
         return diff_prompts(encode, lambda token_id: self._decode([token_id]), chat, tools=tools, **template_kwargs)
+
+    def trajectory(
+        self, messages: Conversation, *, tools: Tools | None = None, history: History = "keep", **template_kwargs: Any
+    ) -> Trajectory:
+        """An agent episode as exact ids, for RL: :class:`~turnkit.trajectory.Trajectory` (token in, token out)."""
+        from turnkit.trajectory import Trajectory
+
+        return Trajectory(self, messages, tools=tools, history=history, template_kwargs=template_kwargs)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)

@@ -7,6 +7,7 @@ severity. A check raises :class:`NotEvaluated` when the target lacks what it nee
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import NotEvaluated, Problem
@@ -197,6 +198,42 @@ def check_prefix_stable(ctx: Context) -> list[Problem]:
             "at serving",
             "train one example per assistant turn: `turnkit prepare --split-turns` or fmt.encode(..., "
             "split_turns=True)",
+            template_file(ctx),
+        )
+    ]
+
+
+def check_history_rewrite(ctx: Context) -> list[Problem]:
+    """``history-rewrite``: in an agent episode, the template's render at turn N+1 does not begin with what the
+    engine was given and sampled at turn N (earlier reasoning dropped, a reply written another way once later
+    messages follow), so token-in token-out RL must choose up front what a trajectory does there
+    (:mod:`turnkit.trajectory`: the same probe episodes a trajectory runs on creation)."""
+    from turnkit.trajectory import rewrites_history
+
+    fmt = ctx.fmt
+    tools = [PROBE_TOOL]
+
+    def render(chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return fmt.render(chat, tools=tools, add_generation_prompt=add_generation_prompt)
+
+    def encode(chat: list[dict[str, Any]]) -> list[int]:
+        encoding = fmt.encode(chat, tools=tools, add_generation_prompt=True, turns="none", attribution=False)
+        return encoding.input_ids.tolist()  # type: ignore[union-attr]
+
+    try:
+        fmt.tokenizer  # noqa: B018 - the ids are checked where there is a tokenizer, the text alone elsewhere
+    except TurnkitError:
+        reason = rewrites_history(render, tools=tools, eos=fmt.eos_token)
+    else:
+        reason = rewrites_history(render, encode=encode, tools=tools, eos=fmt.eos_token)
+    if not reason:
+        return []
+    return [
+        Problem(
+            f"{template_file(ctx)} rewrites history in an agent episode ({reason}): the ids a trainer gets by "
+            "appending each sampled reply and the next messages are not the template's own render of the episode",
+            'choose the policy up front: fmt.trajectory(..., history="keep") trains what the engine saw, "fork" '
+            'starts a new row from the template\'s render where it rewrites, "refuse" raises naming the turn',
             template_file(ctx),
         )
     ]

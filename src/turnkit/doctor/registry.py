@@ -47,6 +47,7 @@ _TABLE: tuple[Check, ...] = (
     Check("adapter-missing-modules-to-save", E, checks_adapter.check_adapter_modules),
     Check("adapter-base-unavailable", W, checks_adapter.check_adapter_base),
     Check("prefix-unstable", I, checks_template.check_prefix_stable),
+    Check("history-rewrite", I, checks_template.check_history_rewrite),
     Check("tools-unreadable", W, checks_template.check_tools_unreadable),
     Check("tools-ignored", I, checks_template.check_tools_ignored),
     Check("forgeable-tokenizer", I, checks_tokens.check_forgery),
