@@ -207,13 +207,20 @@ def test_a_character_split_across_tokens_shows_once_with_its_bytes_on_hover(brow
 
 
 def test_a_2000_token_page_opens_fast(browser, tool_format, tmp_path):  # noqa: F811
+    """The long page loads in under 2 s, or, where the machine is so busy that a two-message page takes more than 50 ms,
+    in under 40 times that page's time: a page that grows worse than linearly with its tokens fails either way."""
+    load = "return performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd"
+    short = tmp_path / "short.html"
+    short.write_text(render_html(conversation_page(tool_format, CONVERSATION[:2])))
+    browser.get(short.as_uri())
+    baseline = browser.execute_script(load)
     messages = long_conversation()
     page = tmp_path / "long.html"
     page.write_text(render_html(conversation_page(tool_format, messages)))
     browser.get(page.as_uri())
-    loaded = browser.execute_script("return performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    loaded = browser.execute_script(load)
     assert len(page_chips(browser)) == len(tool_format.encode(messages))
-    assert loaded < 2000, f"{loaded:.0f} ms to load"
+    assert loaded < max(2000, 40 * baseline), f"{loaded:.0f} ms to load (a two-message page: {baseline:.0f} ms)"
     assert console_errors(browser) == []
 
 

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 # Each bound below is a deadline on a shared 2-core machine, many times what a quiet one needs.
 SLOT_FREE_SECONDS = 15.0  # the goal is 1 s
 EXIT_MARGIN_SECONDS = 10.0  # the goal is 5 s past the drain deadline
-HEALTH_SECONDS = 0.5  # the goal is 50 ms
+HEALTH_SECONDS = 0.5  # the goal is 50 ms; a busy machine's polls may take longer, never a quarter of the build
 
 
 def server(*arguments: str, name: str) -> AbstractContextManager[tuple[str, subprocess.Popen, Path]]:
@@ -240,15 +240,19 @@ def test_health_answers_while_a_huge_request_is_built(smollm2_gguf):
         with httpx.Client() as client:
             client.get(url + "/health")  # the connection is open before the clock starts
             sender.start()
+            sent = time.monotonic()
             while sender.is_alive():
                 started = time.monotonic()
                 assert client.get(url + "/health", timeout=30).status_code == 200
                 latencies.append(time.monotonic() - started)
                 time.sleep(0.01)
         sender.join()
+        building = time.monotonic() - sent
         assert result["huge"].status_code == 400 and result["huge"].json()["error"]["code"] == "context_length_exceeded"
         print(
             f"/health while building: {len(latencies)} polls, median {statistics.median(latencies) * 1000:.1f} ms, "
-            f"max {max(latencies) * 1000:.1f} ms"
+            f"max {max(latencies) * 1000:.1f} ms, the build {building:.2f} s"
         )
-        assert len(latencies) >= 5 and max(latencies) < HEALTH_SECONDS
+        # A stalled loop holds a poll for most of the build, however fast the machine; a busy machine's slow polls
+        # stay a small share of it (the bound scales with the build's own time here).
+        assert len(latencies) >= 5 and max(latencies) < max(HEALTH_SECONDS, building / 4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -129,16 +130,27 @@ def test_oversubscribed_streams_are_answered_in_arrival_order_with_keep_alives(b
     for n, stream in enumerate(admitted):
         assert stream.done and stream.finish in ("stop", "length"), (n, stream.lines[-3:])
         assert stream.first_token_at is not None
+    # A step's time on this machine now (busy or not): the median gap between the admitted streams' later tokens.
+    # Two first tokens may come a step apart either way; a stream served out of turn comes a whole prompt's prefill
+    # (many steps) late.
+    step = statistics.median(
+        b - a
+        for stream in admitted
+        for a, b in itertools.pairwise([at for at, line in stream.lines if at >= stream.first_token_at])
+    )
+    slack = max(0.25, 2 * step)
     firsts = [stream.first_token_at for stream in admitted]
     for n in range(len(firsts) - 1):
-        assert firsts[n] <= firsts[n + 1] + 0.25, f"stream {n}'s first token came after stream {n + 1}'s: {firsts}"
+        assert firsts[n] <= firsts[n + 1] + slack, (
+            f"stream {n}'s first token came after stream {n + 1}'s: {firsts} (a step {step:.2f} s)"
+        )
     # a stream admitted at once waited seconds behind the prompts ahead of it; every silence was broken by a keep-alive
     waited = max(admitted, key=lambda stream: stream.first_token_at - stream.headers_at)  # type: ignore[operator]
     assert waited.first_token_at - waited.headers_at > 3 * KEEP_ALIVE  # type: ignore[operator]
     for n, stream in enumerate(admitted):
         times = [stream.headers_at] + [at for at, _ in stream.lines if at <= stream.first_token_at]
         gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert max(gaps) < KEEP_ALIVE + 0.6, (n, max(gaps))
+        assert max(gaps) < KEEP_ALIVE + max(0.6, 2 * step), (n, max(gaps), step)
     assert any(line == ": keep-alive" for _, line in waited.lines), waited.lines[:5]
 
 
