@@ -26,6 +26,7 @@ from roundtrip import PROBES, render_rest
 
 from turnkit import ChatFormat, HistoryRewriteError, TrajectoryError, TurnkitError
 from turnkit.encode import IGNORE_INDEX
+from turnkit.template.chat_template import ChatTemplate
 
 TOOLS = PROBES[0].tools
 NINE = ("aB3dE5gH7", "Zq9Wx8Vu7")  # Mistral's nine-character ids; Kimi's name the function (functions.NAME:INDEX)
@@ -89,15 +90,20 @@ def template_sampled(fmt: ChatFormat, chat: list[dict], index: int, **kwargs) ->
     """The ids the template's own render gives reply ``index``: the encoding of the conversation up to it, after the
     ids of its serving prompt, through its end-of-turn marker (the stop the engine samples: what the loss mask of that
     turn trains last)."""
-    prompt = fmt.encode(chat[:index], add_generation_prompt=True, **kwargs).input_ids.tolist()
+    prompt = fmt.encode(chat[:index], add_generation_prompt=True, **kwargs)
     turn = fmt.encode(chat[: index + 1], turns="last", allow_dropped=True, **kwargs)
-    ids = turn.input_ids.tolist()
+    ids, prompt_ids = turn.input_ids.tolist(), prompt.input_ids.tolist()
     end = int(np.flatnonzero(turn.labels != IGNORE_INDEX)[-1]) + 1
-    if ids[: len(prompt)] != prompt or end <= len(prompt):
-        raise UnsampleableError(f"reply {index}: the serving prompt's ids do not begin the turn's encoding")
     if ids[end - 1] not in fmt.stop_ids:  # a text marker (the test tokenizer holds only marker-shaped tokens)
         raise UnsampleableError(f"reply {index}: no stop id of the tokenizer ends the turn")
-    return ids[len(prompt) : end]
+    if ids[: len(prompt_ids)] == prompt_ids and end > len(prompt_ids):
+        return ids[len(prompt_ids) : end]
+    # The generation prompt ends inside a piece of text the turn's encoding splits otherwise ("\n\n" then "\n",
+    # "\n<"): the engine samples the reply's text after the prompt it was given, in its own tokens.
+    text = fmt.tokenizer.decode(ids[:end])
+    if not text.startswith(prompt.text) or len(text) <= len(prompt.text):
+        raise UnsampleableError(f"reply {index}: the serving prompt does not begin the turn's render")
+    return fmt.tokenizer.encode(text[len(prompt.text) :]).ids
 
 
 def run_episode(fmt: ChatFormat, chat: list[dict], *, tools=None, history="keep", cut: int | None = None, **kwargs):
@@ -313,6 +319,14 @@ def corpus_episode(template) -> tuple[str, str]:
     control_ids = {fmt.tokenizer.added[m].id for m in markers if m in fmt.tokenizer.added}
     hostile = _hostile(markers)
     rendered = render_rest(fmt, PROBES[0])
+    closing = rendered[1].rstrip() if rendered is not None else ""
+    end_marker = next((m for m in sorted(markers, key=len, reverse=True) if closing.endswith(m)), None)
+    if end_marker and end_marker != template.eos_token:
+        # The marker the template ends a reply with: a checkpoint's generation_config lists it as a stop id, the
+        # corpus records only a guessed EOS. (The format is new, so nothing read its ChatTemplate yet.)
+        fmt.__dict__["chat_template"] = ChatTemplate(
+            fmt.templates, fmt.special_tokens, fmt.limits, end_markers=(end_marker,)
+        )
     ids = KIMI if rendered is not None and KIMI[0] in rendered[1] else NINE
     parallel = True
     try:
@@ -366,4 +380,4 @@ def test_corpus_trajectories():
     counts = {key: len(value) for key, value in outcomes.items()}
     print(counts, *outcomes["refused"], sep="\n")
     assert not failures, "\n".join(failures[:10])
-    assert counts["keeps"] + counts["flagged"] >= 80, counts
+    assert counts["keeps"] + counts["flagged"] >= 140, counts
