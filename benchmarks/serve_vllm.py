@@ -28,7 +28,8 @@ path), e.g. a worktree of an earlier commit, so that a change is measured before
 against vLLM's own server. ``--no-long`` leaves out the 4k-token prompt, ``--agents 0`` the agent conversations.
 
 ``--burst N`` adds a burst: N chat requests of ``--max-tokens`` tokens sent at once, non-streamed, timed until the last
-answer; refused ones (429) are counted. ``--defaults`` gives neither server a batch size nor turnkit a wide queue:
+answer (after one untimed burst of 8-token replies: vLLM's CPU build compiles its graphs for each new batch size);
+refused ones (429) are counted. ``--defaults`` gives neither server a batch size nor turnkit a wide queue:
 each runs as a user starts it (vLLM's own ``max_num_seqs`` on both, turnkit's default ``--max-queue``), where the other
 runs give both the same ``--max-num-seqs``. ``--levels`` with no value leaves out the streaming levels.
 
@@ -154,6 +155,8 @@ async def _measure(url: str, model: str, pid: int, args: argparse.Namespace, lon
         figures.long_ttft = ttft if ttft is not None else float("nan")
         figures.errors += long_stats.errors
     if args.burst:
+        # once untimed first: vLLM's CPU build compiles its graphs for batch sizes it has not run yet
+        await _burst(url, model, args.burst, 8)
         figures.burst_wall, figures.burst_refused, errors = await _burst(url, model, args.burst, args.max_tokens)
         figures.errors += errors
     if not args.agents:

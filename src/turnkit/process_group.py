@@ -15,7 +15,8 @@ Two ways a child can start, two hooks:
   own children stay in its group.
 
 A child that leaves its parent's group no longer dies with the group when the parent is killed outright: it watches
-its parent and sends itself SIGTERM (vLLM's own shutdown) once turnkit is gone.
+its parent and sends itself SIGTERM (vLLM's own shutdown) once turnkit is gone, and SIGKILL if it is still there
+:data:`ORPHAN_GRACE_SECONDS` later (vLLM's teardown was seen to hang, waiting for a worker that had exited).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ MARK = "TURNKIT_SHIELDED_PARENT"
 #: How often a shielded child checks that its parent is still there.
 PARENT_CHECK_SECONDS = 0.5
 
+#: How long an orphaned child's own shutdown (SIGTERM) may take before it is killed.
+ORPHAN_GRACE_SECONDS = 30.0
+
 _armed = False
 _hooked = False
 
@@ -49,6 +53,8 @@ def _leave_the_group() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_CHECK_SECONDS)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_SECONDS)  # still here: its own shutdown hangs (vLLM's waits on workers that are gone)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="turnkit-parent-watch", daemon=True).start()
 
