@@ -368,6 +368,10 @@ def test_a_killed_replica_is_replaced_and_no_request_hangs(endpoint):
         time.sleep(2)
         victim = max(replicas, key=lambda pid: _cpu_ticks(pid) - before[pid])  # a replica that is generating
         os.kill(victim, signal.SIGKILL)
+        # the later requests once Serve has noticed (its replacement starts): how soon depends on the machine's load
+        noticed = time.monotonic() + 120
+        while time.monotonic() < noticed and not set(_replicas(marker, "turnkit")) - set(replicas):
+            time.sleep(0.2)
         time.sleep(1)
         later = [pool.submit(_ask, client, n) for n in range(8, 12)]
         dying = [f.result(timeout=300) for f in in_flight]
