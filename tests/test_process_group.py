@@ -23,6 +23,7 @@ def child():
     time.sleep(600)
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a test runner may ignore it)
     with shielded_children():
         process = multiprocessing.get_context(sys.argv[1]).Process(target=child)
         process.start()
