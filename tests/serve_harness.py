@@ -161,3 +161,27 @@ def end_tokens_banned(model: Path) -> dict[str, float]:
     from turnkit import ChatFormat
 
     return {str(token): -100 for token in ChatFormat.from_pretrained(model).stop_ids}
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name (state, parent, ...), or None when it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def process_children(parent: int) -> list[int]:
+    """The live processes whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        fields = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None and int(fields[1]) == parent and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found

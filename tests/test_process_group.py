@@ -10,9 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from serve_harness import process_alive
 
 PARENT = """
 import multiprocessing, os, signal, sys, time
@@ -33,14 +33,6 @@ if __name__ == "__main__":
     print(process.pid, unshielded.pid, flush=True)
     time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _wait(condition, seconds: float = 120) -> bool:
@@ -71,14 +63,14 @@ def test_a_shielded_child_leaves_the_group_and_ends_with_its_parent(method, tmp_
         assert os.getpgid(unshielded) == group  # a child started after the block stays, as before
         os.killpg(group, signal.SIGINT)
         assert parent.stdout.readline().strip() == "parent: SIGINT"
-        assert _wait(lambda: not _alive(unshielded), 60)  # Ctrl-C reached the child in the group ...
-        assert _alive(shielded)  # ... not the shielded one
+        assert _wait(lambda: not process_alive(unshielded), 60)  # Ctrl-C reached the child in the group ...
+        assert process_alive(shielded)  # ... not the shielded one
         parent.kill()
         parent.wait(timeout=30)
-        assert _wait(lambda: not _alive(shielded)), "the shielded child outlived its parent"
+        assert _wait(lambda: not process_alive(shielded)), "the shielded child outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
         for pid in children:
-            if _alive(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -31,7 +31,7 @@ pytest.importorskip(
 
 import httpx
 from openai import OpenAI
-from serve_harness import end_tokens_banned, free_port, wait_until_up
+from serve_harness import end_tokens_banned, free_port, process_alive, process_children, wait_until_up
 
 #: vLLM's CPU build as the other vLLM modules run it: 1 GiB of key/value cache, threads not pinned to cores.
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TOKENIZERS_PARALLELISM": "false"}
@@ -154,7 +154,7 @@ def test_ctrl_c_to_the_group_drains_running_streams(server, smollm2_gguf):
     drain. Before, the signal reached vLLM's engine too and both streams ended with "the server failed while
     generating" within seconds. Last in the module: it stops the server."""
     model = httpx.get(server.url + "/health").json()["model"]
-    engines = [pid for pid in _children(server.process.pid) if "EngineCore" in _command(pid)]
+    engines = [pid for pid in process_children(server.process.pid) if "EngineCore" in _command(pid)]
     assert engines, "vLLM's engine process is turnkit's child"
     assert {os.getpgid(pid) for pid in engines}.isdisjoint({os.getpgid(server.process.pid)})  # out of the group
     banned = end_tokens_banned(smollm2_gguf)  # each stream runs its whole budget, past the moment of the signal
@@ -193,27 +193,9 @@ def test_ctrl_c_to_the_group_drains_running_streams(server, smollm2_gguf):
     assert "SIGINT: draining" in err and "turnkit: stopped" in err
     assert "Traceback" not in err and "failed while generating" not in err
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(_alive(pid) for pid in engines):
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in engines):
         time.sleep(0.5)
-    assert not any(_alive(pid) for pid in engines)  # turnkit stopped vLLM's engine process after the drain
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command's name (state, parent, ...), or None when it is gone."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _children(parent: int) -> list[int]:
-    """The live processes whose parent is ``parent``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and int(fields[1]) == parent and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    assert not any(process_alive(pid) for pid in engines)  # turnkit stopped vLLM's engine process after the drain
 
 
 def _command(pid: int) -> str:
@@ -222,8 +204,3 @@ def _command(pid: int) -> str:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
