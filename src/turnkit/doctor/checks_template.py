@@ -6,7 +6,6 @@ severity. A check raises :class:`NotEvaluated` when the target lacks what it nee
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -218,9 +217,9 @@ def check_history_rewrite(ctx: Context) -> list[Problem]:
         return fmt.render(chat, tools=tools, add_generation_prompt=add_generation_prompt)
 
     def encode(chat: list[dict[str, Any]]) -> list[int]:
-        with warnings.catch_warnings():  # a marker the tokenizer lacks is marker-not-single-token's finding
-            warnings.simplefilter("ignore")
-            encoding = fmt.encode(chat, tools=tools, add_generation_prompt=True, turns="none", attribution=False)
+        # A marker the tokenizer lacks warns here as in any encode, once per encoder: silencing it here would
+        # silence it for the whole audit (the encoder records the marker as reported).
+        encoding = fmt.encode(chat, tools=tools, add_generation_prompt=True, turns="none", attribution=False)
         return encoding.input_ids.tolist()  # type: ignore[union-attr]
 
     try:
