@@ -218,6 +218,60 @@ def test_sampled_ids_are_never_encoded_again(fmt):
     assert traj.rows[0].logprobs[-len(delta) - 1] != traj.rows[0].logprobs[-len(delta) - 1]  # nan: none given
 
 
+def test_a_step_renders_a_window_where_the_probes_prove_it_exact(fmt):
+    """ChatML writes what follows a reply from the reply and the new messages alone: each delta renders the system
+    message, the last user message, the reply and the results (a step costs its new tokens, not the history), and
+    the row is still the whole conversation's encoding."""
+    traj, pieces, broken, _ = run_episode(fmt, episode(HOSTILE, reasoning=False))
+    assert traj.delta_render == "window" and traj.window_reason == "" and broken == []
+    check_rows(traj, pieces)
+
+
+COUNTS_RESULTS = (
+    "{% set ns = namespace(n=0) %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['role'] == 'tool' %}{% set ns.n = ns.n + 1 %}{{ 'Result ' ~ ns.n ~ ': ' }}{% endif %}"
+    "{{ message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_template_that_counts_earlier_turns_renders_the_whole_conversation(fmt):
+    """A template that numbers tool results over the whole conversation writes a delta a window cannot: the probes
+    find it on creation, every step renders the whole conversation, and the rows stay exact."""
+    counting = fmt.with_template(COUNTS_RESULTS)
+    traj, pieces, broken, _ = run_episode(counting, episode("x", reasoning=False))
+    assert traj.delta_render == "whole" and "not the whole render's" in traj.window_reason
+    assert broken == [] and not traj.rewrites_history
+    check_rows(traj, pieces)
+    assert "Result 3: 12:00" in fmt.tokenizer.decode(traj.rows[0].input_ids)
+
+
+def test_a_result_that_answers_an_earlier_call_renders_the_whole_conversation(fmt):
+    """A window holds only the last reply's calls: a tool result naming a call of an earlier reply (a template may
+    look its function's name up by the id) makes that step render the whole conversation."""
+    names_calls = fmt.with_template(
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+        "{% if message['role'] == 'tool' %}{% for m in messages %}{% for c in m.tool_calls or [] %}"
+        "{% if c.id == message.tool_call_id %}{{ c.function.name + ': ' }}{% endif %}{% endfor %}{% endfor %}"
+        "{% endif %}{% for c in message.tool_calls or [] %}{{ c.function.name }}{% endfor %}"
+        "{{ message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    end = fmt.tokenizer.added["<|im_end|>"].id
+    weather = _calls(NINE)[0]
+    history = [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": "", "tool_calls": [weather]},
+        {"role": "tool", "tool_call_id": NINE[0], "content": "rain"},
+        {"role": "user", "content": "Again."},
+    ]
+    traj = names_calls.trajectory(history)
+    assert traj.delta_render == "window"
+    traj.add_reply([*fmt.tokenizer.encode("Let me see.").ids, end])
+    delta = traj.add_messages([{"role": "tool", "tool_call_id": NINE[0], "content": "sunny"}])
+    assert fmt.tokenizer.decode(delta) == "\n<|im_start|>tool\nget_weather: sunny<|im_end|>\n<|im_start|>assistant\n"
+
+
 DROPS_REASONING = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{% if message.reasoning_content and loop.last %}{{ '<think>' + message.reasoning_content + '</think>' }}"
@@ -353,7 +407,7 @@ def corpus_episode(template) -> tuple[str, str]:
         if text is not hostile:
             assert counted == controls, "forged control ids"
         controls = counted
-    return outcome, ""
+    return outcome, traj.delta_render
 
 
 @pytest.mark.slow
@@ -378,7 +432,8 @@ def test_corpus_trajectories():
             continue
         outcomes[outcome].append(f"{template.name} {detail}"[:200])
     counts = {key: len(value) for key, value in outcomes.items()}
-    print(counts, *outcomes["refused"], sep="\n")
+    windows = sum(entry.endswith(" window") for entry in outcomes["keeps"])
+    print(counts, f"deltas from a window: {windows} of {counts['keeps']}", *outcomes["refused"], sep="\n")
     assert not failures, "\n".join(failures[:10])
     assert counts["keeps"] + counts["flagged"] >= 140, counts
 

@@ -17,6 +17,14 @@ turn and text that depends on the tools all come from the template. A reply cut 
 delta starts with the template's end-of-turn marker. A sampled stop the template does not write there (EOS where the
 template closes with ``<|im_end|>``) stays, and the template's marker follows it.
 
+A step costs its new tokens, not the history: rendering the whole conversation again at every step is what makes
+re-rendering loops slow (tens of milliseconds per step at 128 turns). Where the template keeps its history, a delta
+comes from a *window*: the conversation's leading system messages, the last user message before the reply, the reply
+and the new messages, rendered and encoded the same way. That is exact only if nothing outside the window changes
+what the template writes after the reply (a counter over every earlier call would), so it is proved on creation, not
+assumed: the probe episodes' deltas are computed both ways, and any difference (or a window the template refuses)
+makes every step render the whole conversation (:attr:`Trajectory.delta_render` says which).
+
 Templates that rewrite history (Qwen3 drops the reasoning of earlier turns; a generation prompt that pre-writes
 ``<think>``) make the render of the conversation at turn N+1 disagree with what the engine was given at turn N. Each
 step checks it (:func:`rewrite`), and the policy chosen up front decides: ``keep`` appends anyway (the trainer sees
@@ -51,11 +59,12 @@ if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
 
 #: What the probe episodes found, per encoder (one format and tokenizer) and set-up: a run makes many trajectories.
-_PROBED: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+_PROBED: weakref.WeakKeyDictionary[Any, dict[str, _Probed]] = weakref.WeakKeyDictionary()
 
-__all__ = ["HISTORY_POLICIES", "Row", "Trajectory", "rewrite", "rewrites_history"]
+__all__ = ["HISTORY_POLICIES", "DeltaRender", "Row", "Trajectory", "rewrite", "rewrites_history"]
 
 History = Literal["keep", "fork", "refuse"]
+DeltaRender = Literal["window", "whole"]
 HISTORY_POLICIES: tuple[str, ...] = ("keep", "fork", "refuse")
 Tools = Sequence[Mapping[str, Any] | Callable[..., Any]]
 Render = Callable[[list[dict[str, Any]], bool], str]
@@ -105,6 +114,15 @@ class _Builder:
 
 
 @dataclass(frozen=True)
+class _Probed:
+    """What the probe episodes found for one template and set-up: why it rewrites history (empty: it keeps it), and
+    why a window's delta is not the whole render's (empty: it is)."""
+
+    history: str
+    window: str
+
+
+@dataclass(frozen=True)
 class _Step:
     """The conversation encoded with a generation prompt: its ids and its (data-broken) text."""
 
@@ -122,6 +140,9 @@ class Trajectory:
         rewrites_history: Known on creation: the template rewrites history for conversations of the probes' shapes
             (:func:`rewrites_history`), and ``history_reason`` says where; the policy applies when it happens.
         rewrites: The message indices where this episode found history rewritten, in order.
+        delta_render: ``"window"``: each delta renders the reply and the messages after it, with the conversation's
+            system messages and last user message (the probes found its deltas equal to the whole render's);
+            ``"whole"``: each step renders the whole conversation, and ``window_reason`` says why.
     """
 
     def __init__(
@@ -146,12 +167,17 @@ class Trajectory:
         probed = _PROBED.setdefault(fmt.encoder, {})
         key = repr((tools, sorted(self._variables.items())))
         if key not in probed:
-            probed[key] = rewrites_history(self._render, encode=self._prompt_ids, tools=tools, eos=fmt.eos_token)
-        self.history_reason = probed[key]
+            reason = rewrites_history(self._render, encode=self._prompt_ids, tools=tools, eos=fmt.eos_token)
+            window = "the template rewrites history: each step checks the whole render" if reason else self._probe()
+            probed[key] = _Probed(reason, window)
+        self.history_reason = probed[key].history
         self.rewrites_history = bool(self.history_reason)
+        self.window_reason = probed[key].window
+        self.delta_render: DeltaRender = "whole" if self.window_reason else "window"
         self.rewrites: list[int] = []
         step = self._encode(self._chat)
-        self._prompt = (step.text, step.ids)  # the template's own serving prompt, as text and ids
+        # the template's own serving prompt, as text and ids, while each step renders the whole conversation
+        self._prompt: tuple[str, list[int]] | None = (step.text, step.ids)
         self._closed: list[Row] = []
         self._row = _Builder()
         self._row.add(step.ids, trained=False)
@@ -217,30 +243,49 @@ class Trajectory:
                 )
         index = len(self._chat) - 1  # the reply's message
         chat = [*self._chat, *new]
-        step = self._encode(chat)
-        broken = rewrite(
-            self._render,
-            self._chat[:index],
-            self._chat[index],
-            new,
-            before=self._prompt,
-            following=(step.text, step.ids),
-            eos=self._fmt.eos_token,
-        )
+        sampled, stopped = self._reply
+        if self.delta_render == "window" and _answers_only(self._chat[index], new):
+            # the probes proved the template keeps history; the policy's check still runs, on the window
+            context, at = _window(self._chat, index)
+            step = self._encode([*context, *new])
+            broken = None
+            if self.history != "keep":
+                found = rewrite(
+                    self._render,
+                    context[:at],
+                    context[at],
+                    new,
+                    encode=self._prompt_ids,
+                    following=(step.text, step.ids),
+                    eos=self._fmt.eos_token,
+                )
+                broken = None if found is None else (found[0] + index - at, found[1])
+            self._prompt = None  # the whole render was not made
+        else:
+            at, step = index, self._encode(chat)
+            broken = rewrite(
+                self._render,
+                self._chat[:index],
+                self._chat[index],
+                new,
+                encode=self._prompt_ids,
+                before=self._prompt,
+                following=(step.text, step.ids),
+                eos=self._fmt.eos_token,
+            )
+            self._prompt = (step.text, step.ids)
         if broken is not None:
             self.rewrites.append(broken[0])
             if self.history == "refuse":
                 raise HistoryRewriteError(broken[1], index=broken[0])
-        sampled, stopped = self._reply
         if broken is not None and self.history == "fork":
             self._closed.append(self._row.row())
             self._row = _Builder()
-            delta = step.ids
+            delta = step.ids if at == index else self._encode(chat).ids
         else:
-            delta = step.ids[self._delta_start(step, index, sampled[-1] if stopped else None) :]
+            delta = step.ids[self._delta_start(step, at, sampled[-1] if stopped else None) :]
         self._row.add(delta, trained=False)
         self._chat = chat
-        self._prompt = (step.text, step.ids)
         self._reply = None
         return list(delta)
 
@@ -283,6 +328,36 @@ class Trajectory:
             return after
         return first
 
+    def _probe(self) -> str:
+        """Why a window's delta is not the whole render's on the probe episodes (empty when every delta agrees): the
+        ids from the reply's end-of-turn marker on, each way. An episode the template refuses whole is skipped; a
+        window it refuses, or no episode it takes, is a reason."""
+        compared = 0
+        for chat in _probe_conversations():
+            replies = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+            for number, index in enumerate(replies):
+                end = replies[number + 1] if number + 1 < len(replies) else len(chat)
+                if end == index + 1:
+                    continue
+                try:
+                    whole = self._encode(chat[:end])
+                except TurnkitError:
+                    break  # this episode's shape is refused by the template; the others still tell
+                expected = whole.ids[self._delta_start(whole, index, None) :]
+                context, at = _window(chat, index)
+                try:
+                    window = self._encode([*context, *chat[index + 1 : end]])
+                    found = window.ids[self._delta_start(window, at, None) :]
+                except TurnkitError as exc:
+                    return f"the template refuses the window for message {index} of a probe episode: {exc}"
+                if found != expected:
+                    return (
+                        f"message {index} of a probe episode: the window's delta ({len(found)} ids) is not the whole "
+                        f"render's ({len(expected)} ids): the template writes what follows a reply from earlier turns"
+                    )
+                compared += 1
+        return "" if compared else "the template takes none of the probe episodes"
+
     def _prompt_ids(self, chat: list[dict[str, Any]]) -> list[int]:
         return self._encode(chat).ids
 
@@ -296,6 +371,27 @@ class Trajectory:
             template_kwargs=self._variables,
         )
         return self._fmt.encoder.render(chat, options).text
+
+
+def _window(chat: list[dict[str, Any]], index: int) -> tuple[list[dict[str, Any]], int]:
+    """The messages a delta after reply ``index`` is rendered from, and the reply's place among them: the leading
+    system messages, the last user message before the reply (a template may require one to open the conversation),
+    and the reply. Without a user message after the system messages, the whole conversation up to the reply."""
+    head = 0
+    while head < len(chat) and chat[head]["role"] in ("system", "developer"):
+        head += 1
+    user = next((i for i in range(index - 1, head - 1, -1) if chat[i]["role"] == "user"), None)
+    if user is None:
+        return chat[: index + 1], index
+    context = [*chat[:head], chat[user], chat[index]]
+    return context, len(context) - 1
+
+
+def _answers_only(reply: dict[str, Any], new: list[dict[str, Any]]) -> bool:
+    """Whether every tool result in ``new`` that names a call names one of ``reply``'s: a template may look a result's
+    call up by its id (to write the function's name), and a call of an earlier reply is outside the window."""
+    calls = {call.get("id") for call in reply.get("tool_calls") or ()}
+    return all(m.get("tool_call_id") in calls for m in new if m["role"] == "tool" and m.get("tool_call_id"))
 
 
 def _as_history(reply: Reply) -> dict[str, Any]:
@@ -416,6 +512,7 @@ _CALL = {
     "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
 }
 _CALL_2 = {"id": "call_probe_2", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}
+_CALL_3 = {**_CALL, "id": "call_probe_3"}  # each call of an episode has an id of its own, as an engine's have
 
 
 def _probe_conversations() -> list[list[dict[str, Any]]]:
@@ -438,8 +535,8 @@ def _probe_conversations() -> list[list[dict[str, Any]]]:
             {"role": "tool", "tool_call_id": "call_probe_1", "content": "sunny"},
             reply("It is sunny."),
             {"role": "user", "content": "And the time, and the weather again?"},
-            reply("", [_CALL, _CALL_2]),
-            {"role": "tool", "tool_call_id": "call_probe_1", "content": "rain"},
+            reply("", [_CALL_3, _CALL_2]),
+            {"role": "tool", "tool_call_id": "call_probe_3", "content": "rain"},
             {"role": "tool", "tool_call_id": "call_probe_2", "content": "12:00"},
             reply("Rain, at noon."),
             {"role": "user", "content": "Thanks."},
