@@ -11,7 +11,9 @@ about 160 tokens and a tool result of about 160 (200 turns: about 64k tokens). P
 turns (where the history is longest) and the CPU time of the whole episode, each side and their ratio (reference /
 turnkit: above 1 means turnkit is cheaper). Medians over rounds; the machine is shared and noisy.
 
-Usage: python benchmarks/trajectory.py [--turns 8,128,200] [--rounds R]
+Usage: python benchmarks/trajectory.py [--turns 8,128,200] [--rounds R] [--words W]
+
+``--words W`` sets the words of each reply and tool result (110 by default; 200 makes 128 turns about 64k tokens).
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ def _text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words))
 
 
-def episode(turns: int, seed: int = 0) -> list[dict[str, str]]:
-    """A system prompt, a task, then ``turns`` times a reply and a tool result."""
+def episode(turns: int, seed: int = 0, words: int = 110) -> list[dict[str, str]]:
+    """A system prompt, a task, then ``turns`` times a reply and a tool result of ``words`` words each."""
     rng = random.Random(seed)
     chat = [{"role": "system", "content": "You are an agent. " + _text(rng, 40)}, {"role": "user", "content": "Go."}]
     for _ in range(turns):
-        chat.append({"role": "assistant", "content": _text(rng, 110)})
-        chat.append({"role": "tool", "content": _text(rng, 110)})
+        chat.append({"role": "assistant", "content": _text(rng, words)})
+        chat.append({"role": "tool", "content": _text(rng, words)})
     return chat
 
 
@@ -79,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", default="8,128,200")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--words", type=int, default=110)
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
@@ -92,7 +95,7 @@ def main() -> None:
     print(f"{'turns':>5} {'tokens':>7} | {'turnkit turn':>12} {'reference':>10} {'ratio':>6} | "
           f"{'turnkit CPU':>11} {'reference':>10} {'ratio':>6}")  # fmt: skip
     for turns in (int(n) for n in args.turns.split(",")):
-        chat = episode(turns)
+        chat = episode(turns, words=args.words)
         replies = [[*fmt.tokenizer.encode(m["content"]).ids, end] for m in chat if m["role"] == "assistant"]
         tokens = len(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)["input_ids"])
         ours_turn, ours_cpu, ref_turn, ref_cpu = [], [], [], []
