@@ -234,6 +234,90 @@ def test_invalid_json_and_unknown_routes(server):
     assert httpx.get(server[0] + "/v1/nothing").status_code == 404
 
 
+# -- token ids in and out (issue 46): return_token_ids, prompt_token_ids -------------------------------------------
+
+
+def _greedy_ids(client, messages, **extra):
+    """A greedy chat answered whole and streamed, both with ``return_token_ids`` (and ``extra``): (whole, chunks)."""
+    request = {"model": "smollm2", "messages": messages, "temperature": 0, "seed": 7, "max_tokens": 24}
+    body = {"return_token_ids": True, **extra}
+    whole = client.chat.completions.create(**request, extra_body=body)
+    chunks = list(client.chat.completions.create(**request, stream=True, extra_body=body))
+    return whole, chunks
+
+
+def _reply_ids_decode_to_the_reply(fmt, choice) -> list[int]:
+    """The choice's ``token_ids``: the reply's text, and the stop id the engine sampled when the reply stopped."""
+    ids = choice.token_ids
+    if choice.finish_reason == "stop":
+        assert ids[-1] in fmt.stop_ids
+        ids = ids[:-1]
+    assert fmt.tokenizer.decode(ids) == choice.message.content
+    return choice.token_ids
+
+
+def test_return_token_ids_gives_the_prompt_and_the_sampled_ids(client, smollm2_gguf):
+    """vLLM's ``return_token_ids``: ``prompt_token_ids`` are the prompt turnkit's own encode makes of the messages, the
+    choice's ``token_ids`` decode to the reply (its stop id last), and a stream's chunks carry the same ids: the prompt
+    on the first chunk only, the reply's ids spread over the chunks, adding up to the whole answer's."""
+    fmt = ChatFormat.from_pretrained(smollm2_gguf)
+    whole, chunks = _greedy_ids(client, QUESTION)
+    prompt = fmt.encode(QUESTION, add_generation_prompt=True, turns="none").input_ids.tolist()
+    assert whole.prompt_token_ids == prompt and whole.usage.prompt_tokens == len(prompt)
+    ids = _reply_ids_decode_to_the_reply(fmt, whole.choices[0])
+    assert len(ids) == whole.usage.completion_tokens
+    assert chunks[0].prompt_token_ids == prompt
+    assert all(getattr(chunk, "prompt_token_ids", None) is None for chunk in chunks[1:])
+    assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == ids
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == whole.choices[0].message.content
+    # without the field the answer has neither (the body is as it always was)
+    plain = client.chat.completions.create(model="smollm2", messages=QUESTION, temperature=0, max_tokens=4)
+    assert "prompt_token_ids" not in plain.model_dump() and "token_ids" not in plain.choices[0].model_dump()
+
+
+def test_a_next_turn_sent_as_ids_is_answered(client, smollm2_gguf):
+    """Turn 2 of an agent-RL trajectory: turn 1's prompt, the ids the engine sampled, then the delta of a user turn
+    (what the template writes after the reply's end, up to the next generation prompt), sent as ``prompt_token_ids``.
+    The engine is given those very ids, and the reply is read as any chat's. (A reply the budget cut has no end marker
+    of its own: the delta starts with the one the template writes.)"""
+    fmt = ChatFormat.from_pretrained(smollm2_gguf)
+    first = client.chat.completions.create(
+        model="smollm2", messages=QUESTION, temperature=0, max_tokens=24, extra_body={"return_token_ids": True}
+    )
+    sampled = first.choices[0].token_ids
+    (end_of_turn,) = fmt.stop_ids
+    assert (sampled[-1] == end_of_turn) == (first.choices[0].finish_reason == "stop")
+    conversation = [*QUESTION, {"role": "assistant", "content": first.choices[0].message.content}]
+    conversation.append({"role": "user", "content": "And of Italy?"})
+    whole = fmt.encode(conversation, add_generation_prompt=True, turns="none").input_ids.tolist()
+    end = whole.index(end_of_turn, len(first.prompt_token_ids))  # the assistant turn's end marker
+    delta = whole[end + 1 :] if sampled[-1] == end_of_turn else whole[end:]
+    ids = first.prompt_token_ids + sampled + delta
+    second = client.chat.completions.create(
+        model="smollm2",
+        messages=conversation,
+        temperature=0,
+        max_tokens=12,
+        extra_body={"return_token_ids": True, "prompt_token_ids": ids},
+    )
+    assert second.prompt_token_ids == ids and second.usage.prompt_tokens == len(ids)
+    assert second.choices[0].message.content and second.choices[0].token_ids
+    _reply_ids_decode_to_the_reply(fmt, second.choices[0])
+
+
+def test_completions_return_token_ids(client, server):
+    prompt = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    ids = httpx.post(server[0] + "/tokenize", json={"prompt": prompt}).json()["tokens"]
+    request = {"model": "smollm2", "prompt": ids, "temperature": 0, "max_tokens": 8}
+    whole = client.completions.create(**request, extra_body={"return_token_ids": True})
+    assert whole.prompt_token_ids == ids and len(whole.choices[0].token_ids) == whole.usage.completion_tokens
+    text = httpx.post(server[0] + "/detokenize", json={"tokens": whole.choices[0].token_ids}).json()["prompt"]
+    assert text.removesuffix("<|im_end|>") == whole.choices[0].text
+    chunks = list(client.completions.create(**request, stream=True, extra_body={"return_token_ids": True}))
+    assert chunks[0].prompt_token_ids == ids
+    assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == whole.choices[0].token_ids
+
+
 @pytest.fixture(scope="module")
 def long_reply(smollm2_gguf):
     """A request whose reply runs for its whole budget (its end tokens banned), unless its client leaves."""
@@ -436,6 +520,59 @@ def test_tool_calls_streamed_and_whole_agree(replay_server):
     assert content == choice.message.content and finish == "tool_calls"
     assert [(c["name"], c["arguments"]) for c in calls.values()] == [(call.function.name, call.function.arguments)]
     assert calls[0]["id"]
+
+
+def test_a_prompt_sent_as_ids_is_read_back_as_tool_calls(replay_server):
+    """A chat whose prompt is ``prompt_token_ids`` gets its reply parsed as any chat's (the tools offered, the reply
+    format): the same call, the same sampled ids (the scripted reply's, its stop id last), whole and streamed."""
+    client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    rendered = client.chat.completions.create(
+        model="replay", messages=messages, tools=TOOLS, extra_body={"return_token_ids": True}
+    )
+    prompt, sampled = rendered.prompt_token_ids, rendered.choices[0].token_ids
+    body = {"return_token_ids": True, "prompt_token_ids": prompt}
+    by_ids = client.chat.completions.create(model="replay", messages=messages, tools=TOOLS, extra_body=body)
+    choice = by_ids.choices[0]
+    assert by_ids.prompt_token_ids == prompt and choice.token_ids == sampled
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    chunks = list(
+        client.chat.completions.create(model="replay", messages=messages, tools=TOOLS, stream=True, extra_body=body)
+    )
+    assert [t for chunk in chunks if chunk.choices for t in chunk.choices[0].token_ids] == sampled
+    assert any(piece.function.name == "get_weather" for c in chunks for piece in c.choices[0].delta.tool_calls or [])
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "param"),
+    [
+        ("/v1/chat/completions", {"return_token_ids": "yes"}, "return_token_ids"),
+        ("/v1/chat/completions", {"return_token_ids": 1}, "return_token_ids"),
+        ("/v1/completions", {"return_token_ids": [True]}, "return_token_ids"),
+        ("/v1/chat/completions", {"prompt_token_ids": "1 2 3"}, "prompt_token_ids"),
+        ("/v1/chat/completions", {"prompt_token_ids": []}, "prompt_token_ids"),
+        ("/v1/chat/completions", {"prompt_token_ids": [1, 2, -3]}, "prompt_token_ids[2]"),
+        ("/v1/chat/completions", {"prompt_token_ids": [1, True]}, "prompt_token_ids[1]"),
+        ("/v1/chat/completions", {"prompt_token_ids": [1, 2.5]}, "prompt_token_ids[1]"),
+        ("/v1/chat/completions", {"prompt_token_ids": [1, 2, 3, 10**9]}, "prompt_token_ids[3]"),
+        ("/v1/chat/completions", {"prompt_token_ids": [1], "continue_final_message": True}, "continue_final_message"),
+        ("/v1/completions", {"prompt_token_ids": [1, 2]}, "prompt_token_ids"),
+    ],
+)
+def test_bad_token_id_fields_are_refused_naming_the_field(replay_server, path, fields, param):
+    body = {"model": "replay", **fields}
+    if path == "/v1/completions":
+        body["prompt"] = "x"
+    else:
+        body["messages"] = [{"role": "user", "content": "x"}]
+        if fields.get("continue_final_message"):
+            body["messages"].append({"role": "assistant", "content": "Par"})
+    response = httpx.post(replay_server + path, json=body, headers={"authorization": "Bearer sekrit"}, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and param.partition("[")[0] in error["message"], error
 
 
 def test_tool_choice_none_leaves_the_reply_as_text(replay_server):

@@ -9,12 +9,13 @@ from contextlib import aclosing
 from typing import Any
 
 from turnkit.parse.reply import Delta
-from turnkit.serve.chunks import Chunk, head, usage_chunk, whole
+from turnkit.serve.chunks import Chunk, head, step_ids, usage_chunk, whole
 from turnkit.serve.protocol import (
     CHAT_INPUT_FIELDS,
     SAMPLING_FIELDS,
     SAMPLING_REFUSALS,
     APIError,
+    ChatInput,
     ChatRequest,
     DroppedTool,
     Fields,
@@ -35,7 +36,14 @@ FIELDS = Fields(
     "Chat Completions",
     read=SAMPLING_FIELDS
     | CHAT_INPUT_FIELDS
-    | {"max_completion_tokens", "logprobs", "top_logprobs", "response_format", "web_search_options"},
+    | {
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "web_search_options",
+        "prompt_token_ids",
+    },
     without_effect=frozenset(
         {
             "store",
@@ -110,6 +118,7 @@ def parse_chat(body: dict[str, Any], *, refuse_builtin: bool = False) -> ChatReq
         raise APIError(400, "top_logprobs must be between 0 and 20", param="top_logprobs")
     if top_logprobs and not logprobs:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    chat_input.prompt_ids = _prompt_token_ids(body, chat_input)
     response_format = read_response_format(body)
     if response_format is not None and chat_input.offers_tools:
         raise APIError(
@@ -127,6 +136,31 @@ def parse_chat(body: dict[str, Any], *, refuse_builtin: bool = False) -> ChatReq
     )
 
 
+def _prompt_token_ids(body: dict[str, Any], chat_input: ChatInput) -> list[int] | None:
+    """``prompt_token_ids`` (the name vLLM PR #55771 gives it): the prompt as ids, instead of the render of
+    ``messages``, so that an agent-RL loop sends turn N the very ids of turn N-1 (its prompt, the ids the engine
+    sampled, the delta of a tool or user turn) and never a re-encoding of their text. Each id is checked to be one
+    here, and against the model's vocabulary where the request is started (only the model knows it);
+    ``continue_final_message`` is refused with them: it changes only a render, which the ids replace."""
+    ids = read_field(body, "prompt_token_ids", list)
+    if ids is None:
+        return None
+    if not ids:
+        raise APIError(400, "prompt_token_ids must be a non-empty list of token ids", param="prompt_token_ids")
+    for index, token in enumerate(ids):
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            place = f"prompt_token_ids[{index}]"
+            raise APIError(400, f"{place} must be a token id (an integer from 0), got {token!r}", param=place)
+    if chat_input.continue_final:
+        raise APIError(
+            400,
+            "continue_final_message cannot be combined with prompt_token_ids: it changes how messages are rendered, "
+            "and the ids are the prompt (end them where the continued message ends)",
+            param="continue_final_message",
+        )
+    return ids
+
+
 async def chat_chunks(session: Session, model: str) -> AsyncGenerator[Chunk, None]:
     """The ``chat.completion.chunk`` objects of one reply: the role, the deltas of each step (a token's
     log-probability rides on the first chunk of its step, or on an empty delta when the step shows no text yet), the
@@ -137,20 +171,28 @@ async def chat_chunks(session: Session, model: str) -> AsyncGenerator[Chunk, Non
     content, and a reply that ended with neither text nor a call says ``content: ""`` in its finish chunk. Likewise
     the role chunk carries ``logprobs: {"content": []}`` when they were asked for (a reply may have no entries). A
     client that accumulates the chunks then holds the very message of the whole response.
+
+    With ``return_token_ids`` every choice carries ``token_ids``: a sampled id rides on the first chunk of its step
+    (an empty delta where the step shows no text yet: the stop id, a marker the parser holds back), every other chunk
+    has ``[]``; so the concatenation is the reply's ids, as the whole response's ``token_ids`` is.
     """
     shared = head(session, model, chat=True)
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> Chunk:
-        return {**shared, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, ids: Any = ()) -> Chunk:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+        if session.token_ids:
+            choice["token_ids"] = list(ids)
+        return {**shared, "choices": [choice]}
 
     yield chunk({"role": "assistant"}, logprobs={"content": []} if session.logprobs else None)
     has_content = False
     async with aclosing(session.steps()) as steps:
         async for step in steps:
             logprobs = {"content": [_chat_logprob(step.logprob)]} if step.logprob else None
-            for n, delta in enumerate(_merge(step.deltas) or ([{}] if logprobs else [])):
+            ids = step_ids(session, step)
+            for n, delta in enumerate(_merge(step.deltas) or ([{}] if logprobs or ids else [])):
                 has_content = has_content or "content" in delta
-                yield chunk(delta, logprobs=logprobs if n == 0 else None)
+                yield chunk(delta, logprobs=logprobs if n == 0 else None, ids=ids if n == 0 else ())
     assert session.reply is not None
     last = {} if has_content or session.reply.tool_calls else {"content": ""}
     yield chunk(last, finish=session.reply.finish_reason)
@@ -179,6 +221,8 @@ def fold_chat(chunks: Sequence[Chunk]) -> Chunk:
             if choice["logprobs"] is not None:
                 state["logprobs"] = state["logprobs"] or {"content": []}
                 state["logprobs"]["content"].extend(choice["logprobs"]["content"])
+            if "token_ids" in choice:
+                state.setdefault("token_ids", []).extend(choice["token_ids"])
             state["finish"] = choice["finish_reason"] or state["finish"]
     choices = []
     for index, state in sorted(states.items()):
@@ -188,9 +232,10 @@ def fold_chat(chunks: Sequence[Chunk]) -> Chunk:
                 {"id": c["id"], "type": c["type"], "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for _, c in sorted(calls.items())
             ]
-        choices.append(
-            {"index": index, "message": message, "finish_reason": state["finish"], "logprobs": state["logprobs"]}
-        )
+        choice = {"index": index, "message": message, "finish_reason": state["finish"], "logprobs": state["logprobs"]}
+        if "token_ids" in state:
+            choice["token_ids"] = state["token_ids"]
+        choices.append(choice)
     return whole(chunks, choices, "chat.completion")
 
 

@@ -14,9 +14,9 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from turnkit.serve.session import Session
+from turnkit.serve.session import Session, Step
 
-__all__ = ["Chunk", "choices", "collect", "head", "usage_chunk", "whole"]
+__all__ = ["Chunk", "choices", "collect", "head", "prompt_ids", "step_ids", "usage_chunk", "whole"]
 
 Chunk = dict[str, Any]
 
@@ -29,6 +29,19 @@ def head(session: Session, model: str, *, chat: bool) -> Chunk:
         "created": session.created,
         "model": model,
     }
+
+
+def step_ids(session: Session, step: Step) -> list[int]:
+    """The id the engine sampled for ``step``, where the request asked for ids (``return_token_ids``): what a choice's
+    ``token_ids`` carries in the chunk of that step. Every sampled id, the stop id included when the engine sampled
+    one (every engine here reports it); never the forced start of a tool call, which the engine was given."""
+    return [step.token_id] if session.token_ids and step.token_id is not None else []
+
+
+def prompt_ids(sessions: Sequence[Session]) -> dict[str, Any]:
+    """The answer's ``prompt_token_ids`` where the request asked for ids: the ids the engine was given (one prompt
+    for all ``n`` choices), on a stream's first chunk and the whole response, as vLLM sends them; else nothing."""
+    return {"prompt_token_ids": list(sessions[0].prompt_ids)} if sessions and sessions[0].token_ids else {}
 
 
 def usage_chunk(shared: Chunk, session: Session) -> Chunk:

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from turnkit.serve.chunks import Chunk, head, usage_chunk, whole
+from turnkit.serve.chunks import Chunk, head, step_ids, usage_chunk, whole
 from turnkit.serve.protocol import (
     SAMPLING_FIELDS,
     SAMPLING_REFUSALS,
@@ -38,6 +38,7 @@ FIELDS = Fields(
         "max_output_tokens": "max_tokens",
         "stop_sequences": "stop",
         "messages": "prompt (a raw text continued as written; chat completions take messages)",
+        "prompt_token_ids": "prompt (a string, or a list of token ids)",
     },
 )
 
@@ -78,11 +79,15 @@ async def completion_chunks(session: Session, model: str, *, echo: str = "") -> 
     (the first without a log-probability), as OpenAI does; it is sent with the first step, when the backend has
     scored the prompt. ``text_offset`` counts the characters of the tokens before each token (of the echo first).
     When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
-    entries folds to lists rather than ``null``."""
+    entries folds to lists rather than ``null``. With ``return_token_ids`` each choice carries the ``token_ids`` of
+    its chunk (a sampled id on its step's chunk, ``[]`` elsewhere), as chat completions' chunks do."""
     shared = head(session, model, chat=False)
 
-    def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> Chunk:
-        return {**shared, "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}]}
+    def chunk(text: str, finish: str | None = None, logprobs: Any = None, ids: Any = ()) -> Chunk:
+        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
+        if session.token_ids:
+            choice["token_ids"] = list(ids)
+        return {**shared, "choices": [choice]}
 
     pending = echo if session.logprobs else ""
     if echo and not pending:
@@ -98,8 +103,9 @@ async def completion_chunks(session: Session, model: str, *, echo: str = "") -> 
             if step.logprob:
                 logprobs = _completion_logprobs([step.logprob], offset)
                 offset += len(step.logprob.token)
-            if text or logprobs:
-                yield chunk(text, logprobs=logprobs)
+            ids = step_ids(session, step)
+            if text or logprobs or ids:
+                yield chunk(text, logprobs=logprobs, ids=ids)
     assert session.reply is not None
     yield chunk(
         "", finish=session.reply.finish_reason, logprobs=_completion_logprobs([], offset) if session.logprobs else None
@@ -118,16 +124,20 @@ def fold_completion(chunks: Sequence[Chunk]) -> Chunk:
                 state["logprobs"] = state["logprobs"] or _completion_logprobs([], 0)
                 for key, values in state["logprobs"].items():
                     values.extend(choice["logprobs"][key])
+            if "token_ids" in choice:
+                state.setdefault("token_ids", []).extend(choice["token_ids"])
             state["finish"] = choice["finish_reason"] or state["finish"]
-    choices = [
-        {
+    choices = []
+    for index, state in sorted(states.items()):
+        folded = {
             "index": index,
             "text": "".join(state["text"]),
             "finish_reason": state["finish"],
             "logprobs": state["logprobs"],
         }
-        for index, state in sorted(states.items())
-    ]
+        if "token_ids" in state:
+            folded["token_ids"] = state["token_ids"]
+        choices.append(folded)
     return whole(chunks, choices, "text_completion")
 
 

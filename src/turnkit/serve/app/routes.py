@@ -37,7 +37,7 @@ from turnkit.serve.app.inflight import InFlight
 from turnkit.serve.app.metrics import Metrics
 from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
-from turnkit.serve.chunks import Chunk, choices, collect
+from turnkit.serve.chunks import Chunk, choices, collect, prompt_ids
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of, serving_on
 from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
@@ -286,7 +286,9 @@ class Server:
         chunks = choices(sessions, name, chat_chunks)
         if req.response_format is not None:
             chunks = structured.checked(chunks)
-        extra = {"turnkit_dropped_tools": [tool.to_dict() for tool in req.dropped_tools]} if req.dropped_tools else {}
+        extra = prompt_ids(sessions)
+        if req.dropped_tools:
+            extra["turnkit_dropped_tools"] = [tool.to_dict() for tool in req.dropped_tools]
         return await _reply(chunks, fold_chat, req, extra=extra, headers=headers)
 
     async def messages(self, request: Request) -> Response:
@@ -373,6 +375,7 @@ class Server:
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
+        _check_vocabulary(fmt, req.chat_input.prompt_ids or [], "prompt_token_ids", each=True)
         await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
         await asyncio.to_thread(check_tools_readable, fmt, req.chat_input)  # probe renders, the first time
         # the grammar's tokenizer takes a second to build the first time
@@ -398,7 +401,7 @@ class Server:
         def chunks(session: Session, name: str) -> AsyncGenerator[Chunk, None]:
             return completion_chunks(session, name, echo=echo)
 
-        return await _reply(choices(sessions, model.name, chunks), fold_completion, req)
+        return await _reply(choices(sessions, model.name, chunks), fold_completion, req, extra=prompt_ids(sessions))
 
     # -- checks ---------------------------------------------------------------------------------------------------
 
@@ -461,13 +464,20 @@ def _load_body(load: Load) -> dict[str, Any]:
     return body
 
 
-def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str) -> None:
-    """Token ids a client sends must name tokens of this vocabulary (the ids are non-negative by protocol)."""
+def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str, *, each: bool = False) -> None:
+    """Token ids a client sends must name tokens of this vocabulary (the ids are non-negative by protocol). With
+    ``each``, the error names the first id outside it (``prompt_token_ids[3]``): a trajectory of thousands of ids is
+    otherwise hard to mend."""
     if not ids:
         return
     size = fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
-    if any(t >= size for t in ids):
-        raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
+    outside = next((index for index, t in enumerate(ids) if t >= size), None)
+    if outside is None:
+        return
+    if each:
+        place = f"{param}[{outside}]"
+        raise APIError(400, f"{place} is {ids[outside]}, not a token id of this model (0 to {size - 1})", param=place)
+    raise APIError(400, f"token ids must be between 0 and {size - 1}", param=param)
 
 
 async def _reply(

@@ -35,6 +35,11 @@ class ChatInput:
     """What a chat prompt is made of: every chat-shaped API and ``/tokenize`` read it with the same checks.
 
     ``continue_final``: the last message is an assistant message to continue (prefill), not a turn to answer after.
+
+    ``prompt_ids``: chat completions' ``prompt_token_ids``, the prompt as the client's own ids (an agent-RL trajectory:
+    turn 1's prompt, the ids the engine sampled, the delta of a tool or user turn). They are the prompt instead of the
+    render of ``messages``, which stay the request's context: the checks of roles and tool results, the tools offered
+    and the reply parser's tools and reasoning read them as for any chat.
     """
 
     messages: list[Any] = field(default_factory=list)
@@ -45,6 +50,7 @@ class ChatInput:
     family: str | None = None
     continue_final: bool = False
     thinking: Thinking = field(default_factory=Thinking)
+    prompt_ids: list[int] | None = None
 
     @property
     def offers_tools(self) -> bool:
@@ -55,7 +61,9 @@ class ChatInput:
 @dataclass
 class Sampling:
     """What both generating endpoints share. A sampling value left ``None`` is the model's default
-    (:mod:`.sampling`); ``logit_bias`` maps token ids to the bias added to their logits."""
+    (:mod:`.sampling`); ``logit_bias`` maps token ids to the bias added to their logits. ``return_token_ids``
+    (vLLM's field): the answer carries the ids the engine was given (``prompt_token_ids``) and each choice the ids it
+    sampled (``token_ids``), so that a trainer takes the very ids the policy produced, never a re-encoding of text."""
 
     model: str
     max_tokens: int | None
@@ -74,6 +82,7 @@ class Sampling:
     frequency_penalty: float | None = None
     n: int = 1
     logit_bias: dict[int, float] = field(default_factory=dict)
+    return_token_ids: bool = False
 
 
 @dataclass

@@ -36,7 +36,8 @@ def _read_seed(body: dict[str, Any]) -> int | None:
     return seed % 2**64
 
 
-#: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there).
+#: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there), with
+#: ``return_token_ids`` (vLLM's field), which both OpenAI-style APIs answer alike.
 SAMPLING_FIELDS = frozenset(
     {
         "model",
@@ -54,6 +55,7 @@ SAMPLING_FIELDS = frozenset(
         "presence_penalty",
         "frequency_penalty",
         "logit_bias",
+        "return_token_ids",
     }
 )
 
@@ -149,6 +151,7 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
         "stop": stops,
         "stream": read_field(body, "stream", bool, False),
         "include_usage": include_usage,
+        "return_token_ids": read_field(body, "return_token_ids", bool, False),
     }
 
 

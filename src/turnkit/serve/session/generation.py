@@ -50,10 +50,13 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class Step:
-    """What one generated token (or the prompt's forced prefix, or the parser's finish) added to the reply."""
+    """What one generated token (or the prompt's forced prefix, or the parser's finish) added to the reply.
+    ``token_id``: the id the engine sampled, for ``return_token_ids`` (None for the forced prefix, which the engine
+    was given, and for the finish)."""
 
     deltas: list[Delta]
     logprob: TokenLogprob | None = None
+    token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,8 @@ class Session:
 
     ``prompt_tokens`` counts the prompt without ``prefix`` (the forced start of a tool call, which the parser reads as
     the reply's own text); ``completion_tokens`` counts what the backend generated, the stop id included.
+    ``prompt_ids``: the ids the engine was given (the prompt, then ``prefix``), which ``return_token_ids`` answers
+    as ``prompt_token_ids``; ``token_ids``: whether the request asked for them.
     """
 
     fmt: ChatFormat
@@ -173,6 +178,8 @@ class Session:
     max_tokens: int
     prefix: list[int] = field(default_factory=list)
     logprobs: bool = False
+    token_ids: bool = False
+    prompt_ids: list[int] = field(default_factory=list)
     request_id: str = field(init=False, default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     completion_tokens: int = field(init=False, default=0)
@@ -205,7 +212,7 @@ class Session:
                     self._first_token = time.perf_counter()
                 self.completion_tokens += 1
                 deltas = self.parser.feed((event.token_id,))
-                yield Step(deltas, self._logprob(event))
+                yield Step(deltas, self._logprob(event), event.token_id)
                 if self.parser.ended:
                     break
         except (BackendBusyError, CacheFullError) as exc:  # the engine's reason, for the client to read

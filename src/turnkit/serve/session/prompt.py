@@ -104,7 +104,10 @@ def check_tools_shown(fmt: ChatFormat, chat_input: ChatInput) -> None:
 
 
 def chat_prompt_ids(fmt: ChatFormat, chat_input: ChatInput, *, add_generation_prompt: bool = True) -> list[int]:
-    """The prompt ids of a chat input, as every chat-shaped API and ``/tokenize`` compute them."""
+    """The prompt ids of a chat input, as every chat-shaped API and ``/tokenize`` compute them: the client's own
+    ``prompt_token_ids`` where it sent them (chat completions; the ids replace the render, nothing is added)."""
+    if chat_input.prompt_ids is not None:
+        return list(chat_input.prompt_ids)
     variables = template_variables(fmt, chat_input)
     options = EncodeOptions(
         tools=chat_input.tools if chat_input.offers_tools else None,

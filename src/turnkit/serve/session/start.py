@@ -42,7 +42,8 @@ async def start_chat(
     def parser() -> StreamParser:
         return fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
 
-    return await _start(fmt, model, req, prompt, prefix, parser, endpoint, default_max_tokens, constraint)
+    where = "messages" if chat_input.prompt_ids is None else "prompt_token_ids"
+    return await _start(fmt, model, req, prompt, prefix, parser, endpoint, default_max_tokens, constraint, where)
 
 
 async def start_completion(
@@ -115,12 +116,14 @@ async def _start(
     endpoint: str,
     default_max_tokens: int,
     constraint: Any,
+    where: str = "messages",
 ) -> list[Session]:
     """Check the prompt and budget against the context, submit ``req.n`` generations, and wait until the engine
     admitted every one of them: a request it refuses (every place taken: 429; its queue deadline passed, or the server
     is shutting down: 503; both with ``Retry-After``) is answered with that status before any byte of a reply, so a
     route that awaits this never starts a response it cannot give. Every route that starts sessions gets admission
-    this way."""
+    this way. ``where``: the field a prompt too long for the context is named by (``messages``, or the
+    ``prompt_token_ids`` that replaced their render)."""
     backend = model.backend
     _check_supported(backend, req)
     context = backend.context_length
@@ -129,7 +132,7 @@ async def _start(
         raise APIError(
             400,
             f"the prompt is {len(full)} tokens; the model's context is {context} tokens",
-            param="messages",
+            param=where,
             code="context_length_exceeded",
             facts={"prompt_tokens": len(full), "context": context},
         )
@@ -152,7 +155,18 @@ async def _start(
             seed = None if req.seed is None else (req.seed + index) % 2**64
             request = replace(base, seed=seed, constraint=constraint() if constraint is not None else None)
             generation = backend.submit(request, loop)
-            session = Session(fmt, parser(), generation, endpoint, len(prompt), max_tokens, prefix, req.logprobs)
+            session = Session(
+                fmt,
+                parser(),
+                generation,
+                endpoint,
+                len(prompt),
+                max_tokens,
+                prefix,
+                req.logprobs,
+                token_ids=req.return_token_ids,
+                prompt_ids=full,
+            )
             session.model = model.name
             sessions.append(session)
         for session in sessions:
