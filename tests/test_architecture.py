@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "data": 6,
     "doctor": 6,
     "inspect": 6,
+    "trainers": 6,
     "serve": 7,
     "chatml": 7,
     "vllm_plugin": 7,

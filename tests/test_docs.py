@@ -80,7 +80,7 @@ def example_runs(request, tmp_path_factory) -> dict[Path, Future[list[str]]]:
 
 
 #: Rough seconds of what makes an example slow: training, Ray, loading transformers, starting a command.
-_COSTS = {"SFTTrainer": 60, "--ray": 40, "--engine ray": 20, "transformers": 15, "turnkit ": 3}
+_COSTS = {"SFTTrainer": 60, "GRPOTrainer": 50, "--ray": 40, "--engine ray": 20, "transformers": 15, "turnkit ": 3}
 
 
 def _expected_cost(page: Path) -> int:
