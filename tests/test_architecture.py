@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "doctor": 6,
     "inspect": 6,
     "trainers": 6,
+    "engine_client": 6,
     "serve": 7,
     "chatml": 7,
     "vllm_plugin": 7,

@@ -33,6 +33,7 @@ The hierarchy::
     ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
     ├── ServeConfigError (ValueError)        a --model argument, models folder or file, or address that cannot be served
     ├── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
+    ├── EngineReplyError                     an engine's token route failed or answered without ids: .route, .missing
     └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
 """
 
@@ -226,6 +227,19 @@ class ServeConfigError(TurnkitError, ValueError):
 
 class EngineError(TurnkitError):
     """A serving engine cannot start (its library is missing, the model does not load) or cannot go on."""
+
+
+class EngineReplyError(TurnkitError):
+    """:class:`~turnkit.engine_client.EngineClient`: an engine's token route (``route``, its name and path) answered
+    an HTTP error (``status``), could not be reached, or answered without what a trajectory needs: ``missing`` names
+    the field (``choices[0].token_ids``), so a client of an engine that lacks ``return_token_ids`` learns which one,
+    instead of a trajectory silently built from re-encoded text."""
+
+    def __init__(self, route: str, reason: str, *, status: int | None = None, missing: str | None = None) -> None:
+        self.route = route
+        self.status = status
+        self.missing = missing
+        super().__init__(f"{route}: {reason}")
 
 
 class ClusterError(TurnkitError):
