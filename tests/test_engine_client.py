@@ -3,7 +3,7 @@
 * Against a real ``turnkit serve`` (llama.cpp engine, the embedded model; one server for the module): a three-turn
   episode with a tool result and a user turn between the replies, through the client. The ids the server returned are
   the ids the trajectory appended; each turn's prompt, as the server echoes it (``prompt_token_ids``), is the previous
-  prompt, the sampled ids and the delta; the log-probabilities are the server's, one per sampled id.
+  prompt, the sampled ids and the delta; the log-probabilities are the server's, one per sampled id (the stop's too).
 * Errors from the same server: an HTTP error, an answer without ids (a route that does not ask for them), and vLLM's
   ``stop_token_ids``, which turnkit serve refuses (why its route does not send them).
 * llama-server's ``/completion`` and SGLang's ``/generate`` are not installed here: their routes are checked against
@@ -56,14 +56,14 @@ def test_a_trajectory_sampled_from_turnkit_serve(server, fmt):
         assert sample.engine_prompt_ids == sample.response["prompt_token_ids"] == sample.prompt_ids
         if turn:
             assert sample.engine_prompt_ids == samples[-2].engine_prompt_ids + samples[-2].ids + deltas[-1]
-        # one log-probability per sampled id, the server's, in order; the server gives none for the stop id
+        # one log-probability per sampled id, the server's, in order: with return_token_ids the stop id has its own
+        # (a trainer trains it), as vLLM gives it
         stopped = sample.ids[-1] in fmt.stop_ids
         assert sample.reply.finish_reason == ("stop" if stopped else "length") == choice["finish_reason"]
         lp = choice["logprobs"]
-        assert len(sample.logprobs) == len(sample.ids) == len(lp["token_logprobs"]) + stopped
-        assert sample.logprobs[: len(lp["token_logprobs"])] == lp["token_logprobs"]
-        assert all(math.isfinite(value) and value <= 0 for value in sample.logprobs[: len(lp["token_logprobs"])])
-        assert not stopped or math.isnan(sample.logprobs[-1])
+        assert len(sample.logprobs) == len(sample.ids) == len(lp["token_logprobs"])
+        assert sample.logprobs == lp["token_logprobs"]
+        assert all(math.isfinite(value) and value <= 0 for value in sample.logprobs)
         # aligned: each entry's token is the id at its place, and greedy sampled the likeliest (its top-1)
         for position, (token, value, top) in enumerate(
             zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
@@ -79,11 +79,7 @@ def test_a_trajectory_sampled_from_turnkit_serve(server, fmt):
     assert row.input_ids == samples[-1].prompt_ids + samples[-1].ids
     sampled = [position for position, label in enumerate(row.labels) if label != IGNORE_INDEX]
     assert [row.input_ids[p] for p in sampled] == [i for sample in samples for i in sample.ids]
-    got = [row.logprobs[p] for p in sampled]
-    want = [value for sample in samples for value in sample.logprobs]
-    assert [(math.isnan(a), a if not math.isnan(a) else 0) for a in got] == [
-        (math.isnan(b), b if not math.isnan(b) else 0) for b in want
-    ]
+    assert [row.logprobs[p] for p in sampled] == [value for sample in samples for value in sample.logprobs]
 
 
 def test_the_model_is_asked_once_and_sampling_fields_pass_through(server, fmt):

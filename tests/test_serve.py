@@ -275,6 +275,20 @@ def test_return_token_ids_gives_the_prompt_and_the_sampled_ids(client, smollm2_g
     assert "prompt_token_ids" not in plain.model_dump() and "token_ids" not in plain.choices[0].model_dump()
 
 
+def test_with_token_ids_the_stop_id_has_its_log_probability(client):
+    """A trainer trains the stop id the engine sampled, so with ``return_token_ids`` every sampled id has its
+    log-probability entry, the stop's included (as vLLM gives it); without, the stop is no part of the reply's text
+    and has none (as OpenAI's)."""
+    request = {"model": "smollm2", "messages": QUESTION, "temperature": 0, "max_tokens": 48, "logprobs": True}
+    with_ids = client.chat.completions.create(**request, extra_body={"return_token_ids": True}).choices[0]
+    plain = client.chat.completions.create(**request).choices[0]
+    assert with_ids.finish_reason == plain.finish_reason == "stop"  # the question is answered well within 48 tokens
+    assert len(with_ids.logprobs.content) == len(with_ids.token_ids)
+    assert len(plain.logprobs.content) == len(with_ids.token_ids) - 1
+    assert [e.logprob for e in plain.logprobs.content] == [e.logprob for e in with_ids.logprobs.content[:-1]]
+    assert with_ids.logprobs.content[-1].logprob <= 0
+
+
 def test_a_next_turn_sent_as_ids_is_answered(client, smollm2_gguf):
     """Turn 2 of an agent-RL trajectory: turn 1's prompt, the ids the engine sampled, then the delta of a user turn
     (what the template writes after the reply's end, up to the next generation prompt), sent as ``prompt_token_ids``.

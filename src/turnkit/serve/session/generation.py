@@ -249,8 +249,10 @@ class Session:
         return out
 
     def _logprob(self, event: TokenEvent) -> TokenLogprob | None:
-        """The token's log-probability entry; none for the stop token, which is not part of the reply's text."""
-        if not self.logprobs or event.token_id in self.fmt.stop_ids:
+        """The token's log-probability entry; none for the stop token, which is not part of the reply's text, unless
+        the request asked for the token ids (``return_token_ids``): then every sampled id has its entry, as vLLM
+        gives it, since a trainer trains the stop id and needs its log-probability."""
+        if not self.logprobs or (event.token_id in self.fmt.stop_ids and not self.token_ids):
             return None
         text, raw = self._text(event.token_id)
         top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]
