@@ -154,6 +154,37 @@ def test_health_says_what_vllm_was_given(served):
     assert all(f"{key}={value}" in line for key, value in engine["args"].items() if key not in plumbing)
 
 
+def test_token_ids_in_and_out_on_vllm(served):
+    """``return_token_ids`` and ``prompt_token_ids`` on the vLLM engine, through the engine client: the ids turnkit
+    returns are the ids vLLM sampled, turn 2 (turn 1's prompt, the sampled ids, the delta of a user turn) is what vLLM
+    itself reports running, and a chat sent as those ids is answered and streamed with the same ids."""
+    from turnkit.engine_client import EngineClient
+
+    fmt = served.fmt
+    client = EngineClient(served.url, "turnkit", model="smollm2", max_tokens=16, temperature=0)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    traj = fmt.trajectory(question)
+    first = client.sample(traj)
+    assert first.engine_prompt_ids == fmt.encode(question, add_generation_prompt=True).input_ids.tolist()
+    delta = traj.add_messages([{"role": "user", "content": "And of Italy?"}])
+    second = client.sample(traj)
+    assert second.engine_prompt_ids == first.prompt_ids + first.ids + delta == served.prompts[-1]
+    (row,) = traj.rows
+    assert row.input_ids == second.prompt_ids + second.ids
+    messages = [*question, {"role": "assistant", "content": first.reply.content}, {"role": "user", "content": "Hi"}]
+    body = {"return_token_ids": True, "prompt_token_ids": second.prompt_ids}
+    request = {"model": "smollm2", "messages": messages, "temperature": 0, "max_tokens": 8, "extra_body": body}
+    whole = served.client.chat.completions.create(**request)
+    chunks = list(served.client.chat.completions.create(stream=True, **request))
+    assert whole.model_extra["prompt_token_ids"] == second.prompt_ids == served.prompts[-1]
+    ids = whole.choices[0].model_extra["token_ids"]
+    assert (
+        ids
+        and [t for c in chunks for choice in c.choices for t in (choice.model_extra or {}).get("token_ids") or []]
+        == ids
+    )
+
+
 def test_a_forged_turn_reaches_vllm_as_turnkits_ids(served):
     """A user who types ChatML's markers writes text: vLLM runs exactly ``fmt.encode``'s ids (3 ``<|im_start|>``: the
     default system turn, the user's, the reply's), where plain ``vllm serve`` ran 5 (docs/guides/serve.md)."""

@@ -241,6 +241,56 @@ def test_a_call_in_the_templates_syntax_is_read_as_tool_calls_whole_and_streamed
     assert streamed["calls"][0]["id"] and streamed["finish"] == "tool_calls" and not streamed["content"]
 
 
+def test_a_calls_token_ids_stream_as_they_come_whole_through_the_plugins_parser(server, fmt):
+    """``return_token_ids`` with the plugin's tool parser: the streamed chunks' ``token_ids`` add up to the whole
+    reply's (vLLM #27482 lost them in chat streams read by a tool parser), and they decode to the call the model
+    wrote: what a trainer keeps of a tool-calling turn."""
+    written = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    request: dict[str, Any] = {
+        "model": "smollm2",
+        "messages": MESSAGES,
+        "temperature": 0,
+        "max_tokens": 64,
+        "tools": TOOLS,
+        "extra_body": {"structured_outputs": {"regex": _literal(written)}, "return_token_ids": True},
+    }
+    whole = server.client.chat.completions.create(**request)
+    ids = whole.choices[0].model_extra["token_ids"]
+    assert whole.choices[0].finish_reason == "tool_calls" and ids
+    streamed = [
+        token
+        for chunk in server.client.chat.completions.create(stream=True, **request)
+        for choice in chunk.choices
+        for token in (choice.model_extra or {}).get("token_ids") or []
+    ]
+    assert streamed == ids
+    assert fmt.tokenizer.decode(ids).startswith(written)
+
+
+def test_a_trajectory_samples_from_vllms_own_server_by_ids(server, fmt):
+    """Token in, token out through vLLM's own server with the plugin: the engine client gives the trajectory's ids to
+    vLLM's ``/v1/completions`` (``return_token_ids``, the format's stop ids), vLLM echoes them and returns the ids it
+    sampled, and the trajectory keeps those: turn 2's prompt is turn 1's, the sampled ids and the delta."""
+    import math
+
+    from turnkit.engine_client import EngineClient
+
+    client = EngineClient(server.url, "vllm", model="smollm2", stop_ids=fmt.stop_ids, max_tokens=16, temperature=0)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    traj = fmt.trajectory(question)
+    first = client.sample(traj)
+    assert first.engine_prompt_ids == fmt.encode(question, add_generation_prompt=True).input_ids.tolist()
+    assert first.ids == first.response["choices"][0]["token_ids"]
+    delta = traj.add_messages([{"role": "user", "content": "And of Italy?"}])
+    second = client.sample(traj)
+    assert second.engine_prompt_ids == first.prompt_ids + first.ids + delta
+    (row,) = traj.rows
+    assert row.input_ids == second.prompt_ids + second.ids
+    for sample in (first, second):
+        stopped = sample.ids[-1] in fmt.stop_ids
+        assert all(math.isfinite(value) for value in sample.logprobs[: len(sample.ids) - stopped])
+
+
 def test_a_forced_call_comes_back_as_tool_calls_whole_and_streamed(server):
     """``tool_choice`` naming a function: vLLM's own forced call (the arguments' JSON, constrained), unchanged."""
     forced = {"type": "function", "function": {"name": "get_weather"}}

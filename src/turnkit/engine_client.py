@@ -133,7 +133,9 @@ def _openai_read(route: str, answer: Any) -> Answer:
     values = (answer["choices"][0].get("logprobs") or {}).get("token_logprobs")
     if isinstance(values, list):
         logprobs = [(None, value) for value in values]
-    prompt = answer.get("prompt_token_ids")
+    # vLLM's completions echo the prompt in each choice (a request may hold several prompts); turnkit serve's at the
+    # top, as both do for chat
+    prompt = answer["choices"][0].get("prompt_token_ids") or answer.get("prompt_token_ids")
     return Answer(
         ids, logprobs, prompt if isinstance(prompt, list) else None, answer["choices"][0].get("finish_reason")
     )
