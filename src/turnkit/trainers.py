@@ -12,6 +12,8 @@ slices a trajectory's row, so what the trainer scores is, id for id, what the en
   :class:`MergeResult` of verl's shape), each merge a step of a trajectory, so the ids verl's agent loop holds are the
   ones a trajectory makes for any template, with no per-family subclass. verl is not installed where turnkit's tests
   run: the builder is tested by driving it as verl's agent loop calls it, against turnkit's own encode.
+* :func:`skyrl_output`: SkyRL's ``GeneratorOutput`` (``prompt_token_ids``, ``response_ids``, ``loss_masks``,
+  ``rollout_logprobs``, ``stop_reasons``), what a SkyRL generator returns (SkyRL is not installed here either).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from turnkit.format import ChatFormat
     from turnkit.trajectory import Row, Trajectory
 
-__all__ = ["ContinuousTokenBuilder", "MergeResult", "trl_rollout"]
+__all__ = ["ContinuousTokenBuilder", "MergeResult", "skyrl_output", "trl_rollout"]
 
 
 def trl_rollout(trajectories: Sequence[Trajectory]) -> dict[str, list[Any]]:
@@ -40,19 +42,59 @@ def trl_rollout(trajectories: Sequence[Trajectory]) -> dict[str, list[Any]]:
     refused, naming it.
     """
     out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+    for episode in _episodes(trajectories, "a TRL rollout is one completion per prompt"):
+        out["prompt_ids"].append(episode.prompt_ids)
+        out["completion_ids"].append(episode.response_ids)
+        out["logprobs"].append(episode.logprobs)
+        out["env_mask"].append(episode.mask)
+    return out
+
+
+def skyrl_output(trajectories: Sequence[Trajectory], rewards: Sequence[float | Sequence[float]]) -> dict[str, Any]:
+    """SkyRL's ``GeneratorOutput`` (what a ``GeneratorInterface.generate`` returns), one entry per trajectory, in
+    order: ``prompt_token_ids``, ``response_ids`` (as :func:`trl_rollout`'s completion), ``loss_masks`` (1 on the
+    sampled ids), ``rollout_logprobs``, ``rewards`` as given, and ``stop_reasons`` (each episode's last reply's finish
+    reason). SkyRL is not installed where turnkit's tests run: the keys follow its ``GeneratorOutput`` TypedDict."""
+    episodes = _episodes(trajectories, "a SkyRL generator output is one response per prompt")
+    if len(rewards) != len(episodes):
+        raise TrajectoryError(f"{len(rewards)} rewards for {len(episodes)} trajectories")
+    return {
+        "prompt_token_ids": [e.prompt_ids for e in episodes],
+        "response_ids": [e.response_ids for e in episodes],
+        "rewards": list(rewards),
+        "loss_masks": [e.mask for e in episodes],
+        "stop_reasons": [t.finish_reasons[-1] for t in trajectories],
+        "rollout_metrics": None,
+        "rollout_logprobs": [e.logprobs for e in episodes],
+        "trajectory_ids": None,
+        "is_last_step": None,
+        "sampling_masks": None,
+    }
+
+
+@dataclass(frozen=True)
+class _Episode:
+    """One trajectory's row cut where trainers cut it: the first prompt, then the first sampled id to the last."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    mask: list[int]
+
+
+def _episodes(trajectories: Sequence[Trajectory], why_one_row: str) -> list[_Episode]:
+    out = []
     for number, trajectory in enumerate(trajectories):
         rows = trajectory.rows
         if len(rows) != 1:
             raise TrajectoryError(
                 f"trajectory {number} has {len(rows)} rows (history='fork' closed a row where the template rewrote "
-                "history): a TRL rollout is one completion per prompt; use history='keep' or 'refuse'"
+                f"history): {why_one_row}; use history='keep' or 'refuse'"
             )
-        first, last = _sampled_extent(rows[0], number)
-        row = rows[0]
-        out["prompt_ids"].append(row.input_ids[:first])
-        out["completion_ids"].append(row.input_ids[first:last])
-        out["logprobs"].append(row.logprobs[first:last])
-        out["env_mask"].append([int(label != IGNORE_INDEX) for label in row.labels[first:last]])
+        (row,) = rows
+        first, last = _sampled_extent(row, number)
+        mask = [int(label != IGNORE_INDEX) for label in row.labels[first:last]]
+        out.append(_Episode(row.input_ids[:first], row.input_ids[first:last], row.logprobs[first:last], mask))
     return out
 
 

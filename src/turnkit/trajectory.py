@@ -140,6 +140,7 @@ class Trajectory:
         rewrites_history: Known on creation: the template rewrites history for conversations of the probes' shapes
             (:func:`rewrites_history`), and ``history_reason`` says where; the policy applies when it happens.
         rewrites: The message indices where this episode found history rewritten, in order.
+        finish_reasons: Each reply's finish reason as turnkit read it (``"stop"``, ``"tool_calls"``, ``"length"``).
         delta_render: ``"window"``: each delta renders the reply and the messages after it, with the conversation's
             system messages and last user message (the probes found its deltas equal to the whole render's);
             ``"whole"``: each step renders the whole conversation, and ``window_reason`` says why.
@@ -175,6 +176,7 @@ class Trajectory:
         self.window_reason = probed[key].window
         self.delta_render: DeltaRender = "whole" if self.window_reason else "window"
         self.rewrites: list[int] = []
+        self.finish_reasons: list[str] = []
         step = self._encode(self._chat)
         # the template's own serving prompt, as text and ids, while each step renders the whole conversation
         self._prompt: tuple[str, list[int]] | None = (step.text, step.ids)
@@ -223,6 +225,7 @@ class Trajectory:
         stopped = sampled[-1] in fmt.stop_ids
         reply = fmt.parse(sampled, prompt=self._row.ids, tools=self.tools, length=not stopped)
         self._row.add(sampled, trained=True, logprobs=logprobs)
+        self.finish_reasons.append(reply.finish_reason or ("stop" if stopped else "length"))
         self._chat.append(_as_history(reply))
         self._reply = (sampled, stopped)
         return reply
