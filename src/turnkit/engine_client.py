@@ -5,7 +5,8 @@ engines already take a prompt as ids and give back the ids they sampled, each un
 those names, so that a training loop writes ``client.sample(traj)`` and never a chat request:
 
 * :data:`TURNKIT` and :data:`VLLM`: the OpenAI-style ``POST /v1/completions`` with ``prompt`` as a list of ids,
-  ``return_token_ids: true`` (vLLM's field: each choice's ``token_ids``, the answer's ``prompt_token_ids``) and
+  ``return_token_ids: true`` (vLLM's field: each choice's ``token_ids``, and ``prompt_token_ids``, in the choice on
+  vLLM, at the top on turnkit serve) and
   ``logprobs: 1``. vLLM is also told to stop on the trajectory format's stop ids (``stop_token_ids``); turnkit serve
   refuses that field and stops on its template's own stops, the same ids.
 * :data:`LLAMA_SERVER`: llama.cpp's ``llama-server`` ``POST /completion`` (``prompt`` as ids, ``n_predict``,
