@@ -325,10 +325,12 @@ def test_completions_return_token_ids(client, server):
     request = {"model": "smollm2", "prompt": ids, "temperature": 0, "max_tokens": 8}
     whole = client.completions.create(**request, extra_body={"return_token_ids": True})
     assert whole.prompt_token_ids == ids and len(whole.choices[0].token_ids) == whole.usage.completion_tokens
+    assert whole.choices[0].prompt_token_ids == ids  # where vLLM's completions put them: a choice per prompt
     text = httpx.post(server[0] + "/detokenize", json={"tokens": whole.choices[0].token_ids}).json()["prompt"]
     assert text.removesuffix("<|im_end|>") == whole.choices[0].text
     chunks = list(client.completions.create(**request, stream=True, extra_body={"return_token_ids": True}))
-    assert chunks[0].prompt_token_ids == ids
+    assert chunks[0].prompt_token_ids == ids == chunks[0].choices[0].prompt_token_ids
+    assert all(getattr(choice, "prompt_token_ids", None) is None for chunk in chunks[1:] for choice in chunk.choices)
     assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == whole.choices[0].token_ids
 
 

@@ -80,13 +80,20 @@ async def completion_chunks(session: Session, model: str, *, echo: str = "") -> 
     scored the prompt. ``text_offset`` counts the characters of the tokens before each token (of the echo first).
     When log-probabilities were asked for, the finish chunk carries empty lists, so that even a reply without
     entries folds to lists rather than ``null``. With ``return_token_ids`` each choice carries the ``token_ids`` of
-    its chunk (a sampled id on its step's chunk, ``[]`` elsewhere), as chat completions' chunks do."""
+    its chunk (a sampled id on its step's chunk, ``[]`` elsewhere), as chat completions' chunks do, and its first
+    chunk the prompt's ids (``prompt_token_ids``: in the choice, where vLLM's completions put them, since a
+    completions request may hold several prompts)."""
     shared = head(session, model, chat=False)
+    prompt_pending = session.token_ids
 
     def chunk(text: str, finish: str | None = None, logprobs: Any = None, ids: Any = ()) -> Chunk:
+        nonlocal prompt_pending
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}
         if session.token_ids:
             choice["token_ids"] = list(ids)
+        if prompt_pending:
+            choice["prompt_token_ids"] = list(session.prompt_ids)
+            prompt_pending = False
         return {**shared, "choices": [choice]}
 
     pending = echo if session.logprobs else ""
@@ -126,6 +133,8 @@ def fold_completion(chunks: Sequence[Chunk]) -> Chunk:
                     values.extend(choice["logprobs"][key])
             if "token_ids" in choice:
                 state.setdefault("token_ids", []).extend(choice["token_ids"])
+            if "prompt_token_ids" in choice:
+                state["prompt_token_ids"] = choice["prompt_token_ids"]
             state["finish"] = choice["finish_reason"] or state["finish"]
     choices = []
     for index, state in sorted(states.items()):
@@ -137,6 +146,8 @@ def fold_completion(chunks: Sequence[Chunk]) -> Chunk:
         }
         if "token_ids" in state:
             folded["token_ids"] = state["token_ids"]
+        if "prompt_token_ids" in state:
+            folded["prompt_token_ids"] = state["prompt_token_ids"]
         choices.append(folded)
     return whole(chunks, choices, "text_completion")
 
