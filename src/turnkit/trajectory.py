@@ -337,11 +337,7 @@ class Trajectory:
         window it refuses, or no episode it takes, is a reason."""
         compared = 0
         for chat in _probe_conversations():
-            replies = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
-            for number, index in enumerate(replies):
-                end = replies[number + 1] if number + 1 < len(replies) else len(chat)
-                if end == index + 1:
-                    continue
+            for index, end in _steps(chat):
                 try:
                     whole = self._encode(chat[:end])
                 except TurnkitError:
@@ -556,6 +552,14 @@ def _probe_conversations() -> list[list[dict[str, Any]]]:
     return [episode(True), episode(False), plain]
 
 
+def _steps(chat: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """An episode's steps: each reply that messages follow, as ``(its index, the index of the next reply or the
+    end)``, so the messages it is answered with are ``chat[index + 1 : end]``."""
+    replies = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+    ends = [*replies[1:], len(chat)]
+    return [(index, end) for index, end in zip(replies, ends, strict=True) if end > index + 1]
+
+
 def rewrites_history(
     render: Render, *, encode: Encode | None = None, tools: object = None, eos: str | None = None
 ) -> str:
@@ -564,16 +568,11 @@ def rewrites_history(
     role) is skipped; the episodes cover tool calls, parallel calls, grouped results and user turns, with reasoning
     and without."""
     for chat in _probe_conversations():
-        replies = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
-        for number, index in enumerate(replies):
+        for index, end in _steps(chat):
             if index == 0:
                 continue
-            after_end = replies[number + 1] if number + 1 < len(replies) else len(chat)
-            after = chat[index + 1 : after_end]
-            if not after:
-                continue
             try:
-                found = rewrite(render, chat[:index], chat[index], after, encode=encode, eos=eos)
+                found = rewrite(render, chat[:index], chat[index], chat[index + 1 : end], encode=encode, eos=eos)
             except TurnkitError:
                 break  # this episode's shape is refused by the template; the others still tell
             if found is not None:
