@@ -32,13 +32,19 @@ The hierarchy::
     ├── DoctorInputError                     a path doctor cannot audit (no tokenizer, unreadable JSON)
     ├── ChatMLError                          add-chatml cannot convert this base model (or its result failed doctor)
     ├── ServeConfigError (ValueError)        a --model argument, models folder or file, or address that cannot be served
+    ├── APIError                             the server's answer to a request it refuses: .status, .param, .code
     ├── EngineError                          a serving engine cannot start or cannot go on (not installed, full cache)
+    │   └── CacheFullError                   a running request no longer fits the key/value cache (503)
+    ├── BackendBusyError                     the engine cannot take a request now (429): .retry_after
+    │   ├── QueueTimeoutError                it waited in the queue past its deadline (503)
+    │   └── ShuttingDownError                the server is draining (503)
     ├── EngineReplyError                     an engine's token route failed or answered without ids: .route, .missing
     └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -227,6 +233,79 @@ class ServeConfigError(TurnkitError, ValueError):
 
 class EngineError(TurnkitError):
     """A serving engine cannot start (its library is missing, the model does not load) or cannot go on."""
+
+
+class CacheFullError(EngineError):
+    """A running request cannot continue: the key/value cache cannot hold it even with every other request preempted.
+    The client gets this reason (an error naming the cache), never a generic failure."""
+
+
+class BackendBusyError(TurnkitError):
+    """The engine cannot take this request now: every slot and queue place is taken (the server answers 429).
+    ``retry_after``: the seconds after which a retry is likely to be admitted (the answer's ``Retry-After``)."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class QueueTimeoutError(BackendBusyError):
+    """The request waited in the queue past its deadline without being admitted (503), before any token."""
+
+
+class ShuttingDownError(BackendBusyError):
+    """The server is shutting down: new requests are refused, and requests still running at the drain deadline end
+    with this error (503, or an error event in a stream)."""
+
+
+_API_ERROR_KINDS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
+
+
+class APIError(TurnkitError):
+    """What the server answers a request it refuses, on every API's one path: every problem with a request becomes
+    one, with an HTTP status and a message that names the field, never a 500 or a stack trace. It lives here, beside
+    the errors it is made from, because the command line's ``generate`` and ``chat`` catch it as well as the server.
+
+    A 4xx is the client's ``invalid_request_error`` unless a more precise OpenAI type exists (401, 404, 429); a 5xx
+    is a ``server_error``. ``retry_after`` (seconds) goes out as the ``Retry-After`` header of a 429 or 503: when a
+    retry is likely to be admitted. ``facts`` are the numbers behind the message (``prompt_tokens``, ``context``
+    ...), for an API whose clients read its own wording of them. ``reason``: the message without the place it names
+    (which the server's wording writes in an API's own words). Each API writes it in its own error shape (OpenAI's
+    ``{"error": {"message", "type", "param", "code"}}`` by default)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str | None = None,
+        retry_after: float | None = None,
+        facts: dict[str, int] | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.kind = kind or _API_ERROR_KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.retry_after = retry_after
+        self.facts = facts or {}
+        self.reason = reason
+
+    @property
+    def location(self) -> str | None:
+        return self.param
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response headers this error asks for: ``Retry-After`` in whole seconds (at least 1)."""
+        return {} if self.retry_after is None else {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 class EngineReplyError(TurnkitError):

@@ -26,13 +26,7 @@ needs only that interface; :mod:`.protocol` imports nothing of the server; the w
 other; nothing imports :mod:`.app` but the command line.
 """
 
-from turnkit.serve.engines.base import (
-    Backend,
-    BackendBusyError,
-    Generation,
-    GenerationRequest,
-    ReplayBackend,
-    TokenEvent,
-)
+from turnkit.errors import BackendBusyError
+from turnkit.serve.engines.base import Backend, Generation, GenerationRequest, ReplayBackend, TokenEvent
 
 __all__ = ["Backend", "BackendBusyError", "Generation", "GenerationRequest", "ReplayBackend", "TokenEvent"]

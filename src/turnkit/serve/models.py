@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from turnkit.embedded import resolve_model
-from turnkit.errors import ServeConfigError, TurnkitError
+from turnkit.errors import ServeConfigError, ShuttingDownError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve.engines import EngineOptions, load_backend
-from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of
+from turnkit.serve.engines.base import Backend, Load, load_of
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
 from turnkit.serve.sampling import NEUTRAL, SamplingDefaults, model_defaults

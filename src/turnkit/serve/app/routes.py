@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from turnkit.errors import TurnkitError
+from turnkit.errors import ShuttingDownError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve import structured
 from turnkit.serve.app import ui
@@ -39,7 +39,7 @@ from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect, prompt_ids
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
-from turnkit.serve.engines.base import Backend, Load, ShuttingDownError, load_of, serving_on
+from turnkit.serve.engines.base import Backend, Load, load_of, serving_on
 from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (

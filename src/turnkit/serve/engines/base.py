@@ -21,18 +21,16 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from turnkit.errors import BackendBusyError, QueueTimeoutError
+
 __all__ = [
     "Backend",
-    "BackendBusyError",
-    "CacheFullError",
     "Generation",
     "GenerationRequest",
     "Inbox",
     "InboxFront",
     "Load",
-    "QueueTimeoutError",
     "ReplayBackend",
-    "ShuttingDownError",
     "TokenEvent",
     "load_of",
     "put_all",
@@ -42,29 +40,6 @@ __all__ = [
 
 
 log = logging.getLogger("turnkit.serve")
-
-
-class BackendBusyError(Exception):
-    """The engine cannot take this request now: every slot and queue place is taken (the server answers 429).
-    ``retry_after``: the seconds after which a retry is likely to be admitted (the answer's ``Retry-After``)."""
-
-    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class QueueTimeoutError(BackendBusyError):
-    """The request waited in the queue past its deadline without being admitted (503), before any token."""
-
-
-class ShuttingDownError(BackendBusyError):
-    """The server is shutting down: new requests are refused, and requests still running at the drain deadline end
-    with this error (503, or an error event in a stream)."""
-
-
-class CacheFullError(Exception):
-    """A running request cannot continue: the key/value cache cannot hold it even with every other request preempted.
-    The client gets this reason (an error naming the cache), never a generic failure."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 import time
 
-from turnkit.serve.engines.base import CacheFullError, TokenEvent
+from turnkit.errors import CacheFullError
+from turnkit.serve.engines.base import TokenEvent
 from turnkit.serve.engines.llama_context import LlamaContext
 from turnkit.serve.engines.llama_host_cache import HostCache
 from turnkit.serve.engines.schedule import Entry, Paused, Request, Slot, common

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from turnkit.serve.protocol.apierror import APIError
+from turnkit.errors import APIError
 
 __all__ = ["DROPPED_TOOLS_HEADER", "BuiltinTools", "DroppedTool"]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from turnkit.serve.protocol.apierror import APIError
+from turnkit.errors import APIError
 
 __all__ = ["Fields", "Refusal", "is_token_ids", "read_field", "read_number", "read_optional_number"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnkit.serve.protocol.apierror import APIError
+from turnkit.errors import APIError
 from turnkit.serve.protocol.fields import Refusal, read_field, read_optional_number
 
 __all__ = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnkit.serve.protocol.apierror import APIError
+from turnkit.errors import APIError
 from turnkit.serve.protocol.chat_input import CHAT_INPUT_FIELDS, read_chat_input
 from turnkit.serve.protocol.fields import Fields, is_token_ids, read_field
 from turnkit.serve.protocol.requests import ChatInput

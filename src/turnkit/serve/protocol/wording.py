@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from turnkit.serve.protocol.apierror import APIError
+from turnkit.errors import APIError
 
 __all__ = ["Wording"]
 

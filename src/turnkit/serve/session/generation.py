@@ -19,17 +19,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from turnkit.errors import BackendBusyError, CacheFullError, QueueTimeoutError, ShuttingDownError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
-from turnkit.serve.engines.base import (
-    BackendBusyError,
-    CacheFullError,
-    Generation,
-    QueueTimeoutError,
-    ShuttingDownError,
-    TokenEvent,
-)
+from turnkit.serve.engines.base import Generation, TokenEvent
 from turnkit.serve.protocol import APIError
 
 log = logging.getLogger("turnkit.serve")

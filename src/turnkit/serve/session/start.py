@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from turnkit.errors import BackendBusyError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
-from turnkit.serve.engines.base import Backend, BackendBusyError, GenerationRequest
+from turnkit.serve.engines.base import Backend, GenerationRequest
 from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatRequest, CompletionRequest, Sampling
 from turnkit.serve.sampling import SamplingDefaults
