@@ -15,8 +15,9 @@ from corpus import template_text, tokenizer_with_markers
 from serve_harness import serving
 
 from turnkit import ChatFormat
+from turnkit.errors import SwitchError
 from turnkit.serve import ReplayBackend
-from turnkit.template.switches import SwitchError, ThinkingSwitch, thinking_switch
+from turnkit.template.switches import ThinkingSwitch, thinking_switch
 
 SWITCHES = {
     "Qwen-Qwen3-0.6B.jinja": ThinkingSwitch(toggle="enable_thinking"),

@@ -30,6 +30,7 @@ from turnkit.errors import (
     HistoryRewriteError,
     InputError,
     MessageError,
+    MissingControlTokenWarning,
     PrepareError,
     RecordError,
     ReplyParseError,
@@ -43,6 +44,7 @@ from turnkit.errors import (
     ToolSchemaError,
     TrajectoryError,
     TranscriptError,
+    TrustedDataWarning,
     TurnkitError,
     UnknownReplyFormatError,
 )
@@ -53,7 +55,7 @@ from turnkit.template import RenderLimits, function_schema
 
 __version__ = "0.1.0"
 
-_LAZY = {"Encoding", "MissingControlTokenWarning", "TrustedDataWarning"}
+_LAZY = {"Encoding"}
 
 
 def __getattr__(name: str) -> Any:

@@ -40,12 +40,25 @@ The hierarchy::
     │   └── ShuttingDownError                the server is draining (503)
     ├── EngineReplyError                     an engine's token route failed or answered without ids: .route, .missing
     └── ClusterError                         a Ray cluster cannot be started or joined, or its replicas failed
+
+Beside the tree, and here too so that every exception class turnkit defines has one home:
+
+* warnings: :class:`MissingControlTokenWarning` (a marker the tokenizer lacks, trained as text),
+  :class:`TrustedDataWarning` (``trust_data=True`` let control tokens in data through);
+* the command line's :class:`UsageError` (a flag or an input file; printed as one line);
+* :class:`SwitchError` (ValueError): a request set thinking in a way the template's switch cannot (a 400);
+* signals between two parts of turnkit that never reach a caller as such: :class:`TemplateRaised` (a template's
+  ``raise_exception``, turned into :class:`TemplateError`), :class:`Overrun` (a render past its deadline, turned into
+  :class:`TemplateLimitError`), :class:`ValueSyntaxError` and :class:`UnreadableArguments` (arguments text that does
+  not read: the call fails with the reason), :class:`NotEvaluated` (a doctor check that cannot run on its target).
 """
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
+
+import jinja2
 
 if TYPE_CHECKING:
     from turnkit.parse.reply import Reply
@@ -323,3 +336,54 @@ class EngineReplyError(TurnkitError):
 
 class ClusterError(TurnkitError):
     """``turnkit serve --ray``: Ray is missing, the cluster cannot be started or joined, or the replicas failed."""
+
+
+# -- beside the tree ----------------------------------------------------------------------------------------------
+
+
+class MissingControlTokenWarning(UserWarning):
+    """The template writes a marker the tokenizer has no token for: it is encoded as text pieces and trained as text.
+
+    Usually the template and the tokenizer come from different checkpoints (``--template`` with another model's
+    ``--tokenizer``), or a base model's tokenizer lacks the chat markers (``turnkit add-chatml`` adds them).
+    """
+
+
+class TrustedDataWarning(UserWarning):
+    """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
+
+
+class UsageError(Exception):
+    """A problem with the command line or its input files (reported without a stack trace)."""
+
+
+class SwitchError(ValueError):
+    """A request asked for thinking to be set in a way this template's switch cannot."""
+
+
+class TemplateRaised(jinja2.exceptions.TemplateError):
+    """What ``raise_exception(message)`` raises inside a template; the renderer turns it into ``TemplateError``."""
+
+
+class Overrun(BaseException):
+    """Raised asynchronously into a thread whose guarded block ran past its deadline.
+
+    It derives from ``BaseException`` so that ``except Exception`` inside the guarded code cannot swallow it.
+    """
+
+
+class ValueSyntaxError(ValueError):
+    """Arguments text that does not read in its encoding."""
+
+
+class UnreadableArguments(ValueSyntaxError):  # noqa: N818 - a signal to the argument reader, never raised to a caller
+    """Arguments that are a call's (the tool is known, ``key=value`` pairs are there) but that the text does not
+    let be read one way: the call fails with this reason rather than passing for content."""
+
+
+class NotEvaluated(Exception):  # noqa: N818 - a signal between a check and the runner, not an error
+    """Raised by a check that cannot run on this target; ``why`` goes into the report's ``not_evaluated``."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)

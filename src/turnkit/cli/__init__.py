@@ -36,8 +36,8 @@ from typing import Any, NoReturn
 
 from turnkit import __version__
 from turnkit.cli import chatml, doctor, encode, inspect, parse, prepare, render, serve, terminal
-from turnkit.cli.common import FLAG_ADVICE, UsageError, command_line_message, one_line_warnings
-from turnkit.errors import TurnkitError
+from turnkit.cli.common import FLAG_ADVICE, command_line_message, one_line_warnings
+from turnkit.errors import TurnkitError, UsageError
 
 __all__ = ["FLAG_ADVICE", "UsageError", "build_parser", "command_line_message", "main"]
 

@@ -16,13 +16,10 @@ from typing import Any
 
 from turnkit import families
 from turnkit.embedded import resolve_model
+from turnkit.errors import UsageError
 from turnkit.format import ChatFormat
 
 _MARKER = re.compile(r"<\|[^\s|<>]{1,48}\|>|<｜[^｜\s]{1,48}｜>|\[/?[A-Z][A-Z_]{1,30}\]")
-
-
-class UsageError(Exception):
-    """A problem with the command line or its input files (reported without a stack trace)."""
 
 
 #: The library's advice names Python arguments and methods; a command-line user needs the flags instead. Each left

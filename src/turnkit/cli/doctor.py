@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import UsageError, add_count, add_switch, hub_name, missing_model
+from turnkit.cli.common import add_count, add_switch, hub_name, missing_model
+from turnkit.errors import UsageError
 
 
 def _engine_list(value: str) -> bool:

@@ -17,7 +17,6 @@ from typing import Any
 from turnkit import families
 from turnkit.cli.common import (
     RENDER_SET,
-    UsageError,
     add_token_argument,
     command_line_message,
     encode_set,
@@ -28,6 +27,7 @@ from turnkit.cli.common import (
     positive_int,
     template_variables,
 )
+from turnkit.errors import UsageError
 from turnkit.format import ChatFormat
 
 #: What inspect sets itself (see ``template_variables``): it shows a conversation that ends with an assistant turn as

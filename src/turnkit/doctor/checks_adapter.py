@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from turnkit.doctor.context import Context
-from turnkit.doctor.findings import NotEvaluated, Problem
+from turnkit.doctor.findings import Problem
+from turnkit.errors import NotEvaluated
 
 __all__ = ["check_adapter_base", "check_adapter_modules", "embedding_module_names", "saves_embeddings"]
 

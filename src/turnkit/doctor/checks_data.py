@@ -26,8 +26,8 @@ import numpy as np
 
 from turnkit.doctor.context import Context
 from turnkit.doctor.data import Dataset, Example
-from turnkit.doctor.findings import NotEvaluated, Problem
-from turnkit.errors import TurnkitError
+from turnkit.doctor.findings import Problem
+from turnkit.errors import NotEvaluated, TurnkitError
 from turnkit.parse.transcript import parse_transcript
 
 if TYPE_CHECKING:

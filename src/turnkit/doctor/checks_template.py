@@ -10,10 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 from turnkit.doctor.context import Context
-from turnkit.doctor.findings import NotEvaluated, Problem
+from turnkit.doctor.findings import Problem
 from turnkit.doctor.probe import ASSISTANT_1, PROBE_TOOL, USER_1, probe_conversation
 from turnkit.doctor.target import TemplateSource
-from turnkit.errors import TemplateError, TurnkitError
+from turnkit.errors import NotEvaluated, TemplateError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.template.sources import TemplateSet
 

@@ -12,10 +12,11 @@ from typing import Any
 from turnkit.doctor.checks_adapter import saves_embeddings
 from turnkit.doctor.checks_template import template_file
 from turnkit.doctor.context import Context
-from turnkit.doctor.findings import NotEvaluated, Problem, Severity
+from turnkit.doctor.findings import Problem, Severity
 from turnkit.doctor.forgery import run_forgery
 from turnkit.doctor.probe import tool_markers
 from turnkit.doctor.target import Target
+from turnkit.errors import NotEvaluated
 
 __all__ = [
     "check_double_bos",

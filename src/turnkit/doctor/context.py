@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from turnkit.doctor.findings import NotEvaluated
 from turnkit.doctor.probe import Skeleton, learn_skeleton
 from turnkit.doctor.target import NEEDS_IDS, Target
+from turnkit.errors import NotEvaluated
 from turnkit.format import ChatFormat
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from turnkit.errors import DoctorInputError
+from turnkit.errors import DoctorInputError, NotEvaluated
 
 __all__ = ["DoctorInputError", "Finding", "NotEvaluated", "Problem", "Report", "Severity", "Skipped"]
 
@@ -32,14 +32,6 @@ class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
-
-
-class NotEvaluated(Exception):  # noqa: N818 - a signal between a check and the runner, not an error
-    """Raised by a check that cannot run on this target; ``why`` goes into the report's ``not_evaluated``."""
-
-    def __init__(self, why: str) -> None:
-        self.why = why
-        super().__init__(why)
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import tokenizers
 
-from turnkit.doctor.findings import NotEvaluated
 from turnkit.doctor.probe import Skeleton
-from turnkit.errors import TurnkitError
+from turnkit.errors import NotEvaluated, TurnkitError
 from turnkit.format import ChatFormat
 
 if TYPE_CHECKING:

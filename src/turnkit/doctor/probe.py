@@ -22,9 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from turnkit.doctor.findings import NotEvaluated
 from turnkit.encode.controls import MARKER_SHAPES
-from turnkit.errors import TemplateError
+from turnkit.errors import NotEvaluated, TemplateError
 from turnkit.format import ChatFormat
 
 __all__ = ["PROBE_TOOL", "Skeleton", "find_markers", "learn_skeleton", "probe_conversation", "tool_markers"]

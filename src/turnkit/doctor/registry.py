@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnkit.doctor import checks_adapter, checks_data, checks_template, checks_tokens
-from turnkit.doctor.findings import DoctorInputError, Finding, NotEvaluated, Problem, Report, Severity, Skipped
-from turnkit.errors import TurnkitError
+from turnkit.doctor.findings import DoctorInputError, Finding, Problem, Report, Severity, Skipped
+from turnkit.errors import NotEvaluated, TurnkitError
 
 __all__ = ["CHECKPOINT_CHECKS", "CHECKS", "DATA_CHECKS", "RUNTIME_CHECK", "Check", "run_checks", "validate_ignore"]
 

@@ -17,12 +17,17 @@
 The tokenizer it encodes with lives in :mod:`turnkit.tokenizer`; its errors in :mod:`turnkit.errors`.
 """
 
-from turnkit.encode.controls import MissingControlTokenWarning
 from turnkit.encode.encoder import Encoder
 from turnkit.encode.encoding import IGNORE_INDEX, Encoding
-from turnkit.encode.job import TrustedDataWarning
 from turnkit.encode.options import EncodeOptions
-from turnkit.errors import DroppedDataError, EmptyMaskError, EncodeError, TokenizerError
+from turnkit.errors import (
+    DroppedDataError,
+    EmptyMaskError,
+    EncodeError,
+    MissingControlTokenWarning,
+    TokenizerError,
+    TrustedDataWarning,
+)
 
 __all__ = [
     "IGNORE_INDEX",

@@ -23,14 +23,13 @@ import numpy as np
 
 from turnkit.encode.attribution import Turns
 from turnkit.encode.tokenize import Controls
-from turnkit.errors import EncodeError, MessageError
+from turnkit.errors import EncodeError, MessageError, MissingControlTokenWarning
 from turnkit.messages import KNOWN_ROLES
 from turnkit.tokenizer import TokenizerBinding
 
 __all__ = [
     "MARKER_SHAPES",
     "ControlCheck",
-    "MissingControlTokenWarning",
     "MissingMarkers",
     "check_roles",
     "find_controls",
@@ -47,14 +46,6 @@ MARKER_SHAPES = re.compile(
 )
 
 _WHITESPACE = " \t\r\n"
-
-
-class MissingControlTokenWarning(UserWarning):
-    """The template writes a marker the tokenizer has no token for: it is encoded as text pieces and trained as text.
-
-    Usually the template and the tokenizer come from different checkpoints (``--template`` with another model's
-    ``--tokenizer``), or a base model's tokenizer lacks the chat markers (``turnkit add-chatml`` adds them).
-    """
 
 
 def find_controls(binding: TokenizerBinding, text: str) -> list[tuple[int, int, str]]:

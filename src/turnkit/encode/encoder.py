@@ -29,10 +29,10 @@ import numpy as np
 
 from turnkit.collector import fewer_collections
 from turnkit.encode.attribution import Spans, data_mask
-from turnkit.encode.controls import ControlCheck, MissingControlTokenWarning, find_turns
+from turnkit.encode.controls import ControlCheck, find_turns
 from turnkit.encode.encoding import NO_MESSAGE, Encoding
 from turnkit.encode.history import History
-from turnkit.encode.job import Job, Stage, TrustedDataWarning, take_train_flags
+from turnkit.encode.job import Job, Stage, take_train_flags
 from turnkit.encode.masks import Masks, selected_messages
 from turnkit.encode.options import EncodeOptions
 from turnkit.encode.tokenize import CharToToken, SegmentCache, encode_pieces, encode_text, segments
@@ -41,7 +41,9 @@ from turnkit.messages import Conversation, normalize_conversation
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.tokenizer import StopSet, TokenizerBinding
 
-__all__ = ["Encoder", "MissingControlTokenWarning", "TrustedDataWarning"]
+__all__ = [
+    "Encoder",
+]
 
 #: Stack frames between a user's ``ChatFormat.encode`` call and stage 1, for warnings that point at the user's line.
 _USER_FRAMES = 4

@@ -17,7 +17,7 @@ from turnkit.encode.controls import MissingMarkers, check_roles, find_controls
 from turnkit.encode.coverage import unrendered
 from turnkit.encode.marking import DataMarker, Prepared, message_of
 from turnkit.encode.options import EncodeOptions, Tools
-from turnkit.errors import EncodeError, MessageError
+from turnkit.errors import EncodeError, MessageError, TrustedDataWarning
 from turnkit.messages import Conversation, normalize_conversation, plain_data
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.content import content_format
@@ -26,7 +26,7 @@ from turnkit.template.splice import MessageShapes, SplicingRenderer
 from turnkit.template.tools import tool_schemas
 from turnkit.tokenizer import TokenizerBinding
 
-__all__ = ["Job", "Stage", "TrustedDataWarning", "render_context", "take_train_flags"]
+__all__ = ["Job", "Stage", "render_context", "take_train_flags"]
 
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
@@ -34,10 +34,6 @@ _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 @lru_cache(maxsize=64)
 def _has_generation_blocks(source: str) -> bool:
     return bool(_GENERATION_TAG.search(source))
-
-
-class TrustedDataWarning(UserWarning):
-    """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
 
 
 @dataclass

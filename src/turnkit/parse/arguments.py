@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from turnkit.errors import UnreadableArguments, ValueSyntaxError
 from turnkit.parse.calls import arguments_text
 from turnkit.parse.callstate import NAME_CHARS, CallState, CallSteps
 from turnkit.parse.compiled import SymArgs
 from turnkit.parse.formats import Arguments
 from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
-from turnkit.parse.literals import ValueSyntaxError, gemma_value, python_arguments, python_literal
+from turnkit.parse.literals import gemma_value, python_arguments, python_literal
 from turnkit.parse.reply import CallStatus
 from turnkit.parse.state import WS, ReadingState
-from turnkit.parse.values import UnreadableArguments, element_arguments, unquoted_arguments
+from turnkit.parse.values import element_arguments, unquoted_arguments
 
 __all__ = ["ArgumentReader"]
 

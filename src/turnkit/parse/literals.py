@@ -12,11 +12,9 @@ import json
 import re
 from typing import Any
 
-__all__ = ["ValueSyntaxError", "gemma_value", "python_arguments", "python_literal", "python_literal_at", "skip_space"]
+from turnkit.errors import ValueSyntaxError
 
-
-class ValueSyntaxError(ValueError):
-    """Arguments text that does not read in its encoding."""
+__all__ = ["gemma_value", "python_arguments", "python_literal", "python_literal_at", "skip_space"]
 
 
 # -- Python call syntax ------------------------------------------------------------------------------------------

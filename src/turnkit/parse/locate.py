@@ -13,9 +13,10 @@ import json
 import re
 from dataclasses import dataclass
 
+from turnkit.errors import ValueSyntaxError
 from turnkit.parse import probes as p
 from turnkit.parse.formats import Arguments
-from turnkit.parse.literals import ValueSyntaxError, python_literal_at
+from turnkit.parse.literals import python_literal_at
 
 __all__ = ["FoundCall", "locate"]
 

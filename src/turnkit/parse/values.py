@@ -20,10 +20,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from turnkit.parse.literals import ValueSyntaxError, python_literal_at, skip_space
+from turnkit.errors import UnreadableArguments, ValueSyntaxError
+from turnkit.parse.literals import python_literal_at, skip_space
 
 __all__ = [
-    "UnreadableArguments",
     "element_arguments",
     "is_plain_string",
     "param_schema",
@@ -193,11 +193,6 @@ def _guess(raw: str) -> Any:
 
 
 # -- Python call arguments written without quotes -------------------------------------------------------------------
-
-
-class UnreadableArguments(ValueSyntaxError):  # noqa: N818 - a signal to the argument reader, never raised to a caller
-    """Arguments that are a call's (the tool is known, ``key=value`` pairs are there) but that the text does not
-    let be read one way: the call fails with this reason rather than passing for content."""
 
 
 #: An argument's start: its name and ``=`` (``==`` is a comparison, not an assignment).

@@ -23,23 +23,19 @@ from jinja2.sandbox import SecurityError
 
 from turnkit.errors import (
     MessageError,
+    Overrun,
     TemplateError,
     TemplateLimitError,
+    TemplateRaised,
     TemplateSecurityError,
     TurnkitError,
 )
 from turnkit.messages import REASONING_FIELDS, Conversation, normalize_conversation, plain_data
 from turnkit.template.content import content_format
-from turnkit.template.sandbox import (
-    DEFAULT_MAX_OUTPUT_CHARS,
-    RenderState,
-    TemplateRaised,
-    compile_template,
-    render_state,
-)
+from turnkit.template.sandbox import DEFAULT_MAX_OUTPUT_CHARS, RenderState, compile_template, render_state
 from turnkit.template.taint import SOURCE_DOCUMENTS, SOURCE_TOOLS, DataStr, Span, tagged
 from turnkit.template.tools import tool_schemas
-from turnkit.template.watchdog import Overrun, time_limit
+from turnkit.template.watchdog import time_limit
 
 __all__ = [
     "RenderLimits",

@@ -36,14 +36,13 @@ from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace
 
-from turnkit.errors import TemplateLimitError, TemplateSecurityError, TemplateSyntaxError
+from turnkit.errors import TemplateLimitError, TemplateRaised, TemplateSecurityError, TemplateSyntaxError
 from turnkit.template import taint
 from turnkit.template.taint import DataStr
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
     "RenderState",
-    "TemplateRaised",
     "compile_template",
     "parse_template",
     "render_state",
@@ -67,10 +66,6 @@ class RenderState:
 
 # The default is never mutated: it tracks nothing (spans is None).
 render_state: ContextVar[RenderState] = ContextVar("turnkit_render_state", default=RenderState())  # noqa: B039
-
-
-class TemplateRaised(jinja2.exceptions.TemplateError):
-    """What ``raise_exception(message)`` raises inside a template; the renderer turns it into ``TemplateError``."""
 
 
 def _too_big(size: int, what: str) -> None:

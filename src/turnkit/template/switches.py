@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from turnkit.errors import SwitchError
 from turnkit.template.sandbox import template_variables
 
-__all__ = ["SWITCH_NAMES", "SwitchError", "ThinkingSwitch", "thinking_switch"]
+__all__ = ["SWITCH_NAMES", "ThinkingSwitch", "thinking_switch"]
 
 #: Variables that turn thinking on and off, most common first, with the values meaning on and off.
 _TOGGLES: dict[str, tuple[Any, Any]] = {
@@ -30,10 +31,6 @@ _EFFORTS = ("reasoning_effort", "thinking_effort")
 #: Every variable name known as a thinking switch: a template keyword argument of one of these names is a request
 #: for the switch, translated to the template's own.
 SWITCH_NAMES = frozenset(_TOGGLES) | frozenset(_EFFORTS)
-
-
-class SwitchError(ValueError):
-    """A request asked for thinking to be set in a way this template's switch cannot."""
 
 
 @dataclass(frozen=True)

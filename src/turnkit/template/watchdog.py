@@ -16,16 +16,11 @@ import itertools
 import threading
 import time
 
-__all__ = ["Overrun", "time_limit"]
+from turnkit.errors import Overrun
+
+__all__ = ["time_limit"]
 
 _TICK_SECONDS = 0.01
-
-
-class Overrun(BaseException):
-    """Raised asynchronously into a thread whose guarded block ran past its deadline.
-
-    It derives from ``BaseException`` so that ``except Exception`` inside the guarded code cannot swallow it.
-    """
 
 
 def _raise_in_thread(thread_id: int, exc: type[BaseException] | None) -> None:

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from turnkit.doctor.context import Context
-from turnkit.doctor.findings import NotEvaluated, Problem, Severity
+from turnkit.doctor.findings import Problem, Severity
 from turnkit.doctor.runtimes.base import Renderer
 from turnkit.doctor.runtimes.compare import DIFFERS, FAILS, IDENTICAL, EngineResult, compare
 from turnkit.doctor.runtimes.probes import reference_renders
+from turnkit.errors import NotEvaluated
 
 __all__ = ["RuntimeDivergence"]
 

@@ -21,11 +21,10 @@ from dataclasses import fields
 from typing import Any
 
 from turnkit.encode import EncodeOptions
-from turnkit.errors import TurnkitError
+from turnkit.errors import SwitchError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve.protocol import APIError, ChatInput, as_api_error
 from turnkit.serve.structured import forced_call
-from turnkit.template.switches import SwitchError
 
 # ``chat_template_kwargs`` are template variables. A key named like a variable the request itself sets (``messages``,
 # ``tools``, ``add_generation_prompt``) would replace that checked field in the template, and one named like an encode
