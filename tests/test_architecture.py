@@ -105,8 +105,9 @@ def test_nothing_below_the_format_sees_it() -> None:
 #: The server's rooms (src/turnkit/serve/__init__.py): what each may import of the rest of the server. A name not
 #: listed imports freely within the server, except that nothing but the command line imports ``app``.
 SERVE_ROOMS: dict[str, set[str]] = {
-    "engines": {"engines"},
-    "protocol": set(),
+    "request_fields": set(),
+    "engines": {"engines", "request_fields"},
+    "protocol": {"request_fields"},
     "chat": {"protocol", "chunks", "session"},
     "completions": {"protocol", "chunks", "session"},
     "messages": {"protocol", "session"},
@@ -193,4 +194,34 @@ def test_rooms_a_reader_can_hold(path: Path) -> None:
             size = (node.end_lineno or node.lineno) - node.lineno + 1
             assert size <= MAX_CLASS_LINES, (
                 f"{path.relative_to(SRC)}:{node.lineno}: class {node.name} is {size} lines (at most {MAX_CLASS_LINES})"
+            )
+
+
+def _names_encoding(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "encoding") or (
+        isinstance(node, ast.Attribute) and node.attr == "encoding"
+    )
+
+
+def _is_text(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(_is_text(e) for e in node.elts)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if not p.is_relative_to(SRC / "parse" / "encodings")],
+    ids=lambda p: str(p.relative_to(SRC)),
+)
+def test_argument_encodings_are_asked_of_their_table(path: Path) -> None:
+    """No switch on an argument encoding's name outside parse/encodings/: a module asks the encoding's row
+    (``encoding_of(spec).holds_name``, ``args.encoding.reading``), so a new encoding is its module and one row of the
+    table (docs/architecture.md, "Where a change goes")."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            assert not (any(map(_names_encoding, operands)) and any(map(_is_text, operands))), (
+                f"{path.relative_to(SRC)}:{node.lineno} compares an encoding with its name; ask its row in "
+                "turnkit.parse.encodings instead"
             )

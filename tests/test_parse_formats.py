@@ -92,3 +92,15 @@ def test_syntaxes_by_hand(name, text, calls):
     reply, _ = _parse(REPLY_FORMATS[name], [text])
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == calls
     assert reply.content == "" and reply.ok
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 3])
+def test_a_bare_object_without_a_name_is_content(chunk):
+    """A reply that opens as a bare call (Llama 3's ``{"name": ...}``) but whose object holds no name was no call:
+    its text is content, whole and streamed (the parser once failed an assertion here: the object's end moved a call
+    on that had already fallen back to content)."""
+    text = '{"foo": 1} and more'
+    chunks = [text] if chunk is None else [text[i : i + chunk] for i in range(0, len(text), chunk)]
+    reply, deltas = _parse(REPLY_FORMATS["llama3"], chunks)
+    assert reply.content == text and reply.tool_calls == [] and reply.problems == []
+    assert "".join(d.content or "" for d in deltas) == text

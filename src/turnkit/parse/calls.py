@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["arguments_text"]
+#: The characters of a function name (a hole read as a name that holds another is no name).
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@")
+
+__all__ = ["NAME_CHARS", "arguments_text"]
 
 
 def arguments_text(raw: str) -> tuple[str, str | None]:

@@ -7,15 +7,15 @@ The walk (:mod:`.walk`) moves ``pos``/``core`` over the call's elements; the arg
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from turnkit.parse.compiled import SymElem, SymLit, SymSyntax
 from turnkit.parse.reply import CallStatus
 
-__all__ = ["NAME_CHARS", "CallState", "CallSteps"]
+if TYPE_CHECKING:
+    from turnkit.parse.encodings import ArgumentScan
 
-#: The characters of a function name (a hole read as a name that holds another is no name).
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@")
+__all__ = ["CallState", "CallSteps"]
 
 
 class CallState:
@@ -39,8 +39,7 @@ class CallState:
         self.status: CallStatus | None = None
         self.error: str | None = None
         self.hole: list[str] = []
-        self.reader: Any = None
-        self.arguments: Any = None  # python / gemma: the value once read
+        self.reader: ArgumentScan | None = None
         # tagged arguments
         self.param_pos: int | None = None
         self.param_core = 0

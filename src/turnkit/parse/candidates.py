@@ -16,9 +16,6 @@ __all__ = ["Start", "after_trigger", "choose", "fits_next", "kept_after_hole", "
 #: A syntax, its elements (a block's opening first), and where its trigger leaves them (element, literal core).
 Start = tuple[SymSyntax, tuple[SymElem, ...], int, int]
 
-#: Encodings whose arguments open with ``{`` or ``[``.
-_BRACKETED = ("json", "json_call", "gemma")
-
 
 def after_trigger(syntax: SymSyntax) -> Start:
     """A syntax's elements, and where its trigger leaves them (element, literal core)."""
@@ -50,7 +47,7 @@ def _fits(element: SymElem | None, core: int, char: str, *, any_args: bool) -> b
     character where ``any_args``, else any but a bracket."""
     if isinstance(element, SymLit):
         return bool(element.cores) and element.cores[core].startswith(char)
-    if isinstance(element, SymArgs) and element.spec.encoding in _BRACKETED:
+    if isinstance(element, SymArgs) and element.encoding.bracketed:
         return char in "{["
     if isinstance(element, SymArgs) and any_args:
         return True

@@ -12,10 +12,11 @@ Everything here is frozen data and pure functions of it: the engine and its coll
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from turnkit.parse.encodings import ArgumentEncoding, Reading, encoding_of
 from turnkit.parse.formats import Arguments, Hole, Lit, ReplyFormat, ToolSyntax
 
 __all__ = [
@@ -46,10 +47,15 @@ class SymLit:
 
 @dataclass(frozen=True)
 class SymArgs:
-    """The arguments element, with the literals of its per-parameter pattern compiled (tagged encodings)."""
+    """The arguments element, with the literals of its per-parameter pattern compiled (tagged encodings) and its
+    encoding's row (:func:`~.encodings.encoding_of`)."""
 
     spec: Arguments
     param: tuple[SymLit | Hole, ...]
+    encoding: ArgumentEncoding = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "encoding", encoding_of(self.spec))
 
 
 SymElem = SymLit | Hole | SymArgs
@@ -187,12 +193,10 @@ def first_cores(seq: tuple[SymElem, ...], index: int, after: frozenset[str]) -> 
     if isinstance(element, SymLit):
         return frozenset({element.cores[0]}) if element.cores else first_cores(seq, index + 1, after)
     if isinstance(element, SymArgs):
-        if element.spec.encoding == "tagged":
+        if element.encoding.reading is Reading.PARAMS:
             first = first_cores(element.param, 0, frozenset())
             return first | first_cores(seq, index + 1, after)
-        if element.spec.encoding == "python":
-            return frozenset()
-        return frozenset({"{", "["})
+        return element.encoding.opening_cores
     return frozenset()
 
 

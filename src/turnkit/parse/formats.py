@@ -31,6 +31,8 @@ import string
 from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
+from turnkit.parse.encodings import ENCODINGS
+
 __all__ = [
     "Arguments",
     "Channels",
@@ -122,7 +124,7 @@ class Arguments:
     @property
     def self_delimited(self) -> bool:
         """True when the arguments' own syntax says where they end (a JSON object, Python's parentheses)."""
-        return self.encoding not in ("tagged", "xml")
+        return ENCODINGS[self.encoding].self_delimited
 
 
 Element = Lit | Hole | Arguments
@@ -159,7 +161,7 @@ class ToolSyntax:
         if isinstance(first, Lit):
             return first.cores[0]
         if isinstance(first, Arguments):
-            return "[" if first.encoding == "python" else "{"
+            return ENCODINGS[first.encoding].bare_opening
         return ""
 
     def opening(self, name: str | None = None) -> str | None:
@@ -179,7 +181,7 @@ class ToolSyntax:
             elif isinstance(element, Hole):
                 return "".join(parts)  # an id or a type the model writes
             else:
-                if element.encoding != "json_call" or element.name_as_key:
+                if not ENCODINGS[element.encoding].holds_name or element.name_as_key:
                     return "".join(parts)
                 opened = "".join(parts) + "{" + json.dumps(element.name_key) + ": "
                 if name is None:
@@ -317,7 +319,7 @@ class ReplyFormat:
 
 
 def _python_literals(element: Element) -> Element:
-    if isinstance(element, Arguments) and element.encoding in ("json", "json_call"):
+    if isinstance(element, Arguments) and ENCODINGS[element.encoding].literal is not None:
         return replace(element, python_literals=True)
     return element
 

@@ -14,7 +14,10 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-__all__ = ["NEEDLE", "TEXT", "Lexer", "Needles", "needles"]
+#: Whitespace, as the formats' literals are split by it.
+WS = " \t\r\n"
+
+__all__ = ["NEEDLE", "TEXT", "WS", "Lexer", "Needles", "needles"]
 
 TEXT, NEEDLE = "text", "needle"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from turnkit.errors import ValueSyntaxError
 from turnkit.parse import probes as p
+from turnkit.parse.encodings import encoding_of
 from turnkit.parse.formats import Arguments
 from turnkit.parse.literals import python_literal_at
 
@@ -111,7 +112,7 @@ def locate(
         open_at = rest.index("{", name_end)
         between = rest[key_at + len(keys[0]) : rest.find(p.TEXT_VALUE, key_at)]
         quote = between.lstrip(":").strip() if between.startswith(":") else ""
-        if like is not None and like.arguments is not None and like.encoding == "gemma":
+        if like is not None and like.arguments is not None and encoding_of(like.arguments).quoted:
             quote = like.arguments.quote
         close = _gemma_close(rest, open_at, quote)
         if close is not None and quote:

@@ -12,6 +12,7 @@ from typing import Any
 
 from turnkit.parse.callstate import CallState
 from turnkit.parse.compiled import SymArgs, SymLit, first_cores, opening
+from turnkit.parse.encodings import Reading
 from turnkit.parse.formats import Hole
 from turnkit.parse.state import ReadingState
 
@@ -132,9 +133,9 @@ def _call_needles(s: ReadingState) -> list[str]:
             seq = call.seq_of(candidate)
             found |= first_cores(seq, call.pos + 1, frozenset())
         return list(found)
-    if isinstance(element, SymArgs) and element.spec.encoding == "tagged":
+    if isinstance(element, SymArgs) and element.encoding.reading is Reading.PARAMS:
         return list(first_cores(element.param, 0, frozenset()) | first_cores(call.seq, call.pos + 1, frozenset()))
-    if isinstance(element, SymArgs) and element.spec.encoding == "xml":  # read up to what follows the arguments
+    if isinstance(element, SymArgs) and element.encoding.reading is Reading.ELEMENTS:  # up to what follows them
         return list(first_cores(call.seq, call.pos + 1, frozenset()))
     if isinstance(element, SymArgs):  # a reader: the call's end marker cuts it short (outside a string)
         return [n for n in resync_needles(s, call) if n[0] not in _SYNTAX_CHARS]
@@ -188,6 +189,6 @@ def _between_needles(s: ReadingState) -> list[str]:
     first = opening(block.call)
     if isinstance(first, SymLit):
         found.append(first.cores[0])
-    elif isinstance(first, SymArgs) and first.spec.encoding in ("json", "json_call", "gemma"):
+    elif isinstance(first, SymArgs) and first.encoding.bracketed:
         found.append("{")
     return found

@@ -24,6 +24,7 @@ from typing import Any
 
 from turnkit.parse import catalog
 from turnkit.parse.derive import derive, end_texts
+from turnkit.parse.encodings import encoding_of
 from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax
 from turnkit.parse.markers import first_marker, is_marker, marker_pieces
 from turnkit.parse.parser import StreamParser
@@ -209,7 +210,7 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
                 tools = entry.tools
                 notes.append(f"tool calls as {entry.name} from the template's text (it raises on rendering one)")
                 break
-    if _CDATA in text and any(s.arguments.encoding == "tagged" and not s.arguments.cdata for s in tools):
+    if _CDATA in text and any(encoding_of(s.arguments).takes_cdata and not s.arguments.cdata for s in tools):
         tools = tuple(replace(s, call=tuple(_with_cdata(e) for e in s.call)) for s in tools)
         notes.append(f"values in {_CDATA}...]]> from the template's text")
     if not notes:
@@ -225,7 +226,7 @@ _CDATA = "<![CDATA["
 
 
 def _with_cdata(element: Element) -> Element:
-    if isinstance(element, Arguments) and element.encoding == "tagged":
+    if isinstance(element, Arguments) and encoding_of(element).takes_cdata:
         return replace(element, cdata=True)
     return element
 

@@ -18,13 +18,10 @@ from typing import Any
 
 from turnkit.parse.callstate import CallState
 from turnkit.parse.compiled import SymFormat, SymSyntax
-from turnkit.parse.lexer import Lexer
+from turnkit.parse.lexer import WS, Lexer
 from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, ToolCallDelta
 
 __all__ = ["WS", "ReadingState", "TextChannel"]
-
-#: Whitespace, as the formats' literals are split by it.
-WS = " \t\r\n"
 
 
 class TextChannel:

@@ -16,6 +16,7 @@ import re
 from dataclasses import replace
 
 from turnkit.parse import probes as p
+from turnkit.parse.encodings import encoding_of
 from turnkit.parse.formats import Arguments, Element, Hole, Lit, ToolSyntax
 from turnkit.parse.locate import FoundCall, locate
 from turnkit.parse.markers import common_prefix, common_suffix, first_marker, is_marker, marker_pieces
@@ -102,18 +103,17 @@ def _calls(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...], pyth
     second = locate(rest, p.SECOND, (p.FLAG_KEY,), first.unit_end, first, python=python)
     if second is None or first.encoding != second.encoding:
         return None
-    encoding = first.encoding
-    if encoding == "tagged":
+    if first.arguments is None:  # no value found: one element per parameter
         return _tagged(rest, first, second, rendered, lead, ends)
-    assert first.arguments is not None
+    holds_name = encoding_of(first.arguments).holds_name
     # what comes before each call's unit (its head), and between the name and the arguments
     before_first = rest[: first.unit_start]
     between = rest[first.unit_end : second.unit_start]
     after_last = rest[second.unit_end :]
-    call_end_first = rest[first.args_end : first.unit_end] if encoding in ("json", "python") else ""
-    call_end_last = rest[second.args_end : second.unit_end] if encoding in ("json", "python") else ""
+    call_end_first = rest[first.args_end : first.unit_end]  # a Python call's ")"; empty where the value is the unit
+    call_end_last = rest[second.args_end : second.unit_end]
     middle: tuple[Element, ...] = ()
-    if encoding != "json_call":
+    if not holds_name:
         name_to_args_1 = _mark_ids(rest[first.name_end : first.args_start])
         name_to_args_2 = _mark_ids(rest[second.name_end : second.args_start])
         middle = _join(_split_around(name_to_args_1, name_to_args_2, Hole("skip")))
@@ -126,7 +126,7 @@ def _calls(rendered: dict[str, Rendered], lead: str, ends: tuple[str, ...], pyth
         call_end_last,
         first.arguments,
         middle,
-        name_in_head=encoding != "json_call",
+        name_in_head=not holds_name,
         lead=lead,
         ends=ends,
     )
@@ -249,20 +249,21 @@ def _single_call(one: Rendered, lead: str, ends: tuple[str, ...], python: bool) 
     if rest is None:
         return None
     call = locate(rest, p.FIRST, (p.TEXT_KEY, p.COUNT_KEY), 0, python=python)
-    if call is None or call.encoding == "tagged" or call.arguments is None:
+    if call is None or call.arguments is None:  # no value found (tagged parameters): not from one call
         return None
+    holds_name = encoding_of(call.arguments).holds_name
     before = _mark_ids(_strip_lead(rest[: call.unit_start], lead))
     after = rest[call.unit_end :]
     end = _before_end(after, ends, before)
     elements: list[Element] = [*_with_ids(before)]
-    if call.encoding != "json_call":
+    if not holds_name:
         elements.append(Hole("name"))
         elements.extend(_expand_ids(_join((Lit(_mark_ids(rest[call.name_end : call.args_start])),))))
     elements.append(call.arguments)
     if end:
         elements.append(Lit(end))
     elements = [e for e in elements if not (isinstance(e, Lit) and not e.text)]
-    if isinstance(elements[0], Arguments) and call.encoding == "json_call":  # the reply is the call (Llama 3)
+    if isinstance(elements[0], Arguments) and holds_name:  # the reply is the call (Llama 3)
         return ToolSyntax(tuple(elements), bare=True)
     if not isinstance(elements[0], Lit) or not elements[0].text.strip():
         return None

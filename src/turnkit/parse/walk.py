@@ -12,7 +12,8 @@ to be a call is content after all.
 from __future__ import annotations
 
 from turnkit.parse.arguments import ArgumentReader
-from turnkit.parse.callstate import NAME_CHARS, CallState
+from turnkit.parse.calls import NAME_CHARS
+from turnkit.parse.callstate import CallState
 from turnkit.parse.candidates import (
     after_trigger,
     aligned,
@@ -23,15 +24,13 @@ from turnkit.parse.candidates import (
     kinds_differ,
 )
 from turnkit.parse.compiled import HARMONY_SYNTAX, SymArgs, SymElem, SymLit, SymSyntax, opening
+from turnkit.parse.encodings import Reading
 from turnkit.parse.formats import Hole
 from turnkit.parse.params import ParamReader
 from turnkit.parse.reply import CallStatus
 from turnkit.parse.state import WS, ReadingState
 
 __all__ = ["CallWalk"]
-
-#: Encodings whose arguments are elements (read as text up to what follows them), not one self-delimited value.
-_ELEMENTS = frozenset({"tagged", "xml"})
 
 
 class CallWalk:
@@ -115,15 +114,15 @@ class CallWalk:
         if isinstance(element, Hole):
             call.hole = []
         elif isinstance(element, SymArgs):
-            spec = element.spec
-            if call.confirmed and spec.encoding != "json_call":
+            encoding = element.encoding
+            if call.confirmed and not encoding.holds_name:
                 self.s.announce(call, call.name or "")
-            if spec.encoding == "tagged" and not spec.python_literals:
+            if encoding.reading is Reading.PARAMS:
                 self.params.start(call)
-            elif spec.encoding == "xml" and not spec.python_literals:
+            elif encoding.reading is Reading.ELEMENTS:
                 call.hole = []
             else:
-                self.arguments.start(call, spec)
+                self.arguments.start(call, element)
 
     def peek(self) -> bool:
         """Several syntaxes are still possible and write different things next: decide by the next character."""
@@ -181,7 +180,8 @@ class CallWalk:
             self._empty_block(call)
             return
         element = call.element
-        if call.param_pos is not None or (isinstance(element, SymArgs) and element.spec.encoding == "tagged"):
+        reading = element.encoding.reading if isinstance(element, SymArgs) else None
+        if call.param_pos is not None or reading is Reading.PARAMS:
             assert isinstance(element, SymArgs)
             self.params.needle(call, element, needle)
             return
@@ -203,14 +203,14 @@ class CallWalk:
                 self._switch(call, kept_after_hole(call, needle) or call.candidates)
             self._hole_done(call, element)
             self.lexer.unread(needle)
-        elif isinstance(element, SymArgs) and element.spec.encoding == "xml":
+        elif isinstance(element, SymArgs) and reading is Reading.ELEMENTS:
             self.arguments.elements_done(call, element)
             self.lexer.unread(needle)
         elif isinstance(element, SymArgs):
             if call.reader is not None and call.reader.in_string:  # a marker inside a string is the string's text
-                self.arguments.read(call, element.spec, needle)
+                self.arguments.read(call, element, needle)
                 return
-            self.arguments.cut(call, element.spec)
+            self.arguments.cut(call, element)
             if call.closing:
                 self._resynced(call, needle)
             else:
@@ -231,10 +231,12 @@ class CallWalk:
             call.raw.append(self.s.plain(text))
             return
         element = call.element
-        if call.param_pos is None and isinstance(element, SymArgs) and element.spec.encoding not in _ELEMENTS:
-            self.arguments.read(call, element.spec, text)  # the common case: self-delimited arguments
+        reading = element.encoding.reading if isinstance(element, SymArgs) else None
+        if call.param_pos is None and reading is Reading.VALUE:
+            assert isinstance(element, SymArgs)
+            self.arguments.read(call, element, text)  # the common case: self-delimited arguments
             return
-        if call.param_pos is not None or (isinstance(element, SymArgs) and element.spec.encoding == "tagged"):
+        if call.param_pos is not None or reading is Reading.PARAMS:
             assert isinstance(element, SymArgs)
             self.params.text(call, element, text)
             return
@@ -248,11 +250,11 @@ class CallWalk:
             self.mismatch(call, f"expected {expected!r}, got {self.s.plain(stripped[:1])!r}", stripped)
         elif isinstance(element, Hole):
             self._hole_text(call, element, text)
-        elif isinstance(element, SymArgs) and element.spec.encoding == "xml":
+        elif isinstance(element, SymArgs) and reading is Reading.ELEMENTS:
             call.raw.append(self.s.plain(text))
             call.hole.append(text)
         elif isinstance(element, SymArgs):
-            self.arguments.read(call, element.spec, text)
+            self.arguments.read(call, element, text)
 
     def _hole_text(self, call: CallState, hole: Hole, text: str) -> None:
         """Text of a name, id, key or type: it ends at whitespace once it has begun (values end at their literal)."""

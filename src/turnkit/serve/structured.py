@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnkit.format import ChatFormat
+from turnkit.parse.encodings import encoding_of
 from turnkit.parse.formats import Lit
 from turnkit.serve.protocol import APIError, ChatInput, ChatRequest
 
@@ -120,7 +121,7 @@ def forced_call(fmt: ChatFormat, chat_input: ChatInput) -> ForcedCall | None:
         or len(syntax.call) != 3
         or not isinstance(syntax.call[0], Lit)
         or not isinstance(syntax.call[2], Lit)
-        or syntax.arguments.encoding != "json_call"
+        or not encoding_of(syntax.arguments).holds_name
         or syntax.arguments.name_as_key
     ):  # not a JSON object between a start and an end marker (hermes, qwen3), what the grammar below writes
         opening = syntax.opening(choice["function"]["name"] if isinstance(choice, dict) else None) if syntax else None

@@ -1,0 +1,161 @@
+"""Argument encodings as data: one row per way a call's arguments are written, and everything that differs by it.
+
+A :class:`~turnkit.parse.formats.Arguments` names its encoding; the row here (:func:`encoding_of`) says what the rest
+of the parser needs to know about it, so no module outside this table asks which encoding it has:
+
+* how it is read (:class:`Reading`): one self-delimited value (a scanner from :mod:`..jsonscan` and the row's
+  ``progress`` and ``done``, in the encoding's own module), one element per parameter (:mod:`.tagged`), or elements
+  read whole up to what follows them (MiniMax M3, :func:`~..values.element_arguments`);
+* what its text can start with (the needles of what precedes it, the trigger of a bare call, a bracket);
+* whether the object also holds the call's name (a server can then write the name for the model);
+* whether a template may write it as Python literals (the variant row ``literal``, :mod:`.literal`);
+* what derivation from renders builds (``derived_name_in_head``).
+
+A new encoding is its module (reader, progress, done) and one row in :data:`ENCODINGS`, with its name added to
+:data:`~turnkit.parse.formats.Encoding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+from typing import TYPE_CHECKING
+
+from turnkit.parse.encodings import gemma, json_call, json_object, literal, python
+from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
+
+if TYPE_CHECKING:
+    from turnkit.parse.arguments import ArgumentReader
+    from turnkit.parse.callstate import CallState
+    from turnkit.parse.formats import Arguments
+
+__all__ = ["ARGUMENTS_INCOMPLETE", "ENCODINGS", "ArgumentEncoding", "ArgumentScan", "Reading", "encoding_of"]
+
+#: The failure of a call whose end came before its arguments were complete.
+ARGUMENTS_INCOMPLETE = "the arguments are not complete where the call ends"
+
+#: What reads a self-delimited value as it is written.
+ArgumentScan = ValueReader | ObjectReader | BracketReader
+
+
+class Reading(Enum):
+    """How the arguments element is read."""
+
+    #: One self-delimited value: a scanner says how much text is the value's own (a marker inside a string is text).
+    VALUE = "value"
+    #: One element per parameter (``<parameter=KEY>VALUE</parameter>``), walked like the call's own elements.
+    PARAMS = "params"
+    #: Elements read as text up to what follows the arguments, then read whole (MiniMax M3's ``<key>value</key>``).
+    ELEMENTS = "elements"
+
+
+@dataclass(frozen=True)
+class ArgumentEncoding:
+    """One encoding's row.
+
+    Attributes:
+        name: The encoding's name in :class:`~turnkit.parse.formats.Arguments`.
+        reading: How its element is read.
+        scanner: ``VALUE``: a new scanner for one call's arguments.
+        progress: ``VALUE``: what is sent while the value is read (``None``: nothing, it is sent whole when done);
+            called with the text the scanner took, markers already plain.
+        done: ``VALUE``: the value is complete: check it and send what is left. False where the text was no call
+            after all (a bare call fell back to content): the walk must not move on.
+        at_end: ``VALUE``: the reply ended inside the value: what the call keeps of it (a name already read).
+        holds_name: The object holds the call's name too (``{"name": ..., "arguments": {...}}``).
+        bracketed: Its text opens with ``{`` or ``[`` (a hole before it ends there; a block's next call starts there).
+        opening_cores: What the text after the element before it may start with (its needles there).
+        bare_opening: The trigger of a bare call (no marker before it) whose first element these arguments are.
+        literal: The row that reads it written as Python literals where JSON would be (``None``: it cannot be).
+        takes_cdata: Its values may be written in ``<![CDATA[...]]>`` sections.
+        quoted: Strings are written between the arguments' own ``quote`` (Gemma 4's ``<|"|>``).
+        incomplete: The failure of a call whose end came before these arguments were complete.
+    """
+
+    name: str
+    reading: Reading
+    scanner: Callable[[Arguments], ArgumentScan] | None = None
+    progress: Callable[[ArgumentReader, CallState, Arguments, ArgumentScan, str], None] | None = None
+    done: Callable[[ArgumentReader, CallState, Arguments, ArgumentScan], bool] | None = None
+    at_end: Callable[[CallState, Arguments, ArgumentScan], None] | None = None
+    holds_name: bool = False
+    bracketed: bool = False
+    opening_cores: frozenset[str] = frozenset()
+    bare_opening: str = "{"
+    literal: ArgumentEncoding | None = None
+    takes_cdata: bool = False
+    quoted: bool = False
+    incomplete: str = ARGUMENTS_INCOMPLETE
+
+    @property
+    def self_delimited(self) -> bool:
+        """The arguments' own syntax says where they end (a JSON object, Python's parentheses)."""
+        return self.reading is Reading.VALUE
+
+
+_BRACKETS = frozenset({"{", "["})
+
+ENCODINGS: dict[str, ArgumentEncoding] = {
+    row.name: row
+    for row in (
+        ArgumentEncoding(
+            "json",
+            Reading.VALUE,
+            scanner=json_object.scanner,
+            progress=json_object.progress,
+            done=json_object.done,
+            bracketed=True,
+            opening_cores=_BRACKETS,
+            literal=ArgumentEncoding(
+                "json",
+                Reading.VALUE,
+                scanner=literal.scanner,
+                done=partial(literal.done, holds_name=False),
+                bracketed=True,
+                opening_cores=_BRACKETS,
+            ),
+        ),
+        ArgumentEncoding(
+            "json_call",
+            Reading.VALUE,
+            scanner=json_call.scanner,
+            progress=json_call.progress,
+            done=json_call.done,
+            at_end=json_call.name_at_end,
+            holds_name=True,
+            bracketed=True,
+            opening_cores=_BRACKETS,
+            incomplete=json_call.INCOMPLETE,
+            literal=ArgumentEncoding(
+                "json_call",
+                Reading.VALUE,
+                scanner=literal.scanner,
+                done=partial(literal.done, holds_name=True),
+                holds_name=True,
+                bracketed=True,
+                opening_cores=_BRACKETS,
+                incomplete=json_call.INCOMPLETE,
+            ),
+        ),
+        ArgumentEncoding("python", Reading.VALUE, scanner=python.scanner, done=python.done, bare_opening="["),
+        ArgumentEncoding(
+            "gemma",
+            Reading.VALUE,
+            scanner=gemma.scanner,
+            done=gemma.done,
+            bracketed=True,
+            opening_cores=_BRACKETS,
+            quoted=True,
+        ),
+        ArgumentEncoding("tagged", Reading.PARAMS, takes_cdata=True),
+        ArgumentEncoding("xml", Reading.ELEMENTS),
+    )
+}
+
+
+def encoding_of(spec: Arguments) -> ArgumentEncoding:
+    """The row that reads ``spec`` (its Python-literal variant where the template writes those)."""
+    row = ENCODINGS[spec.encoding]
+    return row.literal if spec.python_literals and row.literal is not None else row

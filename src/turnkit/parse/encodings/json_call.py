@@ -1,0 +1,114 @@
+"""A call written as one JSON object that holds the name and the arguments (Hermes' ``{"name": ..., "arguments":
+{...}}``, or ``{"NAME": {...}}`` with ``name_as_key``): the call is announced once its name is read, and the
+arguments' own text streams as the scanner reads it."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from turnkit.parse.calls import arguments_text
+from turnkit.parse.jsonscan import ObjectReader
+from turnkit.parse.reply import CallStatus
+
+if TYPE_CHECKING:
+    from turnkit.parse.arguments import ArgumentReader
+    from turnkit.parse.callstate import CallState
+    from turnkit.parse.encodings import ArgumentScan
+    from turnkit.parse.formats import Arguments
+
+#: A call whose end came before its object was complete.
+INCOMPLETE = "the tool call's JSON is not complete where the call ends"
+
+#: Keys under which a call written as one JSON object holds its id.
+_ID_KEYS = ("id", "tool_call_id", "call_id")
+
+
+def scanner(spec: Arguments) -> ObjectReader:
+    return ObjectReader((*spec.keys, spec.name_key), stream_first=spec.name_as_key)
+
+
+def _written_id(scan: ObjectReader, name_key: str) -> str | None:
+    """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``): the call's id.
+    One written after the name comes too late for the stream, which sent the id with the name, so it never counts
+    (however much of the object the scanner already holds)."""
+    before: dict[str, str] = {}
+    for key, value in scan.values.items():
+        if key == name_key:
+            break
+        before[key] = value
+    for key in _ID_KEYS:
+        if key in before:
+            try:
+                written = json.loads(before[key])
+            except ValueError:
+                continue
+            if isinstance(written, str | int) and not isinstance(written, bool):
+                return str(written)
+    return None
+
+
+def progress(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan, plain: str) -> None:
+    """The arguments' new text (what the scanner streamed), and the name once it is read."""
+    assert isinstance(scan, ObjectReader)
+    state = reading.s
+    fragment = scan.streamed
+    scan.streamed = ""
+    if call.name is not None:  # the common case: the arguments' text, streamed
+        if fragment:
+            state.send(call, state.plain(fragment))
+        return
+    name: Any = None
+    if spec.name_as_key:
+        if scan.values or scan.streaming:
+            name = scan.first_key
+    elif spec.name_key in scan.values:
+        try:
+            name = scan.value(spec.name_key)
+        except ValueError:
+            name = None
+    if isinstance(name, str) and name:
+        name = state.plain(name)
+        call.written_id = None if spec.name_as_key else _written_id(scan, spec.name_key)
+        call.confirmed = True
+        call.name = name
+        call.pending.append(state.plain(fragment))
+        fragment = ""
+        state.announce(call, name)
+    if fragment:
+        state.send(call, state.plain(fragment))
+
+
+def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
+    """The object is complete: the arguments' final text (a string that holds an object is that object), or the
+    call fails for want of a name; an object without one that was not yet a call is content."""
+    assert isinstance(scan, ObjectReader)
+    if call.name is None:
+        if not call.confirmed:
+            reading.walk.fall_back("")
+            return False
+        call.status = CallStatus.INVALID_JSON
+        call.error = f"the tool call has no string {spec.name_key!r}"
+        return True
+    if spec.name_as_key:
+        value = scan.values.get(call.name)
+    else:
+        value = next((scan.values[k] for k in spec.keys if k in scan.values), None)
+    sent = "".join(call.sent) + "".join(call.pending)
+    final, error = arguments_text(value) if value is not None else ("{}", None)
+    if error:
+        call.status, call.error = CallStatus.INVALID_JSON, error
+    if final != sent and final.startswith(sent):
+        reading.s.send(call, final[len(sent) :])
+    return True
+
+
+def name_at_end(call: CallState, spec: Arguments, scan: ArgumentScan) -> None:
+    """The reply ended inside the object: a name it holds is the call's."""
+    if isinstance(scan, ObjectReader) and call.name is None and spec.name_key in scan.values:
+        try:
+            name = scan.value(spec.name_key)
+        except ValueError:
+            name = None
+        if isinstance(name, str):
+            call.name = name
