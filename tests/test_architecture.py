@@ -225,3 +225,21 @@ def test_argument_encodings_are_asked_of_their_table(path: Path) -> None:
                 f"{path.relative_to(SRC)}:{node.lineno} compares an encoding with its name; ask its row in "
                 "turnkit.parse.encodings instead"
             )
+
+
+def _base_name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in _modules() if p != SRC / "errors.py"], ids=lambda p: str(p.relative_to(SRC))
+)
+def test_every_exception_class_lives_in_errors_py(path: Path) -> None:
+    """Every error and warning turnkit defines is in errors.py, drawn in its tree (docs/architecture.md, "Adding
+    things"); only a private signal between two functions of one module (``_Raised``) may stay beside them."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            bases = [_base_name(base) for base in node.bases]
+            assert not any(name.endswith(("Error", "Exception", "Warning", "Raised")) for name in bases), (
+                f"{path.relative_to(SRC)}:{node.lineno}: class {node.name}({', '.join(bases)}) belongs in errors.py"
+            )

@@ -15,10 +15,10 @@ import pytest
 from conversations import conversations
 from corpus import Case, all_templates
 
-from turnkit.errors import TemplateLimitError, TurnkitError
+from turnkit.errors import SpliceMismatchWarning, TemplateLimitError, TurnkitError
 from turnkit.messages import normalize_conversation, plain_data
 from turnkit.template.render import RenderLimits, render_prepared
-from turnkit.template.splice import SpliceMismatchWarning, SplicingRenderer
+from turnkit.template.splice import SplicingRenderer
 from turnkit.template.taint import SOURCE_TOOLS, DataStr
 from turnkit.template.tools import tool_schemas
 

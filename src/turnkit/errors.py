@@ -44,7 +44,8 @@ The hierarchy::
 Beside the tree, and here too so that every exception class turnkit defines has one home:
 
 * warnings: :class:`MissingControlTokenWarning` (a marker the tokenizer lacks, trained as text),
-  :class:`TrustedDataWarning` (``trust_data=True`` let control tokens in data through);
+  :class:`TrustedDataWarning` (``trust_data=True`` let control tokens in data through),
+  :class:`SpliceMismatchWarning` (a spliced render differed from the template's own: splicing turns itself off);
 * the command line's :class:`UsageError` (a flag or an input file; printed as one line);
 * :class:`SwitchError` (ValueError): a request set thinking in a way the template's switch cannot (a 400);
 * signals between two parts of turnkit that never reach a caller as such: :class:`TemplateRaised` (a template's
@@ -351,6 +352,10 @@ class MissingControlTokenWarning(UserWarning):
 
 class TrustedDataWarning(UserWarning):
     """Emitted whenever ``trust_data=True`` lets control tokens in data through."""
+
+
+class SpliceMismatchWarning(RuntimeWarning):
+    """A spliced render differed from the template's own render (a turnkit bug): splicing is now off."""
 
 
 class UsageError(Exception):

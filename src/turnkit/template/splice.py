@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from turnkit.errors import SpliceMismatchWarning
 from turnkit.template.render import Rendered, RenderLimits, render_prepared, run_compiled
 from turnkit.template.taint import DataStr, tainted
 from turnkit.template.tracing import (
@@ -39,7 +40,7 @@ from turnkit.template.tracing import (
     sentinel,
 )
 
-__all__ = ["MessageShapes", "SpliceMismatchWarning", "SplicingRenderer"]
+__all__ = ["MessageShapes", "SplicingRenderer"]
 
 _SLOT = ("\x00slot",)  # where a shape has a string to fill (a tuple: never equal to a string or a scalar's key)
 _DICT, _LIST, _TUPLE = ("\x00dict",), ("\x00list",), ("\x00tuple",)
@@ -49,10 +50,6 @@ _MAX_SHAPES = 1024
 _MAX_SKELETONS_PER_SHAPE = 32
 _MAX_STORED_CHARS = 32_000_000  # all skeletons' text together; past it the cache starts again (memory stays bounded)
 _CHECK_EVERY = 256
-
-
-class SpliceMismatchWarning(RuntimeWarning):
-    """A spliced render differed from the template's own render (a turnkit bug): splicing is now off."""
 
 
 def _whole(value: DataStr) -> bool:
