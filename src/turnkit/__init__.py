@@ -18,6 +18,9 @@ from typing import Any
 
 from turnkit import families
 from turnkit.errors import (
+    APIError,
+    BackendBusyError,
+    CacheFullError,
     ChatMLError,
     ClusterError,
     DoctorInputError,
@@ -32,9 +35,11 @@ from turnkit.errors import (
     MessageError,
     MissingControlTokenWarning,
     PrepareError,
+    QueueTimeoutError,
     RecordError,
     ReplyParseError,
     ServeConfigError,
+    ShuttingDownError,
     TemplateError,
     TemplateLimitError,
     TemplateNotFoundError,
@@ -71,6 +76,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "APIError",
+    "BackendBusyError",
+    "CacheFullError",
     "ChatFormat",
     "ChatMLError",
     "ClusterError",
@@ -89,10 +97,12 @@ __all__ = [
     "MessageError",
     "MissingControlTokenWarning",
     "PrepareError",
+    "QueueTimeoutError",
     "RecordError",
     "RenderLimits",
     "ReplyParseError",
     "ServeConfigError",
+    "ShuttingDownError",
     "TemplateError",
     "TemplateLimitError",
     "TemplateNotFoundError",
