@@ -12,9 +12,20 @@ from turnkit.cli.common import missing_model, positive_int
 from turnkit.errors import UsageError
 from turnkit.serve.engines import ENGINES
 from turnkit.serve.modelspec import SAMPLING_KEYS
+from turnkit.serve.request_fields import SamplerValues, samplers
 
 #: The request fields generate and chat take as flags: a models file's sampling keys, the seed and the budget.
 _SAMPLING_FLAGS = (*SAMPLING_KEYS, "seed", "max_tokens")
+
+#: How ``--help`` shows a sampler's flag (its value's letter, and a word on its default); a sampler not named here
+#: gets its flag all the same, shown as ``X``.
+_SAMPLER_LOOKS: dict[str, tuple[str, str | None]] = {
+    "temperature": ("T", "default: the model's (0.2 for 'default')"),
+    "top_p": ("P", "default: the model's (0.9 for 'default')"),
+    "top_k": ("K", None),
+    "min_p": ("P", None),
+    "repetition_penalty": ("R", None),
+}
 
 
 def _conversation(args: argparse.Namespace) -> Any:
@@ -92,13 +103,11 @@ def _add_generation_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--threads", type=positive_int, metavar="N", help="engine threads (default: CPU cores - 1)")
     command.add_argument("--max-tokens", type=int, metavar="N", help="reply budget (default 512)")
-    command.add_argument("--temperature", type=float, metavar="T", help="default: the model's (0.2 for 'default')")
-    command.add_argument("--top-p", type=float, metavar="P", help="default: the model's (0.9 for 'default')")
-    command.add_argument("--top-k", type=int, metavar="K")
-    command.add_argument("--min-p", type=float, metavar="P")
-    command.add_argument("--repetition-penalty", type=float, metavar="R")
-    command.add_argument("--presence-penalty", type=float, metavar="X")
-    command.add_argument("--frequency-penalty", type=float, metavar="X")
+    neutral = SamplerValues()
+    for name, _ in samplers():
+        metavar, words = _SAMPLER_LOOKS.get(name, ("X", None))
+        flag = "--" + name.replace("_", "-")
+        command.add_argument(flag, type=type(getattr(neutral, name)), metavar=metavar, help=words)
     command.add_argument("--seed", type=int, metavar="N")
     command.add_argument("--stop", action="append", metavar="TEXT", help="a stop string (repeatable)")
 

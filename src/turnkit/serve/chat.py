@@ -110,7 +110,7 @@ def parse_chat(body: dict[str, Any], *, refuse_builtin: bool = False) -> ChatReq
     and named in ``dropped_tools`` (with ``refuse_builtin``, a 400)."""
     FIELDS.check(body)
     dropped = _web_search(body, refuse_builtin)
-    sampling = read_sampling(body)
+    sampling = read_sampling(body, "chat")
     chat_input = read_chat_input(body)
     logprobs = read_field(body, "logprobs", bool, False)
     top_logprobs = read_field(body, "top_logprobs", int, 0)

@@ -59,7 +59,7 @@ def _prompt(body: dict[str, Any]) -> str | list[int]:
 def parse_completion(body: dict[str, Any]) -> CompletionRequest:
     """A completions body: one prompt (a string or token ids), checked field by field."""
     FIELDS.check(body)
-    sampling = read_sampling(body)
+    sampling = read_sampling(body, "completions")
     prompt = _prompt(body)
     logprobs = read_field(body, "logprobs", int)
     if logprobs is not None and not 0 <= logprobs <= 20:

@@ -13,35 +13,32 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from turnkit.serve.request_fields import SamplerValues, samplers
 
 __all__ = ["EMBEDDED_DEFAULTS", "NEUTRAL", "SamplingDefaults", "model_defaults", "read_generation_config"]
 
 log = logging.getLogger("turnkit.serve")
 
 
-@dataclass(frozen=True)
-class SamplingDefaults:
-    """The sampling values a request gets for each field it leaves out. The neutral values change nothing."""
+@dataclass(frozen=True, kw_only=True)
+class SamplingDefaults(SamplerValues):
+    """The sampler values a request gets for each sampler it leaves out (every sampler declared in
+    :mod:`turnkit.serve.request_fields` has one). The neutral values change nothing."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, float]:
+        """The samplers by name, in their declaration's order (``/v1/models`` shows a model's defaults so)."""
+        return {name: getattr(self, name) for name, _ in samplers()}
 
     def updated(self, values: Mapping[str, Any]) -> SamplingDefaults:
-        """These defaults with ``values`` (only the fields this class has) laid over them."""
-        names = {f.name for f in fields(self)}
-        known: dict[str, Any] = {
-            k: (int(v) if k == "top_k" else float(v)) for k, v in values.items() if k in names and v is not None
+        """These defaults with ``values`` (only samplers; None is left as it is) laid over them, each as its neutral
+        value's type (``top_k`` a whole number)."""
+        neutral = SamplerValues()
+        known = {
+            name: type(getattr(neutral, name))(values[name]) for name, _ in samplers() if values.get(name) is not None
         }
         return replace(self, **known)
 

@@ -19,9 +19,10 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from turnkit.errors import BackendBusyError, QueueTimeoutError
+from turnkit.serve.request_fields import EngineKind, SamplerValues
 
 __all__ = [
     "Backend",
@@ -43,10 +44,11 @@ log = logging.getLogger("turnkit.serve")
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """Prompt ids and how to sample. ``temperature == 0`` is greedy decoding. Every other field's default changes
-    nothing, so an engine that cannot do one lists it in ``unsupported_fields`` and the server refuses requests
-    that set it.
+class GenerationRequest(SamplerValues):
+    """Prompt ids and how to sample: the samplers (:class:`~turnkit.serve.request_fields.SamplerValues`, keyword
+    arguments; ``temperature == 0`` is greedy decoding) and the fields below. Every default changes nothing, and the
+    server refuses a request that sets a field its engine does not honour (declared in
+    :mod:`turnkit.serve.request_fields`), so an engine reads only what it honours.
 
     * ``top_k`` (0: off), ``min_p`` (0: off): keep the ``top_k`` likeliest tokens / those at least ``min_p`` times
       as likely as the likeliest;
@@ -60,15 +62,8 @@ class GenerationRequest:
     prompt_ids: Sequence[int]
     max_tokens: int
     stop_ids: frozenset[int] = frozenset()
-    temperature: float = 1.0
-    top_p: float = 1.0
     seed: int | None = None
     top_logprobs: int | None = None  # None: no log-probabilities; 0: the chosen token's only
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     constraint: Any = None
     prompt_logprobs: int | None = None  # None: none; k: each prompt token's log-probability and k alternatives
@@ -436,8 +431,8 @@ class Backend(Protocol):
 
     An engine may also have (the registry asks for them with ``getattr``):
 
-    * ``unsupported_fields``: a set of :class:`GenerationRequest` field names it cannot honour, e.g. ``{"logit_bias",
-      "prompt_logprobs"}``: the server answers requests that set them with a 400 naming the field;
+    * ``kind``: which engine it is (``llama.cpp`` ...): the request fields it honours are declared by that name in
+      :mod:`turnkit.serve.request_fields`, and the server answers requests that set others with a 400 naming them;
     * ``load_now()``: a :class:`Load` reading (``/health``, ``/metrics``, unloading only when idle; without it the
       engine reads as idle);
     * ``engine_info()``: what the engine was given, as JSON (``/health`` shows it with the model; vLLM's release and
@@ -471,18 +466,8 @@ class ReplayBackend:
     script: Callable[[Sequence[int]], Sequence[int]]
     name: str = "replay"
     context_length: int = 8192
-    #: A script ignores sampling: requests that ask for these are refused rather than answered as if honoured.
-    unsupported_fields: frozenset[str] = frozenset(
-        {
-            "top_k",
-            "min_p",
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-            "logit_bias",
-            "response_format",
-        }
-    )
+    #: A script ignores sampling: the samplers it does not honour are refused rather than answered as if honoured.
+    kind: ClassVar[EngineKind] = "replay"
     delay: float = 0.0
     max_active: int = 64
     _live: set[Generation] = field(default_factory=set, init=False)

@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from turnkit.serve.engines.llama_slots import SlotCache
 from turnkit.serve.engines.sampler import Sampler, log_probability
 from turnkit.serve.engines.schedule import Entry, Request, plan
 from turnkit.serve.engines.speculate import Drafter, StepCosts
+from turnkit.serve.request_fields import EngineKind
 
 __all__ = ["CACHE_RAM_MIB", "MEMORY_SHARE", "LlamaCppBackend", "default_kv_tokens"]
 
@@ -74,6 +76,8 @@ class LlamaCppBackend(InboxFront):
         cache_ram_mib: host memory for finished requests' prefixes parked off the cache (:mod:`.llama_host_cache`;
             llama-server's ``--cache-ram``, and its default); 0: idle prefixes stay in the cache.
     """
+
+    kind: ClassVar[EngineKind] = "llama.cpp"
 
     def __init__(
         self,

@@ -18,10 +18,11 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from turnkit.quiet import progress_bars
 from turnkit.serve.engines.base import Generation, GenerationRequest, Inbox, InboxFront, TokenEvent
+from turnkit.serve.request_fields import EngineKind
 
 __all__ = ["TorchBackend"]
 
@@ -40,6 +41,8 @@ class _Sequence:
 
 class TorchBackend(InboxFront):
     """Serves a causal language model loaded with transformers. Build it with :meth:`load`."""
+
+    kind: ClassVar[EngineKind] = "torch"
 
     def __init__(
         self,

@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from turnkit.errors import EngineError
 from turnkit.process_group import shielded_children
@@ -64,6 +64,7 @@ from turnkit.serve.engines.base import (
     serving_loop,
 )
 from turnkit.serve.engines.vllm_args import refuse_both
+from turnkit.serve.request_fields import EngineKind
 
 if TYPE_CHECKING:
     from turnkit.serve.structured import JsonConstraint
@@ -113,7 +114,7 @@ class VllmBackend(InboxFront):
     """Serves a Hugging Face folder (or a GGUF file, converted once to one) on vLLM's ``AsyncLLM``. Build it with
     :meth:`load`."""
 
-    unsupported_fields: frozenset[str] = frozenset()
+    kind: ClassVar[EngineKind] = "vllm"
 
     def __init__(
         self,
@@ -475,14 +476,8 @@ class VllmBackend(InboxFront):
             max_tokens=request.max_tokens,
             stop_token_ids=sorted(request.stop_ids),
             ignore_eos=True,  # turnkit's stop ids decide, as on the other engines
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,  # 0: off, as turnkit's
-            min_p=request.min_p,
+            **request.honoured_by("vllm"),  # top_k 0: off, as turnkit's
             seed=request.seed,
-            repetition_penalty=request.repetition_penalty,
-            presence_penalty=request.presence_penalty,
-            frequency_penalty=request.frequency_penalty,
             logit_bias=dict(request.logit_bias) or None,
             logprobs=request.top_logprobs,
             prompt_logprobs=request.prompt_logprobs,

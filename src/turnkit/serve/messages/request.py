@@ -18,10 +18,12 @@ from turnkit.serve.protocol import (
     Fields,
     Thinking,
     Wording,
+    foreign_samplers,
     read_chat_input,
     read_field,
     read_reasoning_effort,
     read_single_reply_sampling,
+    sampler_fields,
     template_fields,
 )
 
@@ -33,6 +35,7 @@ __all__ = ["BUILTIN_TOOLS", "FIELDS", "MessagesRequest", "parse_messages"]
 FIELDS = Fields(
     "Messages",
     read=TEMPLATE_FIELDS
+    | sampler_fields("messages")
     | {
         "model",
         "messages",
@@ -40,9 +43,6 @@ FIELDS = Fields(
         "max_tokens",
         "stop_sequences",
         "stream",
-        "temperature",
-        "top_p",
-        "top_k",
         "tools",
         "tool_choice",
         "thinking",
@@ -78,8 +78,8 @@ FIELDS = Fields(
         "response_format": "output_config.format",
         "reasoning_effort": "output_config.effort",
         "reasoning": "thinking",
-        **dict.fromkeys(("seed", "n", "logprobs", "top_logprobs", "logit_bias", "min_p"), None),
-        **dict.fromkeys(("presence_penalty", "frequency_penalty", "repetition_penalty"), None),
+        **dict.fromkeys(("seed", "n", "logprobs", "top_logprobs", "logit_bias"), None),
+        **foreign_samplers("messages"),
     },
 )
 #: The chat request's fields that the Messages API names otherwise.
@@ -130,9 +130,6 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False, refuse_built
     stops = read_field(body, "stop_sequences", list, [])
     if not all(isinstance(s, str) and s for s in stops) or len(stops) > 16:
         raise APIError(400, "stop_sequences must be at most 16 non-empty strings", param="stop_sequences")
-    top_k = read_field(body, "top_k", int)
-    if top_k is not None and top_k < 0:
-        raise APIError(400, f"top_k must be 0 or more, got {top_k}", param="top_k")
     read_field(body, "metadata", dict)
     _check_context_management(read_field(body, "context_management", dict))
     raw_tools = read_field(body, "tools", list, [])
@@ -147,7 +144,7 @@ def parse_messages(body: dict[str, Any], *, counting: bool = False, refuse_built
         raise wording.reword(error) from None
     thinking, shown = _thinking(body)
     chat_input = replace(chat_input, continue_final=messages[-1]["role"] == "assistant", thinking=thinking)
-    sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=1.0, stop=stops, top_k=top_k)
+    sampling = read_single_reply_sampling(body, "messages", max_tokens=max_tokens, stop=stops)
     chat = ChatRequest(**sampling, chat_input=chat_input, response_format=_output_format(body), wording=wording)
     return MessagesRequest(chat, show_thinking=shown, dropped_tools=tuple(dropped))
 

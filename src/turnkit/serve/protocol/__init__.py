@@ -43,10 +43,12 @@ from turnkit.serve.protocol.requests import ChatInput, ChatRequest, CompletionRe
 from turnkit.serve.protocol.sampling_fields import (
     SAMPLING_FIELDS,
     SAMPLING_REFUSALS,
+    foreign_samplers,
     read_logit_bias,
     read_response_format,
     read_sampling,
     read_single_reply_sampling,
+    sampler_fields,
 )
 from turnkit.serve.protocol.tokenizing import (
     DETOKENIZE_FIELDS,
@@ -81,6 +83,7 @@ __all__ = [
     "TokenizeRequest",
     "Wording",
     "as_api_error",
+    "foreign_samplers",
     "is_token_ids",
     "parse_detokenize",
     "parse_tokenize",
@@ -93,5 +96,6 @@ __all__ = [
     "read_response_format",
     "read_sampling",
     "read_single_reply_sampling",
+    "sampler_fields",
     "template_fields",
 ]

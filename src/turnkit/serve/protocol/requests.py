@@ -60,29 +60,34 @@ class ChatInput:
 
 @dataclass
 class Sampling:
-    """What both generating endpoints share. A sampling value left ``None`` is the model's default
-    (:mod:`.sampling`); ``logit_bias`` maps token ids to the bias added to their logits. ``return_token_ids``
-    (vLLM's field): the answer carries the ids the engine was given (``prompt_token_ids``) and each choice the ids it
-    sampled (``token_ids``), so that a trainer takes the very ids the policy produced, never a re-encoding of text."""
+    """What both generating endpoints share. ``samplers``: the samplers the request sets, by name
+    (:mod:`turnkit.serve.request_fields`); one it leaves out is the model's default (:mod:`turnkit.serve.sampling`).
+    ``logit_bias`` maps token ids to the bias added to their logits. ``return_token_ids`` (vLLM's field): the answer
+    carries the ids the engine was given (``prompt_token_ids``) and each choice the ids it sampled (``token_ids``), so
+    that a trainer takes the very ids the policy produced, never a re-encoding of text."""
 
     model: str
     max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
     seed: int | None
     stop: list[str]
     stream: bool
     include_usage: bool
     logprobs: bool
     top_logprobs: int
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    samplers: dict[str, float] = field(default_factory=dict)
     n: int = 1
     logit_bias: dict[int, float] = field(default_factory=dict)
     return_token_ids: bool = False
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """How many alternatives to each prompt token's log-probability the request asks for (None: none)."""
+        return None
+
+    def asks_for(self, name: str) -> bool:
+        """Whether the request sets ``name`` (a sampler, or a field such as ``logit_bias``) to something that changes
+        the reply, for the refusal of a field its model's engine cannot honour."""
+        return name in self.samplers or getattr(self, name, None) not in (None, {})
 
 
 @dataclass
@@ -101,3 +106,8 @@ class ChatRequest(Sampling):
 class CompletionRequest(Sampling):
     prompt: str | list[int] = ""
     echo: bool = False
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """``echo`` with ``logprobs``: the echoed prompt's tokens carry their log-probabilities."""
+        return self.top_logprobs if self.logprobs and self.echo else None

@@ -1,6 +1,7 @@
 """The sampling fields of a body (the budget, ``n``, stops, the seed, temperature and the other samplers, the
 logit bias, ``response_format``), read and checked alike by every generating API; the sampling fields of other servers
-(vLLM's, llama.cpp's) this one refuses.
+(vLLM's, llama.cpp's) this one refuses. The samplers are read as their rows in :mod:`turnkit.serve.request_fields`
+declare them: which APIs have each, and the range each API takes.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ from typing import Any
 
 from turnkit.errors import APIError
 from turnkit.serve.protocol.fields import Refusal, read_field, read_optional_number
+from turnkit.serve.request_fields import Api, SamplerValues, WireRange, samplers
 
 __all__ = [
     "SAMPLING_FIELDS",
     "SAMPLING_REFUSALS",
+    "foreign_samplers",
     "read_logit_bias",
     "read_response_format",
     "read_sampling",
     "read_single_reply_sampling",
+    "sampler_fields",
 ]
 
 
@@ -36,8 +40,18 @@ def _read_seed(body: dict[str, Any]) -> int | None:
     return seed % 2**64
 
 
+def sampler_fields(api: Api) -> frozenset[str]:
+    """The samplers ``api`` has (its body's names for them)."""
+    return frozenset(name for name, row in samplers() if api in row.reads)
+
+
+def foreign_samplers(api: Api) -> dict[str, None]:
+    """The samplers other APIs have and ``api`` has not, for its table's ``foreign``: named as another API's field."""
+    return dict.fromkeys(name for name, row in samplers() if api not in row.reads)
+
+
 #: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there), with
-#: ``return_token_ids`` (vLLM's field), which both OpenAI-style APIs answer alike.
+#: ``return_token_ids`` (vLLM's field), which both OpenAI-style APIs answer alike; they read the samplers alike too.
 SAMPLING_FIELDS = frozenset(
     {
         "model",
@@ -47,17 +61,43 @@ SAMPLING_FIELDS = frozenset(
         "stream",
         "stream_options",
         "seed",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
         "logit_bias",
         "return_token_ids",
     }
-)
+) | sampler_fields("chat")
+
+_NEUTRAL = SamplerValues()
+
+
+def _read_sampler(body: dict[str, Any], name: str, wire: WireRange) -> float | None:
+    """One sampler as ``wire`` says this API takes it: ``None`` (the model's default) when absent, a 400 naming it
+    outside its range, the neutral value for the API's "off"."""
+    neutral: float = getattr(_NEUTRAL, name)
+    value: float | None
+    if wire.integer:
+        value = read_field(body, name, int)
+        if value is not None and not wire.low <= value <= wire.high:
+            raise APIError(400, f"{name} must be {wire.must_be}, got {value}", param=name)
+    else:
+        value = read_optional_number(body, name, wire.low, wire.high)
+        if value is not None and wire.above_low and value == wire.low:
+            raise APIError(400, f"{name} must be above {wire.low:g} ({neutral:g} is off)", param=name)
+    if value is not None and value == wire.off:
+        return neutral
+    return value
+
+
+def read_samplers(body: dict[str, Any], api: Api) -> dict[str, float]:
+    """The samplers ``api`` has that the body sets, by name, checked; those it leaves out get the model's
+    defaults."""
+    values = {}
+    for name, row in samplers():
+        wire = row.reads.get(api)
+        value = None if wire is None else _read_sampler(body, name, wire)
+        if value is not None:
+            values[name] = value
+    return values
+
 
 #: Sampling fields of servers clients also talk to (vLLM, llama.cpp) that this server does not implement, refused by
 #: both OpenAI-style APIs; with the values that ask for nothing.
@@ -97,7 +137,7 @@ def read_logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
-def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
+def read_sampling(body: dict[str, Any], api: Api) -> dict[str, Any]:
     """The :class:`Sampling` fields of an OpenAI-style body (``max_tokens``/``max_completion_tokens``, ``stop``,
     ``stream_options`` ...), checked; an API with other names maps them before or after calling this. The API's
     :class:`Fields` table has been checked first."""
@@ -128,23 +168,10 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(include_usage, bool):
         raise APIError(400, "stream_options.include_usage must be a boolean", param="stream_options")
     seed = _read_seed(body)
-    top_k = read_field(body, "top_k", int)
-    if top_k is not None and top_k < -1:
-        raise APIError(400, f"top_k must be -1 or 0 (off) or a positive number of tokens, got {top_k}", param="top_k")
-    repetition_penalty = read_optional_number(body, "repetition_penalty", 0.0, 10.0)
-    if repetition_penalty == 0.0:
-        raise APIError(400, "repetition_penalty must be above 0 (1 is off)", param="repetition_penalty")
-    top_p = read_optional_number(body, "top_p", 0.0, 1.0)
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "temperature": read_optional_number(body, "temperature", 0.0, 2.0),
-        "top_p": top_p or (None if top_p is None else 1.0),
-        "top_k": None if top_k is None else max(top_k, 0),
-        "min_p": read_optional_number(body, "min_p", 0.0, 1.0),
-        "repetition_penalty": repetition_penalty,
-        "presence_penalty": read_optional_number(body, "presence_penalty", -2.0, 2.0),
-        "frequency_penalty": read_optional_number(body, "frequency_penalty", -2.0, 2.0),
+        "samplers": read_samplers(body, api),
         "n": n,
         "logit_bias": read_logit_bias(body),
         "seed": seed,
@@ -156,25 +183,18 @@ def read_sampling(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_single_reply_sampling(
-    body: dict[str, Any],
-    *,
-    max_tokens: int | None,
-    temperature_max: float,
-    stop: list[str] | None = None,
-    top_k: int | None = None,
+    body: dict[str, Any], api: Api, *, max_tokens: int | None, stop: list[str] | None = None
 ) -> dict[str, Any]:
     """The :class:`Sampling` fields of an API that answers one reply, with usage and no log-probabilities (the
-    Responses and Messages APIs): ``model`` (required), ``temperature`` (up to ``temperature_max``), ``top_p``,
-    ``stream``, and what the API read under its own names."""
+    Responses and Messages APIs): ``model`` (required), the samplers ``api`` has, ``stream``, and what the API read
+    under its own names."""
     model = read_field(body, "model", str)
     if model is None:
         raise APIError(400, "model is required", param="model")
     return {
         "model": model,
         "max_tokens": max_tokens,
-        "temperature": read_optional_number(body, "temperature", 0.0, temperature_max),
-        "top_p": read_optional_number(body, "top_p", 0.0, 1.0),
-        "top_k": top_k,
+        "samplers": read_samplers(body, api),
         "seed": None,
         "stop": stop or [],
         "stream": read_field(body, "stream", bool, False),

@@ -18,10 +18,12 @@ from turnkit.serve.protocol import (
     DroppedTool,
     Fields,
     Wording,
+    foreign_samplers,
     read_chat_input,
     read_field,
     read_reasoning_effort,
     read_single_reply_sampling,
+    sampler_fields,
     template_fields,
 )
 from turnkit.serve.responses.input import call_ids, read_input
@@ -35,6 +37,7 @@ __all__ = ["BUILTIN_TOOLS", "FIELDS", "ResponsesRequest", "parse_responses"]
 FIELDS = Fields(
     "Responses",
     read=TEMPLATE_FIELDS
+    | sampler_fields("responses")
     | {
         "model",
         "input",
@@ -43,8 +46,6 @@ FIELDS = Fields(
         "tools",
         "tool_choice",
         "max_output_tokens",
-        "temperature",
-        "top_p",
         "text",
         "reasoning",
         "stream",
@@ -81,8 +82,8 @@ FIELDS = Fields(
         "response_format": "text.format",
         "reasoning_effort": "reasoning.effort",
         "thinking": "reasoning",
-        **dict.fromkeys(("seed", "n", "stop", "stop_sequences", "logprobs", "logit_bias", "top_k", "min_p"), None),
-        **dict.fromkeys(("presence_penalty", "frequency_penalty", "repetition_penalty"), None),
+        **dict.fromkeys(("seed", "n", "stop", "stop_sequences", "logprobs", "logit_bias"), None),
+        **foreign_samplers("responses"),
     },
 )
 #: The chat request's fields that the Responses API names otherwise.
@@ -160,7 +161,7 @@ def parse_responses(body: dict[str, Any], store: ResponseStore, *, refuse_builti
     response_format = _text_format(text)
     if response_format is not None and chat_input.offers_tools:
         raise APIError(400, "text.format and tools cannot be combined", param="text.format")
-    sampling = read_single_reply_sampling(body, max_tokens=max_tokens, temperature_max=2.0)
+    sampling = read_single_reply_sampling(body, "responses", max_tokens=max_tokens)
     chat = ChatRequest(**sampling, chat_input=chat_input, response_format=response_format, wording=wording)
     echo = {
         "instructions": instructions,
@@ -169,11 +170,11 @@ def parse_responses(body: dict[str, Any], store: ResponseStore, *, refuse_builti
         "parallel_tool_calls": read_field(body, "parallel_tool_calls", bool, True),
         "previous_response_id": previous_id,
         "reasoning": {"effort": effort, "summary": reasoning.get("summary")},
-        "temperature": chat.temperature,
+        "temperature": chat.samplers.get("temperature"),
         "text": {"format": text.get("format") or {"type": "text"}},
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [],
-        "top_p": chat.top_p,
+        "top_p": chat.samplers.get("top_p"),
         "truncation": "disabled",
         "user": body.get("user"),
     }
