@@ -10,6 +10,11 @@ from corpus import in_ci
 from turnkit.embedded import EmbeddedModelError, default_model_path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM's CPU build (0.32 on torch 2.13) cannot load the compiled model its default AOT cache saved ("'function' object
+# has no attribute 'finalize_loading'") and compiles it again at every start, 45-70 s each; its earlier path reuses
+# inductor's cache, so each vLLM start after the first with the same shapes takes seconds (the vLLM modules start it
+# 5 times, in this process and in the servers they run, which inherit this environment).
+os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 
 
 @pytest.hookimpl(hookwrapper=True)
