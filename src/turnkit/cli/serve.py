@@ -12,6 +12,7 @@ from turnkit import families
 from turnkit.cli.common import add_count, add_switch, missing_model, positive_int, whole_number
 from turnkit.errors import UsageError
 from turnkit.serve.engines import ENGINES, MAX_BATCH, EngineOptions
+from turnkit.serve.engines.options import ENGINE_OPTIONS
 from turnkit.serve.replicas import INGRESSES
 
 #: How long running replies may go on after SIGTERM, unless --drain-seconds says otherwise.
@@ -110,14 +111,23 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
         )
     if args.spec_type == "none" and args.spec_draft_n_max is not None:
         raise UsageError("--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one")
-    llama_only = _given(args, "--kv-tokens", "--cache-ram", "--prefill-threads", "--spec-type", "--spec-draft-n-max")
     engines = {_engine_of(spec) for spec in specs}
+    for option in ENGINE_OPTIONS:
+        if getattr(args, option.dest) is not None and not option.engines & engines:
+            _refuse_engine_flag(option.flag, sorted(option.engines), specs, engines)
+    llama_only = _given(args, "--prefill-threads", "--spec-type", "--spec-draft-n-max")
     if llama_only and "llama.cpp" not in engines:
-        which = "the model runs" if len(specs) == 1 else "every model here runs"
-        raise UsageError(
-            f"{llama_only[0]} is a llama.cpp engine setting and {which} on {' or '.join(sorted(engines))}, where it "
-            "would do nothing: drop it, or serve a .gguf file with --engine llama.cpp"
-        )
+        _refuse_engine_flag(llama_only[0], ["llama.cpp"], specs, engines)
+
+
+def _refuse_engine_flag(flag: str, takers: list[str], specs: list[Any], engines: set[str]) -> None:
+    """A flag that only engines none of the models runs on take would do nothing: a usage error naming them."""
+    which = "the model runs" if len(specs) == 1 else "every model here runs"
+    serve = "a .gguf file with --engine llama.cpp" if takers == ["llama.cpp"] else f"with --engine {takers[0]}"
+    raise UsageError(
+        f"{flag} is a {' or '.join(takers)} engine setting and {which} on {' or '.join(sorted(engines))}, where it "
+        f"would do nothing: drop it, or serve {serve}"
+    )
 
 
 def _draft_max(args: argparse.Namespace) -> int:
@@ -157,9 +167,12 @@ def _engine_options(args: argparse.Namespace, threads: int | None, prefill_threa
         max_queue=args.max_queue,
         queue_timeout=args.queue_timeout or None,
         context=args.context,
-        kv_tokens=args.kv_tokens,
         draft_max=_draft_max(args),
-        cache_ram_mib=args.cache_ram,
+        declared=tuple(
+            (option.keyword, getattr(args, option.dest))
+            for option in ENGINE_OPTIONS
+            if getattr(args, option.dest) is not None
+        ),
         vllm_args=_vllm_args(args),
     )
 
@@ -422,21 +435,9 @@ def register(commands: Any) -> None:
         help="the longest request (prompt and reply) in tokens (default: the model's; longer is RoPE scaled with "
         "YaRN on llama.cpp; a models file may set context per model)",
     )
-    serve.add_argument(
-        "--kv-tokens",
-        type=_tokens,
-        metavar="N",
-        help="llama.cpp's key/value cache shared by the slots, in tokens (default: every slot a whole context, "
-        "within a sixteenth of the machine's memory)",
-    )
-    serve.add_argument(
-        "--cache-ram",
-        type=_mebibytes,
-        metavar="MIB",
-        help="llama.cpp: host memory for finished requests' prefixes, parked off the key/value cache (so running "
-        "requests attend over their own cells only) and restored when a prompt starts alike; llama-server's flag "
-        "and default, 8192; 0 keeps them in the cache",
-    )
+    value_types = {"tokens": _tokens, "mebibytes": _mebibytes}
+    for option in ENGINE_OPTIONS:
+        serve.add_argument(option.flag, type=value_types[option.kind], metavar=option.metavar, help=option.help)
     serve.add_argument(
         "--spec-type",
         choices=("ngram", "none"),

@@ -15,6 +15,7 @@ from typing import Any
 
 from turnkit.errors import ServeConfigError
 from turnkit.serve.engines.base import Backend
+from turnkit.serve.engines.options import OptionValue, taken_by
 
 __all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
 
@@ -34,9 +35,9 @@ class EngineOptions:
     requests generate together (None: :data:`MAX_BATCH`, and vLLM's own ``max_num_seqs`` on vLLM) and
     ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
     longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
-    YaRN); ``kv_tokens`` the key/value cache the slots share (llama.cpp); ``draft_max`` the longest draft of
-    speculative decoding from the context (llama.cpp; 0: off); ``cache_ram_mib`` host memory for finished requests'
-    prefixes parked off the cache (llama.cpp; 0: they stay in the cache).
+    YaRN); ``draft_max`` the longest draft of speculative decoding from the context (llama.cpp; 0: off);
+    ``declared``: the options declared in :mod:`.options` that were given (``kv_tokens``, ``cache_ram_mib`` ...), by
+    keyword, each handed to the engines its row names.
     """
 
     threads: int | None = None
@@ -45,9 +46,8 @@ class EngineOptions:
     max_queue: int = 64
     queue_timeout: float | None = 60.0
     context: int | None = None
-    kv_tokens: int | None = None
     draft_max: int = DRAFT_MAX
-    cache_ram_mib: int | None = None
+    declared: tuple[tuple[str, OptionValue], ...] = ()
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
 
@@ -100,8 +100,8 @@ def _llama_cpp(path: Path, options: EngineOptions) -> Backend:
         path,
         threads=options.threads or 1,
         speculate=options.draft_max > 0,
-        **options.keywords("prefill_threads", "context", "kv_tokens", "draft_max"),
-        **({} if options.cache_ram_mib is None else {"cache_ram_mib": options.cache_ram_mib}),
+        **options.keywords("prefill_threads", "context", "draft_max"),
+        **taken_by("llama.cpp", dict(options.declared)),
     )
 
 
