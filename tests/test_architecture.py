@@ -243,3 +243,26 @@ def test_every_exception_class_lives_in_errors_py(path: Path) -> None:
             assert not any(name.endswith(("Error", "Exception", "Warning", "Raised")) for name in bases), (
                 f"{path.relative_to(SRC)}:{node.lineno}: class {node.name}({', '.join(bases)}) belongs in errors.py"
             )
+
+
+def _names_mode(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "mode") or (
+        isinstance(node, ast.Attribute) and node.attr == "mode"
+    )
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "parse").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_reply_engine_has_no_string_mode(path: Path) -> None:
+    """The reading's mode is a type (parse/modes.py: one class per mode, holding its own data), never a string
+    compared here and assigned there."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            assert not (any(map(_names_mode, operands)) and any(map(_is_text, operands))), (
+                f"{path.relative_to(SRC)}:{node.lineno} compares a mode with a string"
+            )
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            assert not (any(map(_names_mode, targets)) and node.value is not None and _is_text(node.value)), (
+                f"{path.relative_to(SRC)}:{node.lineno} assigns a string mode"
+            )

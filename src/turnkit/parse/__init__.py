@@ -7,12 +7,16 @@
   calls landed) and :mod:`.toolsyntax` (the tool syntax built from the text around them);
 * :mod:`.detokenize`: token ids to text in constant time per token;
 * :mod:`.lexer`: needles (markers, literals, stop strings) across token boundaries, with hold-back;
-* :mod:`.jsonscan`: self-delimited arguments read once, character by character; :mod:`.values`: raw values typed by
-  the tool's schema; :mod:`.literals`: Python and Gemma literals; :mod:`.calls`: the arguments-text rule;
+* :mod:`.encodings`: argument encodings as data, one row each (how it is read, what its text starts with, whether
+  it holds the name), each reader in a module of its own; :mod:`.jsonscan`: self-delimited arguments read once,
+  character by character; :mod:`.values`: raw values typed by the tool's schema; :mod:`.literals`: Python and Gemma
+  literals; :mod:`.calls`: the arguments-text rule;
 * :mod:`.engine`: the one engine that runs every format, a driver over its collaborators: :mod:`.compiled` (the
-  format in symbol space), :mod:`.state` (what they share, the deltas out), :mod:`.needles` (what each state looks
-  for), :mod:`.walk` and :mod:`.candidates` (a call's elements), :mod:`.arguments` and :mod:`.params` (argument
-  readers), :mod:`.headers` (Harmony's headers), :mod:`.callstate` (the call being read);
+  format in symbol space), :mod:`.modes` (where the reading stands: one type per mode, with its own data; the code
+  that reads a mode returns the next, the engine alone assigns it), :mod:`.state` (what they share, the deltas out),
+  :mod:`.needles` (what each mode looks for), :mod:`.walk` and :mod:`.candidates` (a call's elements),
+  :mod:`.arguments` and :mod:`.params` (argument readers), :mod:`.headers` (Harmony's headers), :mod:`.callstate`
+  (the call being read);
 * :mod:`.parser`: the push parser around the engine; :mod:`.prompt`: a parser for one request's prompt and stops;
   :mod:`.reply`: what it produces;
 * :mod:`.transcript`: a ChatML transcript back to messages.

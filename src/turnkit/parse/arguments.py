@@ -6,7 +6,7 @@ gives the scanner that says how much of the text is the arguments' own (a marker
 text), what is sent while it is read (JSON streams as written, a call object's arguments once its name is read;
 Python, Gemma and literal arguments, whose text is not a prefix of their JSON, are sent whole) and what is checked
 when it is complete. When the arguments are complete (or fail, or are cut short by the call's end) the reader tells
-the walk through its :class:`~.callstate.CallSteps`.
+the walk through its :class:`~.callstate.CallSteps`, and returns the mode the walk leaves the reading in.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from turnkit.parse.callstate import CallState, CallSteps
 from turnkit.parse.compiled import SymArgs
 from turnkit.parse.encodings import ARGUMENTS_INCOMPLETE, ArgumentEncoding, encoding_of
 from turnkit.parse.formats import Arguments
+from turnkit.parse.modes import InCall, Mode
 from turnkit.parse.reply import CallStatus
 from turnkit.parse.state import WS, ReadingState
 from turnkit.parse.values import element_arguments
@@ -41,8 +42,9 @@ class ArgumentReader:
         assert scanner is not None, f"{args.spec.encoding} arguments are not one value"
         call.reader = scanner(args.spec)
 
-    def read(self, call: CallState, args: SymArgs, text: str) -> None:
+    def read(self, mode: InCall, args: SymArgs, text: str) -> Mode:
         """Text of the arguments: as much as is theirs goes to the scanner, the rest is read again."""
+        call = mode.call
         encoding, spec = args.encoding, args.spec
         reader = call.reader
         assert reader is not None
@@ -53,16 +55,18 @@ class ArgumentReader:
         if call.fresh and consumed.strip(WS):
             call.fresh = False
         if encoding.progress is not None:
-            encoding.progress(self, call, spec, reader, plain)
+            encoding.progress(self.s, call, spec, reader, plain)
         if used < len(text):
             self.lexer.unread(text[used:])
         if reader.failed:
-            self._failed(call)
-        elif reader.done:
-            self._done(call, spec, encoding)
+            return self._failed(mode)
+        if reader.done:
+            return self._done(mode, spec, encoding)
+        return mode
 
-    def elements_done(self, call: CallState, args: SymArgs) -> None:
+    def elements_done(self, mode: InCall, args: SymArgs) -> Mode:
         """MiniMax M3's elements, read when the text after them starts: sent whole."""
+        call = mode.call
         text = self.s.plain("".join(call.hole))
         call.hole = []
         tools = self.s.tools
@@ -75,38 +79,38 @@ class ArgumentReader:
             self.s.send(call, json.dumps(value, ensure_ascii=False))
         call.pos += 1
         call.core = 0
-        self.walk.enter()
+        return self.walk.enter(mode)
 
-    def cut(self, call: CallState, args: SymArgs) -> None:
+    def cut(self, mode: InCall, args: SymArgs) -> Mode:
         """The call's end literal came before its arguments were complete."""
+        call = mode.call
         reader = call.reader
         assert reader is not None
         if not call.confirmed:
-            self.walk.fall_back("")
-            return
+            return self.walk.fall_back(mode, "")
         unfinished = not reader.done and reader.failed is None
         error = args.encoding.incomplete if unfinished else ARGUMENTS_INCOMPLETE
-        self.walk.broken(call, error, CallStatus.INVALID_JSON)
+        return self.walk.broken(mode, error, CallStatus.INVALID_JSON)
 
-    def _failed(self, call: CallState) -> None:
-        reader = call.reader
+    def _failed(self, mode: InCall) -> Mode:
+        reader = mode.call.reader
         assert reader is not None and reader.failed is not None
-        if not call.confirmed:
-            self.walk.fall_back("")
-            return
-        self.walk.broken(call, reader.failed, CallStatus.INVALID_JSON)
+        if not mode.call.confirmed:
+            return self.walk.fall_back(mode, "")
+        return self.walk.broken(mode, reader.failed, CallStatus.INVALID_JSON)
 
-    def _done(self, call: CallState, spec: Arguments, encoding: ArgumentEncoding) -> None:
-        """The arguments are complete: the encoding checks and sends them, and the walk moves on (unless the text was
-        no call after all and fell back to content)."""
+    def _done(self, mode: InCall, spec: Arguments, encoding: ArgumentEncoding) -> Mode:
+        """The arguments are complete: the encoding checks and sends them, and the walk moves on; text that was no
+        call after all is content."""
+        call = mode.call
         reader = call.reader
         assert reader is not None and encoding.done is not None
         call.reader = None
-        if not encoding.done(self, call, spec, reader):
-            return
+        if not encoding.done(self.s, call, spec, reader):
+            return self.walk.fall_back(mode, "")
         call.pos += 1
         call.core = 0
-        self.walk.enter()
+        return self.walk.enter(mode)
 
     def finish_at_end(self, call: CallState) -> None:
         """The reply ended inside the arguments: the encoding keeps what it can (a name already read)."""

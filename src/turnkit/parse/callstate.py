@@ -14,6 +14,7 @@ from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
     from turnkit.parse.encodings import ArgumentScan
+    from turnkit.parse.modes import InCall, Mode
 
 __all__ = ["CallState", "CallSteps"]
 
@@ -77,16 +78,17 @@ class CallState:
 
 
 class CallSteps(Protocol):
-    """What an argument reader tells the walk over the call (:class:`~.walk.CallWalk` is the one implementation)."""
+    """What an argument reader tells the walk over the call (:class:`~.walk.CallWalk` is the one implementation);
+    each returns the mode the reading is in after it."""
 
-    def enter(self) -> None:
+    def enter(self, mode: InCall) -> Mode:
         """The element is done and the call has moved on: set up the one it is now at."""
 
-    def fall_back(self, rest: str) -> None:
+    def fall_back(self, mode: InCall, rest: str) -> Mode:
         """A bare call that is not one: its text is content (``rest`` is read again)."""
 
-    def broken(self, call: CallState, error: str, status: CallStatus) -> None:
+    def broken(self, mode: InCall, error: str, status: CallStatus) -> Mode:
         """The call is broken: it fails with ``error`` and is skipped to its end."""
 
-    def mismatch(self, call: CallState, error: str, rest: str) -> None:
+    def mismatch(self, mode: InCall, error: str, rest: str) -> Mode:
         """Text the syntax does not allow here: content for a bare call, else the call is broken."""

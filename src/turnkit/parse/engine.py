@@ -31,6 +31,7 @@ from turnkit.parse.compiled import HARMONY_SYNTAX, SymArgs, SymLit, compile_form
 from turnkit.parse.formats import ReplyFormat
 from turnkit.parse.headers import headless_text, route_body
 from turnkit.parse.lexer import NEEDLE, Needles, needles
+from turnkit.parse.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, InHeader, InReasoning, Mode
 from turnkit.parse.needles import needles_for, state_key
 from turnkit.parse.reply import CallStatus, Delta, EndReason
 from turnkit.parse.state import WS, ReadingState, TextChannel
@@ -68,19 +69,17 @@ class Engine(ReadingState):
         self.stop: str | None = None
         self.walk = CallWalk(self)
         self._memo: dict[tuple[Any, ...], Needles] = {}
-        self._label, self._label_held = "", ""  # a reasoning label not yet seen (Gemma's "thought")
-        self._header: list[str] = []
         if compiled.channels is not None and open_message is not None:
-            self._open_body(open_message)  # the prompt left this message's body open: the reply continues it
-            target = self.reasoning if self.mode == "reasoning" else self.content
+            self.mode = self._open_body(open_message)  # the prompt left this message's body open: the reply goes on
+            target = self.reasoning if isinstance(self.mode, InReasoning) else self.content
             target.drop_leading = not continues
         elif compiled.channels is not None:
-            self.mode = "header"
+            self.mode = InHeader()
         elif in_reasoning and compiled.reasoning is not None:
-            self.mode = "reasoning"
+            self.mode = InReasoning()
             self.reasoning.drop_leading = not continues
         else:
-            self.mode = "content"
+            self.mode = InContent()
 
     def reasoning_end_starts_with(self, stop: str) -> bool:
         """The reasoning's end starts with ``stop``, text that also ends the reply (a role switch's ``<|im_end|>``)."""
@@ -89,7 +88,7 @@ class Engine(ReadingState):
 
     @property
     def in_reasoning(self) -> bool:
-        return self.end is None and self.mode == "reasoning"
+        return self.end is None and isinstance(self.mode, InReasoning)
 
     # -- input -----------------------------------------------------------------------------------------------------
 
@@ -123,8 +122,10 @@ class Engine(ReadingState):
                     self._unstick()
                     stalled, left = 0, len(lexer.buffer)
                     continue
-            if self.mode == "call" and self.call is not None and self.call.peek:
-                if not self.walk.peek():
+            mode = self.mode
+            if isinstance(mode, InCall) and mode.call.peek:
+                self.mode, moved = self.walk.peek(mode)
+                if not moved:
                     return
                 continue
             if not lexer.buffer:
@@ -141,9 +142,9 @@ class Engine(ReadingState):
                 self.end, self.stop = self.stops[value], self.plain(value)
                 return
             if kind == NEEDLE:
-                self._needle(value)
+                self.mode = self._needle(mode, value)
             else:
-                self._text(value)
+                self.mode = self._text(mode, value)
 
     def _unstick(self) -> None:
         """A safety net: the state machine went round without consuming input (a format whose data contradicts
@@ -155,117 +156,125 @@ class Engine(ReadingState):
                 call.status, call.error = CallStatus.INVALID_JSON, "the call's syntax could not be followed"
             call.confirmed = True
             self.finish_call(call, cut=False)
-            self.call = None
-        self.block = None
-        self.mode = "content"
+        self.mode = InContent()
         text = self.lexer.buffer[:1]
         self.lexer.buffer = self.lexer.buffer[1:]
         self.problems.append("the parser could not follow the format here and read a character as content")
         self.show(text)
 
-    # -- events ----------------------------------------------------------------------------------------------------
+    # -- events: each returns the mode the reading is in after it -------------------------------------------------
 
-    def _needle(self, needle: str) -> None:
-        """A needle found in the current state: what it does there."""
-        mode = self.mode
+    def _needle(self, mode: Mode, needle: str) -> Mode:
+        """A needle found in the current mode: what it does there."""
         compiled = self.compiled
         channels = compiled.channels
-        if channels is not None and mode in ("content", "reasoning", "after_call") and needle in channels.boundaries:
-            self._end_message()
-            return
-        if mode == "content" and needle == compiled.lead:
-            self.content.drop_leading = True
-            return
-        if mode == "content":
-            if needle in compiled.content_markers:
-                self.content.held = ""
-                self.content.drop_leading = not self.content.started
-                return
-            if compiled.reasoning is not None and needle == compiled.reasoning[0]:
-                self.mode = "reasoning"
-                self.reasoning.drop_leading = True
-                self._label = self.format.reasoning.label if self.format.reasoning else ""
-                return
-            if compiled.reasoning is not None and needle == compiled.reasoning[1]:
-                self.content.held = ""
-                self.content.drop_leading = not self.content.started
-                return
-            self.walk.start_calls(needle)
-        elif mode == "reasoning":
-            if needle in compiled.content_markers or (compiled.reasoning and needle == compiled.reasoning[0]):
-                self.reasoning.held = "" if not self.reasoning.started else self.reasoning.held
-                return  # dropped
-            if compiled.reasoning is not None and needle == compiled.reasoning[1]:
-                self.reasoning.held = ""
-                self.mode = "content"
-                self.content.drop_leading = not self.content.started
-            else:
-                self.reasoning.held = ""
-                self.mode = "content"
-                self.walk.start_calls(needle)
-        elif mode == "call":
-            self.walk.needle(needle)
-        elif mode == "between":
-            self.walk.between_needle(needle)
-        elif mode == "expect":
-            self.expect.pop(0)
-            if not self.expect:
-                self.walk.end_block()
-        elif mode == "header":
-            self._header_needle(needle)
+        if (
+            channels is not None
+            and isinstance(mode, InContent | InReasoning | AfterCall)
+            and needle in channels.boundaries
+        ):
+            return InHeader()  # a message ended (or another began): a header comes next
+        if isinstance(mode, InContent):
+            return self._content_needle(mode, needle)
+        if isinstance(mode, InReasoning):
+            return self._reasoning_needle(mode, needle)
+        if isinstance(mode, InCall):
+            return self.walk.needle(mode, needle)
+        if isinstance(mode, BetweenCalls):
+            return self.walk.between_needle(mode, needle)
+        if isinstance(mode, EndingBlock):
+            mode.cores.pop(0)
+            return mode if mode.cores else self.walk.end_block()
+        if isinstance(mode, InHeader):
+            return self._header_needle(mode, needle)
+        return mode  # after a headed call: only a message's end is looked for
 
-    def _text(self, text: str) -> None:
-        """Text up to the next needle in the current state: content, reasoning, a call's, a header's."""
-        mode = self.mode
-        if mode == "content":
+    def _content_needle(self, mode: InContent, needle: str) -> Mode:
+        """In content: a lead or content marker dropped, reasoning starting, a stray reasoning end dropped, or a
+        trigger that starts a call."""
+        compiled = self.compiled
+        if needle == compiled.lead:
+            self.content.drop_leading = True
+            return mode
+        if needle in compiled.content_markers:
+            self.content.held = ""
+            self.content.drop_leading = not self.content.started
+            return mode
+        if compiled.reasoning is not None and needle == compiled.reasoning[0]:
+            self.reasoning.drop_leading = True
+            return InReasoning(label=self.format.reasoning.label if self.format.reasoning else "")
+        if compiled.reasoning is not None and needle == compiled.reasoning[1]:
+            self.content.held = ""
+            self.content.drop_leading = not self.content.started
+            return mode
+        started = self.walk.start_calls(needle)
+        return mode if started is None else started
+
+    def _reasoning_needle(self, mode: InReasoning, needle: str) -> Mode:
+        """In reasoning: stray markers dropped, its end (back to content), or a call's trigger (the reasoning ended
+        without its end marker)."""
+        compiled = self.compiled
+        if needle in compiled.content_markers or (compiled.reasoning and needle == compiled.reasoning[0]):
+            self.reasoning.held = "" if not self.reasoning.started else self.reasoning.held
+            return mode  # dropped
+        self.reasoning.held = ""
+        if compiled.reasoning is not None and needle == compiled.reasoning[1]:
+            self.content.drop_leading = not self.content.started
+            return InContent()
+        started = self.walk.start_calls(needle)
+        return InContent() if started is None else started
+
+    def _text(self, mode: Mode, text: str) -> Mode:
+        """Text up to the next needle in the current mode: content, reasoning, a call's, a header's."""
+        if isinstance(mode, InContent):
             self.show(text)
-        elif mode == "reasoning":
-            if self._label:
-                text = self._strip_label(text)
+        elif isinstance(mode, InReasoning):
+            if mode.label:
+                text = self._strip_label(mode, text)
                 if not text:
-                    return
+                    return mode
             if (shown := self.reasoning.add(self.plain(text))) != "":
                 self.emit(Delta(reasoning_content=shown))
-        elif mode == "call":
-            self.walk.text(text)
-        elif mode == "between":
-            self.walk.between_text(text)
-        elif mode == "after_call":
-            pass  # after a call's JSON, up to the end of its message
-        elif mode == "expect":
+        elif isinstance(mode, InCall):
+            return self.walk.text(mode, text)
+        elif isinstance(mode, BetweenCalls):
+            return self.walk.between_text(mode, text)
+        elif isinstance(mode, EndingBlock):
             stripped = text.lstrip(WS)
-            if stripped:
-                self.expect = []
-                self.walk.end_block()
+            if stripped:  # the block ended without the rest of its end marker
                 self.lexer.unread(stripped)
-        elif mode == "header":
-            self._header.append(text)
+                return self.walk.end_block()
+        elif isinstance(mode, InHeader):
+            mode.parts.append(text)
+        return mode  # after a headed call's JSON, up to the end of its message, nothing is read
 
-    def _strip_label(self, text: str) -> str:
+    def _strip_label(self, mode: InReasoning, text: str) -> str:
         """The reasoning's label (Gemma's ``thought``) right after its start is dropped; text that is not the label is
         reasoning. Text that could still become the label is held."""
-        pending = self._label_held + text
-        label = self._label
+        pending = mode.label_held + text
+        label = mode.label
         if label.startswith(pending) and len(pending) < len(label) and not self.lexer.final:
-            self._label_held = pending
+            mode.label_held = pending
             return ""
-        self._label, self._label_held = "", ""
+        mode.label, mode.label_held = "", ""
         return pending[len(label) :] if pending.startswith(label) else pending
 
     # -- headed messages (Harmony, Functionary v3.2) --------------------------------------------------------------
 
-    def _header_needle(self, needle: str) -> None:
+    def _header_needle(self, mode: InHeader, needle: str) -> Mode:
         """A needle in a header: its end opens the body; a message's end or start instead means it had none."""
         channels = self.compiled.channels
-        header = self.plain("".join(self._header))
-        self._header = []
+        assert channels is not None
+        header = self.plain("".join(mode.parts))
         if needle == channels.header_end:
-            self._open_body(header)
-        elif header.strip():  # a message ended (or another began) before its header did
+            return self._open_body(header)
+        if header.strip():  # a message ended (or another began) before its header did
             self._malformed_header(header)
+        return InHeader()
 
     def _malformed_header(self, header: str) -> None:
         """A message ended before its header did: its text is kept (:func:`.headers.headless_text`)."""
+        assert self.compiled.channels is not None
         route, text, problem = headless_text(self.compiled.channels, header, self.plain)
         self.problems.append(problem)
         if not text:
@@ -274,19 +283,17 @@ class Engine(ReadingState):
         if (shown := target.add(text)) != "":
             self.emit(Delta(reasoning_content=shown) if route == "reasoning" else Delta(content=shown))
 
-    def _open_body(self, header: str) -> None:
+    def _open_body(self, header: str) -> Mode:
         """The header ended: the body is a tool call's arguments, or text routed as the header says."""
+        assert self.compiled.channels is not None
         body = route_body(self.compiled.channels, header, self.plain)
         if body.tool is not None:
-            self.walk.new_call([HARMONY_SYNTAX], HARMONY_SYNTAX.call)
-            call = self.call
-            assert call is not None
-            call.name = body.tool
-            self.walk.enter()
-            return
+            mode = self.walk.new_call([HARMONY_SYNTAX], HARMONY_SYNTAX.call, None)
+            mode.call.name = body.tool
+            return self.walk.enter(mode)
         self.calls_allowed = body.calls_allowed
-        self.mode = body.route
         self._enter_text(body.route)
+        return InReasoning() if body.route == "reasoning" else InContent()
 
     def _enter_text(self, route: str) -> TextChannel:
         """A message's text begins: whitespace held from before is dropped, and so is its own leading whitespace."""
@@ -295,11 +302,6 @@ class Engine(ReadingState):
         target.drop_leading = not target.started
         return target
 
-    def _end_message(self) -> None:
-        """A message ended (or another began): a header comes next."""
-        self.mode = "header"
-        self._header = []
-
     # -- the end ----------------------------------------------------------------------------------------------------
 
     def _close_open(self) -> None:
@@ -307,10 +309,10 @@ class Engine(ReadingState):
         were missing), a header left open is kept as text, and content's held whitespace is released."""
         mode = self.mode
         self.lexer.take()  # what follows a stop string
-        call = self.call
-        if mode == "call" and call is not None:
+        if isinstance(mode, InCall):
+            call = mode.call
             if not call.confirmed:
-                self.walk.fall_back("")
+                self.mode = self.walk.fall_back(mode, "")
             else:
                 if call.reader is not None and not call.closing:
                     self.walk.arguments.finish_at_end(call)
@@ -318,8 +320,8 @@ class Engine(ReadingState):
                     self.walk.params.close(call)
                 only_literals = all(isinstance(e, SymLit) for e in call.seq[call.pos :])
                 self.finish_call(call, cut=not only_literals or call.closing)
-                self.call = None
-        if mode == "header" and "".join(self._header).strip():
-            self._malformed_header(self.plain("".join(self._header)))
+                self.mode = InContent()
+        if isinstance(mode, InHeader) and "".join(mode.parts).strip():
+            self._malformed_header(self.plain("".join(mode.parts)))
         if not self.calls and (held := self.content.release_held()):
             self.emit(Delta(content=held))

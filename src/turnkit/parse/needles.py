@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from turnkit.parse.callstate import CallState
-from turnkit.parse.compiled import SymArgs, SymLit, first_cores, opening
+from turnkit.parse.compiled import SymArgs, SymLit, SymSyntax, first_cores, opening
 from turnkit.parse.encodings import Reading
 from turnkit.parse.formats import Hole
+from turnkit.parse.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, InHeader, InReasoning
 from turnkit.parse.state import ReadingState
 
 __all__ = ["CDATA", "needles_for", "resync_needles", "state_key"]
@@ -27,18 +28,16 @@ _SYNTAX_CHARS = frozenset("]}),:;\"'0123456789")
 def state_key(s: ReadingState) -> tuple[Any, ...]:
     """What the needle set depends on, so that it is built once per state rather than once per piece."""
     mode = s.mode
-    if mode == "content":
-        fresh = not s.content.started and not s.calls and s.call is None
-        return (mode, s.calls_allowed, fresh)
-    if mode == "reasoning":
-        return (mode, s.calls_allowed)
-    if mode == "call":
-        call = s.call
-        assert call is not None
+    if isinstance(mode, InContent):
+        return (InContent, s.calls_allowed, not s.content.started and not s.calls)
+    if isinstance(mode, InReasoning):
+        return (InReasoning, s.calls_allowed)
+    if isinstance(mode, InCall):
+        call = mode.call
         candidates = call.candidates
         syntax = candidates[0]
         return (
-            mode,
+            InCall,
             id(syntax),
             len(call.seq) - len(syntax.call),
             tuple(map(id, candidates)) if len(candidates) > 1 else None,
@@ -49,13 +48,13 @@ def state_key(s: ReadingState) -> tuple[Any, ...]:
             call.cdata,
             call.closing,
             call.fresh,
-            id(s.block),
+            id(mode.block),
         )
-    if mode == "between":
-        return (mode, id(s.block))
-    if mode == "expect":
-        return (mode, s.expect[0])
-    return (mode,)
+    if isinstance(mode, BetweenCalls):
+        return (BetweenCalls, id(mode.block))
+    if isinstance(mode, EndingBlock):
+        return (EndingBlock, mode.cores[0])
+    return (type(mode),)
 
 
 def needles_for(s: ReadingState) -> list[str]:
@@ -63,7 +62,7 @@ def needles_for(s: ReadingState) -> list[str]:
     found = list(s.stops)
     mode = s.mode
     compiled = s.compiled
-    if mode == "content":
+    if isinstance(mode, InContent):
         found += compiled.content_markers
         if compiled.reasoning is not None:
             found.append(compiled.reasoning[0])
@@ -73,7 +72,7 @@ def needles_for(s: ReadingState) -> list[str]:
             found.append(compiled.lead)
         if compiled.channels is not None:
             found += compiled.channels.boundaries
-    elif mode == "reasoning":
+    elif isinstance(mode, InReasoning):
         found += compiled.content_markers  # stray markers are dropped here too
         if compiled.reasoning is not None:
             found.append(compiled.reasoning[1])
@@ -82,16 +81,18 @@ def needles_for(s: ReadingState) -> list[str]:
             found += [syn.trigger for syn in compiled.syntaxes if not syn.spec.bare]
         if compiled.channels is not None:
             found += compiled.channels.boundaries
-    elif mode == "call":
-        found += _call_needles(s)
-    elif mode == "between":
-        found += _between_needles(s)
-    elif mode == "expect":
-        found.append(s.expect[0])
-    elif mode == "header":
+    elif isinstance(mode, InCall):
+        found += _call_needles(s, mode)
+    elif isinstance(mode, BetweenCalls):
+        found += _between_needles(mode.block)
+    elif isinstance(mode, EndingBlock):
+        found.append(mode.cores[0])
+    elif isinstance(mode, InHeader):
         channels = compiled.channels
+        assert channels is not None
         found += [channels.header_end, *channels.boundaries]
-    elif mode == "after_call":
+    elif isinstance(mode, AfterCall):
+        assert compiled.channels is not None
         found += compiled.channels.boundaries
     return found
 
@@ -103,14 +104,14 @@ def _triggers(s: ReadingState) -> list[str]:
     return [syn.trigger for syn in s.compiled.syntaxes if at_start or not syn.spec.bare]
 
 
-def _call_needles(s: ReadingState) -> list[str]:
-    call = s.call
-    assert call is not None
+def _call_needles(s: ReadingState, mode: InCall) -> list[str]:
+    call = mode.call
     if call.closing:
         return resync_needles(s, call)
     element = call.element
-    if call.fresh and call.pos >= 1 and s.block is not None and s.block.block_end is not None:
-        return [*_fresh_needles(s, call), s.block.block_end.cores[0]]
+    block = mode.block
+    if call.fresh and call.pos >= 1 and block is not None and block.block_end is not None:
+        return [*_fresh_needles(s, mode), block.block_end.cores[0]]
     if call.param_pos is not None:
         assert isinstance(element, SymArgs)
         return list(_param_needles(call, element))
@@ -142,13 +143,13 @@ def _call_needles(s: ReadingState) -> list[str]:
     return []
 
 
-def _fresh_needles(s: ReadingState, call: CallState) -> list[str]:
+def _fresh_needles(s: ReadingState, mode: InCall) -> list[str]:
     """The needles of the call's element as if more than its block's opening had been read."""
-    call.fresh = False
+    mode.call.fresh = False
     try:
-        return _call_needles(s)
+        return _call_needles(s, mode)
     finally:
-        call.fresh = True
+        mode.call.fresh = True
 
 
 def _param_needles(call: CallState, args: SymArgs) -> set[str]:
@@ -180,9 +181,7 @@ def resync_needles(s: ReadingState, call: CallState) -> list[str]:
     return found
 
 
-def _between_needles(s: ReadingState) -> list[str]:
-    block = s.block
-    assert block is not None
+def _between_needles(block: SymSyntax) -> list[str]:
     found = list(block.separator.cores)
     if block.block_end is not None:
         found.append(block.block_end.cores[0])

@@ -17,6 +17,7 @@ from typing import Any
 from turnkit.parse.callstate import CallState, CallSteps
 from turnkit.parse.compiled import SymArgs, SymLit, first_cores
 from turnkit.parse.formats import Hole
+from turnkit.parse.modes import InCall, Mode
 from turnkit.parse.needles import CDATA
 from turnkit.parse.state import WS, ReadingState
 from turnkit.parse.values import is_plain_string, param_schema, schema_types, typed_value
@@ -44,58 +45,66 @@ class ParamReader:
         if call.params:
             self.s.send(call, '"}' if call.value_streams and call.param_pos is not None else "}")
 
-    def needle(self, call: CallState, args: SymArgs, needle: str) -> None:
+    def needle(self, mode: InCall, args: SymArgs, needle: str) -> Mode:
+        """A needle in the arguments: a parameter's literal, the end of a key, type or value, or what follows the
+        arguments (the object is closed and the walk moves on)."""
+        call = mode.call
         if call.param_pos is None:  # between parameters: a new one, or what follows the arguments
             first = args.param[0]
             if isinstance(first, SymLit) and first.cores and needle == first.cores[0]:
                 call.param_pos, call.param_core = 0, 0
                 call.raw.append(self.s.plain(needle))
                 self._lit_matched(call, args)
-                return
-            self._done(call)
+                return mode
+            after = self._done(mode)
             self.lexer.unread(needle)
-            return
+            return after
         element = args.param[call.param_pos]
         if isinstance(element, SymLit):
             call.raw.append(self.s.plain(needle))
             self._lit_matched(call, args)
-            return
+            return mode
         assert isinstance(element, Hole)
         if element.kind == "value" and needle in CDATA and args.spec.cdata:  # a section opens or closes: not text
             call.raw.append(needle)
             call.cdata = needle == CDATA[0]
-            return
+            return mode
         own = first_cores(args.param, call.param_pos + 1, frozenset())
         if element.kind == "value" and own and needle not in own:  # the model left the value's end out
             self._value_done(call, args)
             call.hole = []
             call.param_pos = None
             self.lexer.unread(needle)
-            return
+            return mode
         self._hole_done(call, args, element)
         self.lexer.unread(needle)
+        return mode
 
-    def text(self, call: CallState, args: SymArgs, text: str) -> None:
+    def text(self, mode: InCall, args: SymArgs, text: str) -> Mode:
+        """Text in the arguments: a key's, a type's or a value's, or text the pattern does not allow there."""
+        call = mode.call
         stripped = text.lstrip(WS)
         if len(stripped) < len(text) and (call.param_pos is None or isinstance(args.param[call.param_pos], SymLit)):
             call.raw.append(self.s.plain(text[: len(text) - len(stripped)]))
         if call.param_pos is None:
             if stripped:
-                self.walk.mismatch(call, f"unexpected text between arguments: {self.s.plain(stripped[:1])!r}", stripped)
-            return
+                error = f"unexpected text between arguments: {self.s.plain(stripped[:1])!r}"
+                return self.walk.mismatch(mode, error, stripped)
+            return mode
         element = args.param[call.param_pos]
         if isinstance(element, SymLit):
             if stripped:
                 expected = self.s.plain(element.cores[call.param_core])
-                self.walk.mismatch(call, f"expected {expected!r}, got {self.s.plain(stripped[:1])!r}", stripped)
-            return
+                return self.walk.mismatch(mode, f"expected {expected!r}, got {self.s.plain(stripped[:1])!r}", stripped)
+            return mode
         assert isinstance(element, Hole)
         if element.kind == "value":
             self._value_text(call, args, text)
-            return
+            return mode
         if not call.hole:
             text = text.lstrip(WS)
         call.hole.append(text)
+        return mode
 
     def _lit_matched(self, call: CallState, args: SymArgs) -> None:
         assert call.param_pos is not None
@@ -211,10 +220,11 @@ class ParamReader:
             value = typed_value(text, schema)
         self.s.send(call, call.opening + json.dumps(value, ensure_ascii=False))
 
-    def _done(self, call: CallState) -> None:
+    def _done(self, mode: InCall) -> Mode:
         """The text after the arguments started: close the arguments object."""
+        call = mode.call
         self.s.send(call, "{}" if call.params == 0 else "}")
         call.param_pos = None
         call.pos += 1
         call.core = 0
-        self.walk.enter()
+        return self.walk.enter(mode)

@@ -19,6 +19,7 @@ from typing import Any
 from turnkit.parse.callstate import CallState
 from turnkit.parse.compiled import SymFormat, SymSyntax
 from turnkit.parse.lexer import WS, Lexer
+from turnkit.parse.modes import BetweenCalls, InCall, InContent, Mode
 from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, ToolCallDelta
 
 __all__ = ["WS", "ReadingState", "TextChannel"]
@@ -60,9 +61,9 @@ class TextChannel:
 
 
 class ReadingState:
-    """The reading's shared state: the mode (``content``, ``reasoning``, ``call``, ``between`` calls of a block,
-    ``expect`` a block end's further cores, ``header`` of a headed message, ``after_call``), the call and block open,
-    the lexer, the compiled format; and the reply so far (content, reasoning, calls, problems, this step's deltas)."""
+    """The reading's shared state: the mode it is in (:mod:`.modes`, with the call and block open), the lexer, the
+    compiled format; and the reply so far (content, reasoning, calls, problems, this step's deltas). The mode is
+    assigned by the engine alone, from what the code that read its text returns."""
 
     def __init__(self, compiled: SymFormat, symbols: Mapping[str, str], stops: Mapping[str, EndReason],
                  tools: Mapping[str, Any] | None, call_id: Callable[[int], str]) -> None:  # fmt: skip
@@ -72,10 +73,7 @@ class ReadingState:
         self.tools = tools
         self.call_id = call_id
         self.lexer = Lexer()
-        self.mode = "content"
-        self.call: CallState | None = None
-        self.block: SymSyntax | None = None  # a block of calls is open
-        self.expect: list[str] = []  # the block end's cores still to come
+        self.mode: Mode = InContent()
         self.calls_allowed = True  # False in a headed message routed to content or reasoning
         self.content = TextChannel()
         self.reasoning = TextChannel()
@@ -83,6 +81,18 @@ class ReadingState:
         #: What the reply holds that does not read as its format says, and what was done with it.
         self.problems: list[str] = []
         self.out: list[Delta] = []
+
+    @property
+    def call(self) -> CallState | None:
+        """The call being read, in :class:`~.modes.InCall`."""
+        mode = self.mode
+        return mode.call if isinstance(mode, InCall) else None
+
+    @property
+    def block(self) -> SymSyntax | None:
+        """The block of calls open: the one the call being read is in, or the one between whose calls it is."""
+        mode = self.mode
+        return mode.block if isinstance(mode, InCall | BetweenCalls) else None
 
     def plain(self, text: str) -> str:
         """Symbols back to the marker text they stand for."""

@@ -27,9 +27,9 @@ from turnkit.parse.encodings import gemma, json_call, json_object, literal, pyth
 from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
     from turnkit.parse.formats import Arguments
+    from turnkit.parse.state import ReadingState
 
 __all__ = ["ARGUMENTS_INCOMPLETE", "ENCODINGS", "ArgumentEncoding", "ArgumentScan", "Reading", "encoding_of"]
 
@@ -62,7 +62,7 @@ class ArgumentEncoding:
         progress: ``VALUE``: what is sent while the value is read (``None``: nothing, it is sent whole when done);
             called with the text the scanner took, markers already plain.
         done: ``VALUE``: the value is complete: check it and send what is left. False where the text was no call
-            after all (a bare call fell back to content): the walk must not move on.
+            after all (a bare call whose text does not read): it falls back to content.
         at_end: ``VALUE``: the reply ended inside the value: what the call keeps of it (a name already read).
         holds_name: The object holds the call's name too (``{"name": ..., "arguments": {...}}``).
         bracketed: Its text opens with ``{`` or ``[`` (a hole before it ends there; a block's next call starts there).
@@ -77,8 +77,8 @@ class ArgumentEncoding:
     name: str
     reading: Reading
     scanner: Callable[[Arguments], ArgumentScan] | None = None
-    progress: Callable[[ArgumentReader, CallState, Arguments, ArgumentScan, str], None] | None = None
-    done: Callable[[ArgumentReader, CallState, Arguments, ArgumentScan], bool] | None = None
+    progress: Callable[[ReadingState, CallState, Arguments, ArgumentScan, str], None] | None = None
+    done: Callable[[ReadingState, CallState, Arguments, ArgumentScan], bool] | None = None
     at_end: Callable[[CallState, Arguments, ArgumentScan], None] | None = None
     holds_name: bool = False
     bracketed: bool = False

@@ -11,22 +11,22 @@ from turnkit.parse.jsonscan import BracketReader
 from turnkit.parse.literals import gemma_value
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
+    from turnkit.parse.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:
     return BracketReader(quotes=(spec.quote,), escapes=False, until_close=False)
 
 
-def _value(reading: ArgumentReader, spec: Arguments, text: str) -> dict[str, Any]:
-    value = gemma_value(text, reading.s.plain(spec.quote))
+def _value(state: ReadingState, spec: Arguments, text: str) -> dict[str, Any]:
+    value = gemma_value(text, state.plain(spec.quote))
     if not isinstance(value, dict):
         raise ValueSyntaxError("the arguments are not an object")
     return value
 
 
-def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
-    return send_whole(reading, call, lambda: _value(reading, spec, scan.text))
+def done(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
+    return send_whole(state, call, lambda: _value(state, spec, scan.text))

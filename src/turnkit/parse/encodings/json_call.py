@@ -12,10 +12,10 @@ from turnkit.parse.jsonscan import ObjectReader
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
+    from turnkit.parse.state import ReadingState
 
 #: A call whose end came before its object was complete.
 INCOMPLETE = "the tool call's JSON is not complete where the call ends"
@@ -48,10 +48,9 @@ def _written_id(scan: ObjectReader, name_key: str) -> str | None:
     return None
 
 
-def progress(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan, plain: str) -> None:
+def progress(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentScan, plain: str) -> None:
     """The arguments' new text (what the scanner streamed), and the name once it is read."""
     assert isinstance(scan, ObjectReader)
-    state = reading.s
     fragment = scan.streamed
     scan.streamed = ""
     if call.name is not None:  # the common case: the arguments' text, streamed
@@ -79,13 +78,12 @@ def progress(reading: ArgumentReader, call: CallState, spec: Arguments, scan: Ar
         state.send(call, state.plain(fragment))
 
 
-def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
+def done(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
     """The object is complete: the arguments' final text (a string that holds an object is that object), or the
     call fails for want of a name; an object without one that was not yet a call is content."""
     assert isinstance(scan, ObjectReader)
     if call.name is None:
         if not call.confirmed:
-            reading.walk.fall_back("")
             return False
         call.status = CallStatus.INVALID_JSON
         call.error = f"the tool call has no string {spec.name_key!r}"
@@ -99,7 +97,7 @@ def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: Argume
     if error:
         call.status, call.error = CallStatus.INVALID_JSON, error
     if final != sent and final.startswith(sent):
-        reading.s.send(call, final[len(sent) :])
+        state.send(call, final[len(sent) :])
     return True
 
 

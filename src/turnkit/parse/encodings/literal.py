@@ -15,20 +15,19 @@ from turnkit.parse.literals import python_literal
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
+    from turnkit.parse.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:
     return BracketReader(quotes=('"', "'"), escapes=True, until_close=False)
 
 
-def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan, *, holds_name: bool) -> bool:
+def done(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentScan, *, holds_name: bool) -> bool:
     """The literal is complete: read whole (``holds_name``: the object also holds the call's name). False where the
-    text was no call after all (it fell back to content)."""
-    state = reading.s
+    text was no call after all (it is content)."""
     error: str | None = None
     value: Any = None
     try:
@@ -51,7 +50,6 @@ def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: Argume
     elif error is None:
         value = written
     if error is not None and not call.confirmed:
-        reading.walk.fall_back("")
         return False
     call.confirmed = True
     state.announce(call, call.name or "")

@@ -12,17 +12,17 @@ from turnkit.parse.literals import python_arguments
 from turnkit.parse.values import unquoted_arguments
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
+    from turnkit.parse.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:
     return BracketReader(quotes=('"""', "'''", '"', "'"), escapes=True, until_close=True)
 
 
-def _value(reading: ArgumentReader, call: CallState, spec: Arguments, text: str) -> dict[str, Any]:
+def _value(state: ReadingState, call: CallState, spec: Arguments, text: str) -> dict[str, Any]:
     """Python literals, else, for a tool the request offers, values a template wrote without quotes read by the
     tool's schema (:func:`~turnkit.parse.values.unquoted_arguments`; where the text allows no one reading, the call
     fails with the reason, :class:`~turnkit.errors.UnreadableArguments`, rather than being content). Read whole, so
@@ -30,11 +30,11 @@ def _value(reading: ArgumentReader, call: CallState, spec: Arguments, text: str)
     try:
         return python_arguments(text)
     except ValueSyntaxError:
-        tools, name = reading.s.tools, call.name
+        tools, name = state.tools, call.name
         if not tools or name is None or name not in tools or "=" not in text:
             raise
-        return unquoted_arguments(reading.s.plain(text), tools[name], name)
+        return unquoted_arguments(state.plain(text), tools[name], name)
 
 
-def done(reading: ArgumentReader, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
-    return send_whole(reading, call, lambda: _value(reading, call, spec, scan.text))
+def done(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentScan) -> bool:
+    return send_whole(state, call, lambda: _value(state, call, spec, scan.text))

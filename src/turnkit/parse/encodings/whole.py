@@ -10,26 +10,25 @@ from turnkit.errors import UnreadableArguments, ValueSyntaxError
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.arguments import ArgumentReader
     from turnkit.parse.callstate import CallState
+    from turnkit.parse.state import ReadingState
 
 
-def send_whole(reading: ArgumentReader, call: CallState, value_of: Callable[[], dict[str, Any]]) -> bool:
+def send_whole(state: ReadingState, call: CallState, value_of: Callable[[], dict[str, Any]]) -> bool:
     """Read the value (``value_of``) and send it as JSON. Text that does not read is content where the call was not
-    yet one (False: it fell back), else the call fails with the reason (and one the reader could tell was a call,
+    yet one (False), else the call fails with the reason (and one the reader could tell was a call,
     :class:`~turnkit.errors.UnreadableArguments`, fails rather than falling back)."""
     value: dict[str, Any] | None
     try:
         value = value_of()
     except ValueSyntaxError as exc:
         if not call.confirmed and not isinstance(exc, UnreadableArguments):
-            reading.walk.fall_back("")
             return False
         call.status, call.error = CallStatus.INVALID_JSON, str(exc)
         value = None
     if not call.confirmed:
         call.confirmed = True
-        reading.s.announce(call, call.name or "")
+        state.announce(call, call.name or "")
     if value is not None:
-        reading.s.send(call, json.dumps(value, ensure_ascii=False))
+        state.send(call, json.dumps(value, ensure_ascii=False))
     return True
