@@ -30,9 +30,14 @@ class _FailingOnCue:
     """The replay backend, but a prompt that says ``explode`` fails at submit and one that says ``derail`` fails
     after two tokens."""
 
+    kind = "llama.cpp"  # stands for a model's engine: takes every sampler (the replay underneath ignores them)
+
     def __init__(self, replay: ReplayBackend, fmt: ChatFormat) -> None:
         self.replay, self.fmt = replay, fmt
         self.name, self.context_length = replay.name, replay.context_length
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the engine interface (load_now, abort ...): the replay's
+        return getattr(self.replay, name)
 
     def submit(self, request: Any, loop: Any) -> Generation:
         prompt = self.fmt.tokenizer.decode(list(request.prompt_ids))

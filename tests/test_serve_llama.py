@@ -19,8 +19,8 @@ import test_serve as core
 from serve_harness import serving, turnkit_serve, whole_and_streamed
 
 from turnkit import ChatFormat
+from turnkit.errors import QueueTimeoutError
 from turnkit.serve import GenerationRequest
-from turnkit.serve.engines.base import QueueTimeoutError
 
 pytest.importorskip("llama_cpp")
 

@@ -24,7 +24,7 @@ from turnkit.embedded import resolve_model
 from turnkit.errors import ServeConfigError, ShuttingDownError, TurnkitError
 from turnkit.format import ChatFormat
 from turnkit.serve.engines import EngineOptions, load_backend
-from turnkit.serve.engines.base import Backend, Load, load_of
+from turnkit.serve.engines.base import Backend, Load
 from turnkit.serve.modelspec import ModelSpec, unique
 from turnkit.serve.protocol import APIError
 from turnkit.serve.sampling import NEUTRAL, SamplingDefaults, model_defaults
@@ -212,23 +212,19 @@ class ModelRegistry:
     def loads(self) -> dict[str, Load]:
         """What each loaded model's engine is doing, read once per model (``/health`` and ``/metrics`` both show
         these readings)."""
-        return {name: load_of(model.backend) for name, model in self._loaded.items()}
+        return {name: model.backend.load_now() for name, model in self._loaded.items()}
 
     def drain(self, refusal: ShuttingDownError) -> None:
         """Stop admitting: new requests (and loading a model) are refused with ``refusal``; running ones go on."""
-        self._stop("stop_admitting", refusal)
+        self.refusal = refusal
+        for model in self._loaded.values():
+            model.backend.stop_admitting(refusal)
 
     def abort(self, error: ShuttingDownError) -> None:
-        """End every queued and running request of every model with ``error``."""
-        self._stop("abort", error)
-
-    def _stop(self, method: str, error: ShuttingDownError) -> None:
-        """``error`` for every request from now on, and the engines' ``method`` (an engine without it is skipped)."""
+        """End every queued and running request of every model with ``error`` (and refuse every new one with it)."""
         self.refusal = error
         for model in self._loaded.values():
-            stop = getattr(model.backend, method, None)
-            if stop is not None:
-                stop(error)
+            model.backend.abort(error)
 
     def loaded(self, name: str) -> LoadedModel | None:
         return self._loaded.get(name)
@@ -247,7 +243,7 @@ def _never(spec: ModelSpec, path: Path) -> Backend:
 async def _close_when_idle(backend: Backend, poll: float = 0.1, patience: float = 3600.0) -> None:
     """Close an unloaded backend once nothing generates or waits on it (or after ``patience`` seconds)."""
     deadline = time.monotonic() + patience
-    while (load := load_of(backend)).running + load.waiting and time.monotonic() < deadline:
+    while (load := backend.load_now()).running + load.waiting and time.monotonic() < deadline:
         await asyncio.sleep(poll)
     await asyncio.to_thread(backend.close)
 

@@ -39,7 +39,7 @@ from turnkit.serve.app.sse import event_stream, typed_event_stream
 from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect, prompt_ids
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
-from turnkit.serve.engines.base import Backend, Load, load_of, serving_on
+from turnkit.serve.engines.base import Backend, Load, serving_on
 from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
@@ -187,9 +187,9 @@ class Server:
             if name in loads:
                 entry.update(_load_body(loads[name]))
                 loaded = self.models.loaded(name)
-                engine_info = getattr(loaded.backend, "engine_info", None) if loaded is not None else None
+                engine_info = loaded.backend.engine_info() if loaded is not None else None
                 if engine_info is not None:
-                    entry["engine"] = engine_info()
+                    entry["engine"] = engine_info
             models.append(entry)
         draining = self.models.refusal is not None
         body: dict[str, Any] = {
@@ -240,7 +240,7 @@ class Server:
             card["max_model_len"] = loaded.backend.context_length
         card["metadata"] = {
             "loaded": loaded is not None,
-            "kv_cache_tokens": load_of(loaded.backend).kv_capacity if loaded is not None else None,
+            "kv_cache_tokens": loaded.backend.load_now().kv_capacity if loaded is not None else None,
             "default": name == self.models.default_name,
             "family": spec.family,
             "template": spec.template,

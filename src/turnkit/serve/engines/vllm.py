@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from turnkit.errors import EngineError
 from turnkit.process_group import shielded_children
@@ -59,15 +59,13 @@ from turnkit.serve.engines.base import (
     Inbox,
     InboxFront,
     Load,
+    TokenConstraint,
     TokenEvent,
     put_all,
     serving_loop,
 )
 from turnkit.serve.engines.vllm_args import refuse_both
 from turnkit.serve.request_fields import EngineKind
-
-if TYPE_CHECKING:
-    from turnkit.serve.structured import JsonConstraint
 
 __all__ = ["VllmBackend"]
 
@@ -486,7 +484,7 @@ class VllmBackend(InboxFront):
             extra_args=self._grammar(request.constraint, request.stop_ids),
         )
 
-    def _grammar(self, constraint: JsonConstraint | None, stop_ids: frozenset[int]) -> dict[str, Any] | None:
+    def _grammar(self, constraint: TokenConstraint | None, stop_ids: frozenset[int]) -> dict[str, Any] | None:
         """The request's grammar for vLLM's engine process (:mod:`.vllm_grammar`), or None for a free reply."""
         if constraint is None:
             return None

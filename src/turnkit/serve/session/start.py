@@ -16,7 +16,7 @@ from typing import Any
 from turnkit.errors import BackendBusyError
 from turnkit.format import ChatFormat
 from turnkit.parse.parser import StreamParser
-from turnkit.serve.engines.base import Backend, GenerationRequest
+from turnkit.serve.engines.base import Backend, GenerationRequest, TokenConstraint
 from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatRequest, CompletionRequest, Sampling
 from turnkit.serve.request_fields import ENGINE_FIELDS
@@ -24,9 +24,12 @@ from turnkit.serve.sampling import SamplingDefaults
 from turnkit.serve.session.generation import Choices, Session, engine_error
 from turnkit.serve.session.prompt import chat_prompt_ids, forced_call_ids
 
+#: What makes one grammar matcher per choice (:func:`turnkit.serve.structured.constraint_for`).
+Grammar = Callable[[], TokenConstraint]
+
 
 async def start_chat(
-    fmt: ChatFormat, model: LoadedModel, req: ChatRequest, *, default_max_tokens: int, constraint: Any = None
+    fmt: ChatFormat, model: LoadedModel, req: ChatRequest, *, default_max_tokens: int, constraint: Grammar | None = None
 ) -> list[Session]:
     """Encode the conversation (in a worker thread: a long one takes a while, and the event loop has other clients),
     set up a parser per choice for its tools and reasoning, and start generating (``req.n`` generations, batched by
@@ -80,11 +83,8 @@ def generation_request(
 
 def _check_supported(backend: Backend, req: Sampling) -> None:
     """A field the engine cannot honour is a 400 naming the request's field, never silently ignored: which engines
-    honour each is declared once, in :data:`~turnkit.serve.request_fields.ENGINE_FIELDS`. A backend that does not
-    say which engine it is (a test's stand-in) is not checked."""
-    kind = getattr(backend, "kind", None)
-    if kind is None:
-        return
+    honour each is declared once, in :data:`~turnkit.serve.request_fields.ENGINE_FIELDS`."""
+    kind = backend.kind
     for engine_field in sorted(ENGINE_FIELDS, key=lambda each: each.name):
         if kind in engine_field.engines or not req.asks_for(engine_field.name):
             continue
@@ -106,7 +106,7 @@ async def _start(
     parser: Callable[[], StreamParser],
     endpoint: str,
     default_max_tokens: int,
-    constraint: Any,
+    constraint: Grammar | None,
     where: str = "messages",
 ) -> list[Session]:
     """Check the prompt and budget against the context, submit ``req.n`` generations, and wait until the engine
