@@ -15,6 +15,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # inductor's cache, so each vLLM start after the first with the same shapes takes seconds (the vLLM modules start it
 # 5 times, in this process and in the servers they run, which inherit this environment).
 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+# OpenMP threads (torch's, so vLLM's CPU build and the torch engine) wait for work asleep, not spinning: on a machine
+# busier than its cores (two xdist workers and the servers they start, on 2 cores) a spinning thread takes the core
+# from the one that has the work, and vLLM's 32 tokens took 13-31 s instead of 1.7 s at load 8 (set before torch loads
+# OpenMP: no test module is imported yet; the servers and engine processes the tests start inherit it).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.hookimpl(hookwrapper=True)
