@@ -243,9 +243,9 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
         fmt.encode([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
         _ = fmt.stop_ids
         if not args.lazy:
-            describe = getattr(registry.preload(first).backend, "describe", None)
-            if describe is not None:
-                print(f"turnkit: {first}: {describe()}", file=sys.stderr)
+            described = registry.preload(first).backend.describe()
+            if described is not None:
+                print(f"turnkit: {first}: {described}", file=sys.stderr)
     except APIError as exc:
         raise UsageError(exc.message) from None
     server = Server(registry, **_server_options(args))

@@ -21,8 +21,8 @@ __all__ = ["Backend"]
 
 class Backend(Protocol):
     """A model that generates token ids. An engine built on :class:`~.inbox.InboxFront` has ``submit``, ``load_now``,
-    ``stop_admitting``, ``abort`` and ``engine_info`` from it; it says its ``kind`` and ``context_length`` and closes
-    itself."""
+    ``stop_admitting``, ``abort``, ``engine_info`` and ``describe`` from it; it says its ``kind`` and
+    ``context_length`` and closes itself."""
 
     name: str
     #: Which engine it is: the request fields it honours are declared by that name in
@@ -43,6 +43,10 @@ class Backend(Protocol):
     def engine_info(self) -> dict[str, object] | None:
         """What the engine was given, as JSON, for ``/health`` (vLLM's release and engine options); None: nothing to
         show."""
+        ...
+
+    def describe(self) -> str | None:
+        """One line on what the engine made of its options, for ``turnkit serve``'s start; None: nothing to say."""
         ...
 
     def stop_admitting(self, refusal: BackendBusyError) -> None:

@@ -235,6 +235,11 @@ class InboxFront:
         """What the engine was given, for ``/health``: nothing to show unless the engine says (vLLM's options)."""
         return None
 
+    def describe(self) -> str | None:
+        """The start line of ``turnkit serve`` about the engine: none unless the engine says (llama.cpp's cache, vLLM's
+        options)."""
+        return None
+
     def _shut_down(self, worker: threading.Thread, timeout: float) -> bool:
         """Stop taking requests, wake the engine's ``worker`` thread and wait up to ``timeout`` seconds for it to end.
         True when it ended now, so what it owned (a llama.cpp context) can be freed; False when the engine was closed

@@ -70,6 +70,9 @@ class ReplayBackend:
     def engine_info(self) -> dict[str, object] | None:
         return None
 
+    def describe(self) -> str | None:
+        return None
+
     def stop_admitting(self, refusal: BackendBusyError) -> None:
         self._refusal = refusal
 
