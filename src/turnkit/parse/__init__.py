@@ -11,13 +11,13 @@
   it holds the name), each reader in a module of its own; :mod:`.jsonscan`: self-delimited arguments read once,
   character by character; :mod:`.values`: raw values typed by the tool's schema; :mod:`.literals`: Python and Gemma
   literals; :mod:`.calls`: the arguments-text rule;
-* :mod:`.engine`: the one engine that runs every format, a driver over its collaborators: :mod:`.compiled` (the
+* :mod:`.machine`: the one machine that runs every format, a driver over its collaborators: :mod:`.compiled` (the
   format in symbol space), :mod:`.modes` (where the reading stands: one type per mode, with its own data; the code
-  that reads a mode returns the next, the engine alone assigns it), :mod:`.state` (what they share, the deltas out),
+  that reads a mode returns the next, the machine alone assigns it), :mod:`.state` (what they share, the deltas out),
   :mod:`.needles` (what each mode looks for), :mod:`.walk` and :mod:`.candidates` (a call's elements),
   :mod:`.arguments` and :mod:`.params` (argument readers), :mod:`.headers` (Harmony's headers), :mod:`.callstate`
   (the call being read);
-* :mod:`.parser`: the push parser around the engine; :mod:`.prompt`: a parser for one request's prompt and stops;
+* :mod:`.parser`: the push parser around the machine; :mod:`.prompt`: a parser for one request's prompt and stops;
   :mod:`.reply`: what it produces;
 * :mod:`.transcript`: a ChatML transcript back to messages.
 """

@@ -35,6 +35,7 @@ class ArgumentReader:
         self.s = state
         self.walk = walk
         self.lexer = state.lexer
+        self.unsymbols = state.unsymbols
 
     def start(self, call: CallState, args: SymArgs) -> None:
         """The call is at its arguments: the scanner their encoding needs."""
@@ -50,7 +51,7 @@ class ArgumentReader:
         assert reader is not None
         used = reader.feed(text)
         consumed = text[:used] if used < len(text) else text
-        plain = self.s.plain(consumed)
+        plain = consumed.translate(self.unsymbols) if self.unsymbols else consumed
         call.raw.append(plain)
         if call.fresh and consumed.strip(WS):
             call.fresh = False

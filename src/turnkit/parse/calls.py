@@ -4,7 +4,7 @@ Every call turnkit returns has arguments that are JSON text (what OpenAI clients
 wrote: an object is passed as written; a JSON *string* that holds a serialized object (a model that serialized its
 arguments itself, as Granite does) is that object's text rather than being encoded twice; any other JSON string
 stays a JSON string (``"hello"`` gives the arguments text ``"\\"hello\\""``, as vLLM does), never bare text that is
-not JSON. The engine applies it to every encoding whose arguments are JSON text.
+not JSON. The machine applies it to every encoding whose arguments are JSON text.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One tool call being read: the record the engine's collaborators share while a call is open.
+"""One tool call being read: the record the machine's collaborators share while a call is open.
 
 The walk (:mod:`.walk`) moves ``pos``/``core`` over the call's elements; the argument readers (:mod:`.arguments`,
 :mod:`.params`) keep their own progress in it (``reader``, ``param_pos``, the value being read); the output side

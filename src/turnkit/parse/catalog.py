@@ -1,5 +1,5 @@
 """The reply formats turnkit knows by name: data, one entry per syntax the serving peers parse (their parser names
-are noted), run by the one engine.
+are noted), run by the one machine.
 
 A template's format is chosen by rendering (:mod:`.select`): the first of these that reads every probe message the
 template writes, else a reading derived from the renders themselves (:mod:`.derive`). A name here can also be given

@@ -1,12 +1,12 @@
-"""The reply format compiled for the engine: its literals, triggers and markers in symbol space.
+"""The reply format compiled for the machine: its literals, triggers and markers in symbol space.
 
-A :class:`~.formats.ReplyFormat` is written in marker text; the engine reads a stream in which every marker that is
+A :class:`~.formats.ReplyFormat` is written in marker text; the machine reads a stream in which every marker that is
 a single token of the vocabulary has become one symbol (a private-use character), so that text which merely spells
 ``<tool_call>`` never matches. Compiling puts the format's literals into that space once per (format, symbols,
 stops), split into their cores (what must be matched) and the whitespace around them (what the template writes but
 a model may leave out), and works out what starts each syntax's calls in content (its trigger).
 
-Everything here is frozen data and pure functions of it: the engine and its collaborators only read it.
+Everything here is frozen data and pure functions of it: the machine and its collaborators only read it.
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ class SymArgs:
     spec: Arguments
     param: tuple[SymLit | Hole, ...]
     encoding: ArgumentEncoding = field(init=False, compare=False, repr=False)
+    #: The arguments are one self-delimited value (the common case, asked at every piece of their text).
+    reads_value: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "encoding", encoding_of(self.spec))
+        encoding = encoding_of(self.spec)
+        object.__setattr__(self, "encoding", encoding)
+        object.__setattr__(self, "reads_value", encoding.reading is Reading.VALUE)
 
 
 SymElem = SymLit | Hole | SymArgs

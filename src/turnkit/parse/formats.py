@@ -1,6 +1,6 @@
 """Reply formats as data: how a model writes reasoning, content and tool calls in its reply.
 
-A :class:`ReplyFormat` is a description, never code: one engine (:mod:`.engine`) runs every format. It says
+A :class:`ReplyFormat` is a description, never code: one machine (:mod:`.machine`) runs every format. It says
 
 * where reasoning starts and ends (:class:`Reasoning`: ``<think>``...``</think>``, ``[THINK]``...``[/THINK]``,
   ``<|channel>thought``...``<channel|>``);

@@ -3,7 +3,7 @@
 A Harmony reply is a run of messages, each ``<|start|>assistant<|channel|>NAME to=RECIPIENT<|constrain|>json
 <|message|>BODY<|end|>``: the header says what the body is. A channel or a recipient that the format's routes name
 makes the body reasoning or content; a recipient that no route names (``functions.get_weather``) makes it a tool
-call's JSON arguments; anything else is content. The engine keeps the header's text and asks here once it ends, as
+call's JSON arguments; anything else is content. The machine keeps the header's text and asks here once it ends, as
 openai-harmony's own parser routes by the header, and asks :func:`headless_text` when a message ends before its
 header did (its lenient mode: the text is kept, never dropped).
 

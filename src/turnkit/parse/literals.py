@@ -2,7 +2,7 @@
 days=3``; a Python literal where JSON would be, what ``{{ arguments }}`` without ``tojson`` prints), and Gemma 4's
 literals (``{city:<|"|>Paris<|"|>}``).
 
-These are whole-text readers: the engine reads such arguments to their end by their brackets (:mod:`.jsonscan`'s
+These are whole-text readers: the machine reads such arguments to their end by their brackets (:mod:`.jsonscan`'s
 ``BracketReader``) and hands the text here. Typing a raw value by a tool's schema is :mod:`.values`'.
 """
 

@@ -1,4 +1,4 @@
-"""The one engine that runs every reply format: text in (with markers that are single tokens already turned into
+"""The one machine that runs every reply format: text in (with markers that are single tokens already turned into
 symbols), OpenAI-shaped deltas out, one pass, constant work per piece.
 
 It is a state machine over the format's data (:mod:`.formats`): content, reasoning, a tool call walked element by
@@ -15,11 +15,16 @@ dropped); a name is sent once complete, with the call's id; JSON arguments strea
 schema says string streams as JSON string text as it is written, any other value when complete; Python and Gemma
 arguments, whose text is not a prefix of their JSON, are sent whole. Deltas only ever extend what was sent.
 
-The engine here is the driver; each concept is a collaborator of its own: the format compiled into symbol space
-(:mod:`.compiled`), the needles each state looks for (:mod:`.needles`), the state they share and the deltas out
-(:mod:`.state`), the walk over a call's elements (:mod:`.walk`, with :mod:`.candidates` for syntaxes that share a
-trigger), the argument readers (:mod:`.arguments` for self-delimited arguments, :mod:`.params` for tagged
-parameters), and the header machine of headed messages (:mod:`.headers`).
+The machine here is the driver; each concept is a collaborator of its own: the modes it can be in, each a type with
+its own data (:mod:`.modes`; whoever reads a mode's text returns the next one, and only the driver assigns it), the
+format compiled into symbol space (:mod:`.compiled`), the needles each state looks for (:mod:`.needles`), the state
+they share and the deltas out (:mod:`.state`), the walk over a call's elements (:mod:`.walk`, with :mod:`.candidates`
+for syntaxes that share a trigger), the argument readers (:mod:`.arguments` for self-delimited arguments,
+:mod:`.params` for tagged parameters, :mod:`.encodings` for what differs by encoding), and the header machine of
+headed messages (:mod:`.headers`).
+
+Modes are told apart by ``type(mode) is ...`` on the paths every piece takes (an ``isinstance`` chain there cost 5 to
+15% of the parse in ``benchmarks/parse.py``).
 """
 
 from __future__ import annotations
@@ -37,17 +42,17 @@ from turnkit.parse.reply import CallStatus, Delta, EndReason
 from turnkit.parse.state import WS, ReadingState, TextChannel
 from turnkit.parse.walk import CallWalk
 
-__all__ = ["Engine"]
+__all__ = ["ReplyMachine"]
 
-#: Steps without consuming input after which the engine takes the next character as content (a safety net).
+#: Steps without consuming input after which the machine takes the next character as content (a safety net).
 _STALL_LIMIT = 200
 
 
-class Engine(ReadingState):
+class ReplyMachine(ReadingState):
     """Runs one reply format over one reply. :meth:`feed` text (markers already symbols), :meth:`finish` at the end;
     the deltas each step produced are in ``out`` (the caller swaps in a fresh list per step).
 
-    The engine is the driver: it asks the lexer for the next needle or text of the state it is in, and hands it to
+    The machine is the driver: it asks the lexer for the next needle or text of the state it is in, and hands it to
     whoever reads that state (content and reasoning here, a call to its walk, a header to :mod:`.headers`)."""
 
     def __init__(
@@ -110,7 +115,7 @@ class Engine(ReadingState):
         self._close_open()
 
     def _pump(self) -> None:
-        """Read events until the text runs out or could still become a needle: the one loop of the engine."""
+        """Read events until the text runs out or could still become a needle: the one loop of the machine."""
         lexer = self.lexer
         stalled, left = 0, len(lexer.buffer)
         while self.end is None:
@@ -123,7 +128,7 @@ class Engine(ReadingState):
                     stalled, left = 0, len(lexer.buffer)
                     continue
             mode = self.mode
-            if isinstance(mode, InCall) and mode.call.peek:
+            if type(mode) is InCall and mode.call.peek:
                 self.mode, moved = self.walk.peek(mode)
                 if not moved:
                     return
@@ -174,18 +179,18 @@ class Engine(ReadingState):
             and needle in channels.boundaries
         ):
             return InHeader()  # a message ended (or another began): a header comes next
-        if isinstance(mode, InContent):
+        if type(mode) is InContent:
             return self._content_needle(mode, needle)
-        if isinstance(mode, InReasoning):
+        if type(mode) is InReasoning:
             return self._reasoning_needle(mode, needle)
-        if isinstance(mode, InCall):
+        if type(mode) is InCall:
             return self.walk.needle(mode, needle)
-        if isinstance(mode, BetweenCalls):
+        if type(mode) is BetweenCalls:
             return self.walk.between_needle(mode, needle)
-        if isinstance(mode, EndingBlock):
+        if type(mode) is EndingBlock:
             mode.cores.pop(0)
             return mode if mode.cores else self.walk.end_block()
-        if isinstance(mode, InHeader):
+        if type(mode) is InHeader:
             return self._header_needle(mode, needle)
         return mode  # after a headed call: only a message's end is looked for
 
@@ -226,25 +231,25 @@ class Engine(ReadingState):
 
     def _text(self, mode: Mode, text: str) -> Mode:
         """Text up to the next needle in the current mode: content, reasoning, a call's, a header's."""
-        if isinstance(mode, InContent):
+        if type(mode) is InContent:
             self.show(text)
-        elif isinstance(mode, InReasoning):
+        elif type(mode) is InReasoning:
             if mode.label:
                 text = self._strip_label(mode, text)
                 if not text:
                     return mode
             if (shown := self.reasoning.add(self.plain(text))) != "":
                 self.emit(Delta(reasoning_content=shown))
-        elif isinstance(mode, InCall):
+        elif type(mode) is InCall:
             return self.walk.text(mode, text)
-        elif isinstance(mode, BetweenCalls):
+        elif type(mode) is BetweenCalls:
             return self.walk.between_text(mode, text)
-        elif isinstance(mode, EndingBlock):
+        elif type(mode) is EndingBlock:
             stripped = text.lstrip(WS)
             if stripped:  # the block ended without the rest of its end marker
                 self.lexer.unread(stripped)
                 return self.walk.end_block()
-        elif isinstance(mode, InHeader):
+        elif type(mode) is InHeader:
             mode.parts.append(text)
         return mode  # after a headed call's JSON, up to the end of its message, nothing is read
 
@@ -309,7 +314,7 @@ class Engine(ReadingState):
         were missing), a header left open is kept as text, and content's held whitespace is released."""
         mode = self.mode
         self.lexer.take()  # what follows a stop string
-        if isinstance(mode, InCall):
+        if type(mode) is InCall:
             call = mode.call
             if not call.confirmed:
                 self.mode = self.walk.fall_back(mode, "")
@@ -321,7 +326,7 @@ class Engine(ReadingState):
                 only_literals = all(isinstance(e, SymLit) for e in call.seq[call.pos :])
                 self.finish_call(call, cut=not only_literals or call.closing)
                 self.mode = InContent()
-        if isinstance(mode, InHeader) and "".join(mode.parts).strip():
+        if type(mode) is InHeader and "".join(mode.parts).strip():
             self._malformed_header(self.plain("".join(mode.parts)))
         if not self.calls and (held := self.content.release_held()):
             self.emit(Delta(content=held))

@@ -1,8 +1,8 @@
 """Where the reading of one reply stands: one type per mode, each holding the data only that mode has.
 
-The engine (:mod:`.engine`) holds one :data:`Mode`. The code that reads a mode's text decides what comes next and
+The machine (:mod:`.machine`) holds one :data:`Mode`. The code that reads a mode's text decides what comes next and
 returns it (the walk over a call returns :class:`InContent` when the call ends, the header machine the mode its body
-is routed to); only the engine assigns it. A mode's data is its own: a call being read exists only while
+is routed to); only the machine assigns it. A mode's data is its own: a call being read exists only while
 :class:`InCall` does, a block's remaining end cores only while :class:`EndingBlock` does, so no field can be stale
 in a mode that does not use it.
 """

@@ -1,8 +1,8 @@
-"""The needles a state looks for: which markers, literals and stops can end the text the engine is reading now.
+"""The needles a state looks for: which markers, literals and stops can end the text the machine is reading now.
 
 The :class:`~.lexer.Lexer` finds the earliest needle of a set; this module says which set, per state of the
 reading, so ``>`` ends a function name in ``<function=NAME>`` without ever ending content. :func:`state_key` is what
-the set depends on, so the engine builds each set once per state (:func:`needles_for`) rather than once per piece.
+the set depends on, so the machine builds each set once per state (:func:`needles_for`) rather than once per piece.
 Everything here reads the :class:`~.state.ReadingState` and changes nothing (but for a flag set and restored).
 """
 
@@ -28,11 +28,11 @@ _SYNTAX_CHARS = frozenset("]}),:;\"'0123456789")
 def state_key(s: ReadingState) -> tuple[Any, ...]:
     """What the needle set depends on, so that it is built once per state rather than once per piece."""
     mode = s.mode
-    if isinstance(mode, InContent):
+    if type(mode) is InContent:
         return (InContent, s.calls_allowed, not s.content.started and not s.calls)
-    if isinstance(mode, InReasoning):
+    if type(mode) is InReasoning:
         return (InReasoning, s.calls_allowed)
-    if isinstance(mode, InCall):
+    if type(mode) is InCall:
         call = mode.call
         candidates = call.candidates
         syntax = candidates[0]
@@ -50,9 +50,9 @@ def state_key(s: ReadingState) -> tuple[Any, ...]:
             call.fresh,
             id(mode.block),
         )
-    if isinstance(mode, BetweenCalls):
+    if type(mode) is BetweenCalls:
         return (BetweenCalls, id(mode.block))
-    if isinstance(mode, EndingBlock):
+    if type(mode) is EndingBlock:
         return (EndingBlock, mode.cores[0])
     return (type(mode),)
 
@@ -62,7 +62,7 @@ def needles_for(s: ReadingState) -> list[str]:
     found = list(s.stops)
     mode = s.mode
     compiled = s.compiled
-    if isinstance(mode, InContent):
+    if type(mode) is InContent:
         found += compiled.content_markers
         if compiled.reasoning is not None:
             found.append(compiled.reasoning[0])
@@ -72,7 +72,7 @@ def needles_for(s: ReadingState) -> list[str]:
             found.append(compiled.lead)
         if compiled.channels is not None:
             found += compiled.channels.boundaries
-    elif isinstance(mode, InReasoning):
+    elif type(mode) is InReasoning:
         found += compiled.content_markers  # stray markers are dropped here too
         if compiled.reasoning is not None:
             found.append(compiled.reasoning[1])
@@ -81,17 +81,17 @@ def needles_for(s: ReadingState) -> list[str]:
             found += [syn.trigger for syn in compiled.syntaxes if not syn.spec.bare]
         if compiled.channels is not None:
             found += compiled.channels.boundaries
-    elif isinstance(mode, InCall):
+    elif type(mode) is InCall:
         found += _call_needles(s, mode)
-    elif isinstance(mode, BetweenCalls):
+    elif type(mode) is BetweenCalls:
         found += _between_needles(mode.block)
-    elif isinstance(mode, EndingBlock):
+    elif type(mode) is EndingBlock:
         found.append(mode.cores[0])
-    elif isinstance(mode, InHeader):
+    elif type(mode) is InHeader:
         channels = compiled.channels
         assert channels is not None
         found += [channels.header_end, *channels.boundaries]
-    elif isinstance(mode, AfterCall):
+    elif type(mode) is AfterCall:
         assert compiled.channels is not None
         found += compiled.channels.boundaries
     return found

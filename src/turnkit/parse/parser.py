@@ -8,7 +8,7 @@ A :class:`StreamParser` reads a reply token by token:
   characters written as ordinary text are text;
 * any other id becomes text (:mod:`.detokenize`).
 
-The :class:`~.engine.Engine` runs the reply format over that stream and produces the deltas; stop strings (the
+The :class:`~.machine.ReplyMachine` runs the reply format over that stream and produces the deltas; stop strings (the
 request's, and the format's own, such as the ``plain`` family's ``"\\nuser:"``) are found across token boundaries.
 
 A reply that exists only as text (``feed_text``) has no ids to go by, so every marker counts as written, and the
@@ -26,14 +26,14 @@ from typing import Any
 
 from turnkit.errors import ReplyParseError, TokenizerError
 from turnkit.parse.detokenize import TextDecoder
-from turnkit.parse.engine import Engine
 from turnkit.parse.formats import ReplyFormat
+from turnkit.parse.machine import ReplyMachine
 from turnkit.parse.reply import CallStatus, Delta, EndReason, Reply
 from turnkit.tokenizer.bytetable import ByteTable
 
 __all__ = ["StreamParser", "marker_symbols"]
 
-#: Markers that are single tokens travel through the engine as characters of Unicode's plane-15 private use area.
+#: Markers that are single tokens travel through the machine as characters of Unicode's plane-15 private use area.
 _SYMBOL_BASE = 0xF0000
 
 
@@ -110,7 +110,7 @@ class StreamParser:
         if tools is not None and not isinstance(tools, Mapping):
             tools = dict.fromkeys(tools)
         stop_symbols = {_symbolize(text, symbols): reason for text, reason in ends.items()}
-        self._engine = Engine(
+        self._machine = ReplyMachine(
             reply_format,
             symbols=symbols,
             stops=stop_symbols,
@@ -125,7 +125,7 @@ class StreamParser:
     @property
     def ended(self) -> bool:
         """True once the reply has ended (a stop id or stop string); later input is ignored."""
-        return self._engine.end is not None
+        return self._machine.end is not None
 
     # -- input ---------------------------------------------------------------------------------------------------
 
@@ -139,13 +139,13 @@ class StreamParser:
         decoder = self._decoder
         if decoder is None:
             raise TypeError("this parser has no tokenizer; feed it text with feed_text")
-        engine = self._engine
-        out = engine.out = []
+        machine = self._machine
+        out = machine.out = []
         stops, symbols, known, gaps = self._stop_ids, self._symbol_of, self._known, self._gaps
         pending: list[str] = []
         position = self._fed
         for token_id in token_ids:
-            if engine.end is not None:
+            if machine.end is not None:
                 break
             position += 1
             if not 0 <= token_id < known or token_id in gaps:
@@ -154,17 +154,17 @@ class StreamParser:
             if (
                 stop is not None
                 and token_id in symbols
-                and _ends_reasoning(engine, symbols[token_id], pending, decoder)
+                and _ends_reasoning(machine, symbols[token_id], pending, decoder)
             ):
                 pending.append(symbols[token_id])  # it may open the switch that ends reasoning: what follows decides
                 continue
             if stop is not None:
                 pending.append(decoder.flush())
-                engine.feed("".join(pending))
+                machine.feed("".join(pending))
                 pending = []
-                engine.finish_text()
-                if engine.end is None:
-                    engine.end, engine.stop = stop
+                machine.finish_text()
+                if machine.end is None:
+                    machine.end, machine.stop = stop
                 break
             symbol = symbols.get(token_id)
             if symbol is not None:
@@ -175,8 +175,8 @@ class StreamParser:
             if text:
                 pending.append(text)
         self._fed = position
-        if pending and engine.end is None:
-            engine.feed("".join(pending))
+        if pending and machine.end is None:
+            machine.feed("".join(pending))
         return out
 
     def _check_known(self, token_id: int, position: int) -> None:
@@ -195,9 +195,9 @@ class StreamParser:
         """Feed generated text (for replies that only exist as text: every marker is matched as text)."""
         if self._decoder is not None:  # its single-token markers are ids: they would not be seen in text
             raise TypeError("this parser reads token ids; parse text with a parser built without a tokenizer")
-        engine = self._engine
-        out = engine.out = []
-        engine.feed(text)
+        machine = self._machine
+        out = machine.out = []
+        machine.feed(text)
         return out
 
     def finish(self, *, length: bool = False) -> Reply:
@@ -209,31 +209,31 @@ class StreamParser:
         Raises:
             ReplyParseError: The parser is strict and the reply did not end cleanly.
         """
-        engine = self._engine
-        out = engine.out = []
-        if engine.end is None and self._decoder is not None:
-            engine.feed(self._decoder.flush(cut=length))
-        engine.finish()
-        if engine.end is None:
-            engine.end = EndReason.LENGTH if length else EndReason.NONE
+        machine = self._machine
+        out = machine.out = []
+        if machine.end is None and self._decoder is not None:
+            machine.feed(self._decoder.flush(cut=length))
+        machine.finish()
+        if machine.end is None:
+            machine.end = EndReason.LENGTH if length else EndReason.NONE
         self.final_deltas = out
-        reasoning = engine.reasoning.text() or None  # "<think></think>" is no reasoning
-        reply = Reply(engine.content.text(), reasoning, engine.calls, engine.end, engine.stop, engine.problems)
+        reasoning = machine.reasoning.text() or None  # "<think></think>" is no reasoning
+        reply = Reply(machine.content.text(), reasoning, machine.calls, machine.end, machine.stop, machine.problems)
         if self.strict and not reply.ended_cleanly:
             _raise_unclean(reply)
         return reply
 
 
-def _ends_reasoning(engine: Engine, symbol: str, pending: list[str], decoder: TextDecoder) -> bool:
+def _ends_reasoning(machine: ReplyMachine, symbol: str, pending: list[str], decoder: TextDecoder) -> bool:
     """Whether an end id just read may instead start the end of open reasoning (a template that closes the thinking
-    with a role switch, ``<|im_end|>\n<|im_start|>assistant\n``): the engine is given the text so far and asked.
-    Then the id goes on as its marker, and the engine ends the reply there unless the switch follows."""
-    if not engine.reasoning_end_starts_with(symbol):
+    with a role switch, ``<|im_end|>\n<|im_start|>assistant\n``): the machine is given the text so far and asked.
+    Then the id goes on as its marker, and the machine ends the reply there unless the switch follows."""
+    if not machine.reasoning_end_starts_with(symbol):
         return False
     pending.append(decoder.flush())
-    engine.feed("".join(pending))
+    machine.feed("".join(pending))
     pending.clear()
-    return engine.in_reasoning
+    return machine.in_reasoning
 
 
 def _known_ids(byte_table: ByteTable | None, backend: Any) -> tuple[int, frozenset[int]]:

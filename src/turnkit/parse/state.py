@@ -1,8 +1,8 @@
-"""Where the reading of one reply stands, and what it has said so far: the state the engine's collaborators share.
+"""Where the reading of one reply stands, and what it has said so far: the state the machine's collaborators share.
 
-The engine (:mod:`.engine`) is a :class:`ReadingState` with a driver on top; the needles (:mod:`.needles`), the walk
+The machine (:mod:`.machine`) is a :class:`ReadingState` with a driver on top; the needles (:mod:`.needles`), the walk
 over a call (:mod:`.walk`) and the argument readers (:mod:`.arguments`, :mod:`.params`) are handed this state rather
-than the engine, so none of them imports the driver and each sees only the fields it names.
+than the machine, so none of them imports the driver and each sees only the fields it names.
 
 What the reply says goes out through the few methods here: text to content or reasoning (whitespace next to markers
 held until it is known whether it is dropped), a call announced once (its id and name, with the argument text that
@@ -63,7 +63,7 @@ class TextChannel:
 class ReadingState:
     """The reading's shared state: the mode it is in (:mod:`.modes`, with the call and block open), the lexer, the
     compiled format; and the reply so far (content, reasoning, calls, problems, this step's deltas). The mode is
-    assigned by the engine alone, from what the code that read its text returns."""
+    assigned by the machine alone, from what the code that read its text returns."""
 
     def __init__(self, compiled: SymFormat, symbols: Mapping[str, str], stops: Mapping[str, EndReason],
                  tools: Mapping[str, Any] | None, call_id: Callable[[int], str]) -> None:  # fmt: skip

@@ -9,7 +9,7 @@ their :class:`~.callstate.CallSteps`). A call the model broke fails and is skipp
 before it) whose text turns out not to be a call is content after all.
 
 Every step takes the mode it reads in and returns the mode the reading is in after it (the same one while the call
-goes on); the engine assigns it.
+goes on); the machine assigns it.
 """
 
 from __future__ import annotations
@@ -223,10 +223,9 @@ class CallWalk:
             call.raw.append(self.s.plain(text))
             return mode
         element = call.element
-        reading = element.encoding.reading if isinstance(element, SymArgs) else None
-        if call.param_pos is None and reading is Reading.VALUE:
-            assert isinstance(element, SymArgs)
+        if call.param_pos is None and isinstance(element, SymArgs) and element.reads_value:
             return self.arguments.read(mode, element, text)  # the common case: self-delimited arguments
+        reading = element.encoding.reading if isinstance(element, SymArgs) else None
         if call.param_pos is not None or reading is Reading.PARAMS:
             assert isinstance(element, SymArgs)
             return self.params.text(mode, element, text)

@@ -18,8 +18,8 @@ A new encoding is its module (reader, progress, done) and one row in :data:`ENCO
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
+from enum import Enum, auto
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,9 @@ __all__ = ["ARGUMENTS_INCOMPLETE", "ENCODINGS", "ArgumentEncoding", "ArgumentSca
 #: The failure of a call whose end came before its arguments were complete.
 ARGUMENTS_INCOMPLETE = "the arguments are not complete where the call ends"
 
+#: What a bracketed encoding's text may start with.
+_BRACKETS = frozenset({"{", "["})
+
 #: What reads a self-delimited value as it is written.
 ArgumentScan = ValueReader | ObjectReader | BracketReader
 
@@ -44,11 +47,11 @@ class Reading(Enum):
     """How the arguments element is read."""
 
     #: One self-delimited value: a scanner says how much text is the value's own (a marker inside a string is text).
-    VALUE = "value"
+    VALUE = auto()
     #: One element per parameter (``<parameter=KEY>VALUE</parameter>``), walked like the call's own elements.
-    PARAMS = "params"
+    PARAMS = auto()
     #: Elements read as text up to what follows the arguments, then read whole (MiniMax M3's ``<key>value</key>``).
-    ELEMENTS = "elements"
+    ELEMENTS = auto()
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,6 @@ class ArgumentEncoding:
         at_end: ``VALUE``: the reply ended inside the value: what the call keeps of it (a name already read).
         holds_name: The object holds the call's name too (``{"name": ..., "arguments": {...}}``).
         bracketed: Its text opens with ``{`` or ``[`` (a hole before it ends there; a block's next call starts there).
-        opening_cores: What the text after the element before it may start with (its needles there).
         bare_opening: The trigger of a bare call (no marker before it) whose first element these arguments are.
         literal: The row that reads it written as Python literals where JSON would be (``None``: it cannot be).
         takes_cdata: Its values may be written in ``<![CDATA[...]]>`` sections.
@@ -82,7 +84,6 @@ class ArgumentEncoding:
     at_end: Callable[[CallState, Arguments, ArgumentScan], None] | None = None
     holds_name: bool = False
     bracketed: bool = False
-    opening_cores: frozenset[str] = frozenset()
     bare_opening: str = "{"
     literal: ArgumentEncoding | None = None
     takes_cdata: bool = False
@@ -90,54 +91,48 @@ class ArgumentEncoding:
     incomplete: str = ARGUMENTS_INCOMPLETE
 
     @property
+    def opening_cores(self) -> frozenset[str]:
+        """What its text may start with: the needles of the element before it, where that is a hole."""
+        return _BRACKETS if self.bracketed else frozenset()
+
+    @property
     def self_delimited(self) -> bool:
         """The arguments' own syntax says where they end (a JSON object, Python's parentheses)."""
         return self.reading is Reading.VALUE
 
 
-_BRACKETS = frozenset({"{", "["})
+def _with_literal(row: ArgumentEncoding) -> ArgumentEncoding:
+    """``row``, with the variant that reads its value written as a Python literal (:mod:`.literal`)."""
+    done = partial(literal.done, holds_name=row.holds_name)
+    variant = replace(row, scanner=literal.scanner, progress=None, done=done, at_end=None)
+    return replace(row, literal=variant)
+
 
 ENCODINGS: dict[str, ArgumentEncoding] = {
     row.name: row
     for row in (
-        ArgumentEncoding(
-            "json",
-            Reading.VALUE,
-            scanner=json_object.scanner,
-            progress=json_object.progress,
-            done=json_object.done,
-            bracketed=True,
-            opening_cores=_BRACKETS,
-            literal=ArgumentEncoding(
+        _with_literal(
+            ArgumentEncoding(
                 "json",
                 Reading.VALUE,
-                scanner=literal.scanner,
-                done=partial(literal.done, holds_name=False),
+                scanner=json_object.scanner,
+                progress=json_object.progress,
+                done=json_object.done,
                 bracketed=True,
-                opening_cores=_BRACKETS,
-            ),
+            )
         ),
-        ArgumentEncoding(
-            "json_call",
-            Reading.VALUE,
-            scanner=json_call.scanner,
-            progress=json_call.progress,
-            done=json_call.done,
-            at_end=json_call.name_at_end,
-            holds_name=True,
-            bracketed=True,
-            opening_cores=_BRACKETS,
-            incomplete=json_call.INCOMPLETE,
-            literal=ArgumentEncoding(
+        _with_literal(
+            ArgumentEncoding(
                 "json_call",
                 Reading.VALUE,
-                scanner=literal.scanner,
-                done=partial(literal.done, holds_name=True),
                 holds_name=True,
+                scanner=json_call.scanner,
+                progress=json_call.progress,
+                done=json_call.done,
+                at_end=json_call.name_at_end,
                 bracketed=True,
-                opening_cores=_BRACKETS,
                 incomplete=json_call.INCOMPLETE,
-            ),
+            )
         ),
         ArgumentEncoding("python", Reading.VALUE, scanner=python.scanner, done=python.done, bare_opening="["),
         ArgumentEncoding(
@@ -146,7 +141,6 @@ ENCODINGS: dict[str, ArgumentEncoding] = {
             scanner=gemma.scanner,
             done=gemma.done,
             bracketed=True,
-            opening_cores=_BRACKETS,
             quoted=True,
         ),
         ArgumentEncoding("tagged", Reading.PARAMS, takes_cdata=True),
