@@ -153,7 +153,7 @@ if [ "${1:-}" = "test" ]; then
     "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" \
         "${RAY_TESTS[@]/#/--ignore=}" "$@" || status=$?
     "$VENV/bin/python" -m pytest -n 0 "${durations[@]}" "${RAY_TESTS[@]}" "$@" || status=$?
-    vllm_test "$@" || status=$?
+    vllm_test "${durations[@]}" "$@" || status=$?
     exit "$status"
 fi
 if [ "${1:-}" = "docs" ]; then
