@@ -223,12 +223,14 @@ class CallWalk:
             call.raw.append(self.s.plain(text))
             return mode
         element = call.element
-        if call.param_pos is None and isinstance(element, SymArgs) and element.reads_value:
-            return self.arguments.read(mode, element, text)  # the common case: self-delimited arguments
-        reading = element.encoding.reading if isinstance(element, SymArgs) else None
-        if call.param_pos is not None or reading is Reading.PARAMS:
-            assert isinstance(element, SymArgs)
-            return self.params.text(mode, element, text)
+        if isinstance(element, SymArgs):
+            if call.param_pos is None and element.reads_value:
+                return self.arguments.read(mode, element, text)  # the common case: self-delimited arguments
+            if call.param_pos is not None or element.encoding.reading is Reading.PARAMS:
+                return self.params.text(mode, element, text)
+            call.raw.append(self.s.plain(text))  # elements, read whole when what follows them starts
+            call.hole.append(text)
+            return mode
         if isinstance(element, SymLit):
             stripped = text.lstrip(WS)
             if len(stripped) < len(text):
@@ -239,9 +241,6 @@ class CallWalk:
             return self.mismatch(mode, f"expected {expected!r}, got {self.s.plain(stripped[:1])!r}", stripped)
         if isinstance(element, Hole):
             return self._hole_text(mode, element, text)
-        if isinstance(element, SymArgs) and reading is Reading.ELEMENTS:
-            call.raw.append(self.s.plain(text))
-            call.hole.append(text)
         return mode
 
     def _hole_text(self, mode: InCall, hole: Hole, text: str) -> Mode:
