@@ -100,7 +100,7 @@ def needles_for(s: ReadingState) -> list[str]:
 def _triggers(s: ReadingState) -> list[str]:
     if not s.calls_allowed:
         return []
-    at_start = not s.content.started and not s.calls and s.call is None
+    at_start = not s.content.started and not s.calls  # in content no call is open
     return [syn.trigger for syn in s.compiled.syntaxes if at_start or not syn.spec.bare]
 
 

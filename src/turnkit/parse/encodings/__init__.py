@@ -4,12 +4,15 @@ A :class:`~turnkit.parse.formats.Arguments` names its encoding; the row here (:f
 of the parser needs to know about it, so no module outside this table asks which encoding it has:
 
 * how it is read (:class:`Reading`): one self-delimited value (a scanner from :mod:`..jsonscan` and the row's
-  ``progress`` and ``done``, in the encoding's own module), one element per parameter (:mod:`.tagged`), or elements
-  read whole up to what follows them (MiniMax M3, :func:`~..values.element_arguments`);
+  ``progress`` and ``done``, in the encoding's own module), one element per parameter (``tagged``, read by
+  :mod:`turnkit.parse.params`), or elements read whole up to what follows them (MiniMax M3,
+  :func:`~turnkit.parse.values.element_arguments`);
 * what its text can start with (the needles of what precedes it, the trigger of a bare call, a bracket);
 * whether the object also holds the call's name (a server can then write the name for the model);
-* whether a template may write it as Python literals (the variant row ``literal``, :mod:`.literal`);
-* what derivation from renders builds (``derived_name_in_head``).
+* whether a template may write it as Python literals (the variant row ``literal``, :mod:`.literal`).
+
+Derivation from renders (:mod:`turnkit.parse.toolsyntax`) asks the same rows (``holds_name``: no name hole before
+the arguments).
 
 A new encoding is its module (reader, progress, done) and one row in :data:`ENCODINGS`, with its name added to
 :data:`~turnkit.parse.formats.Encoding`.
