@@ -30,7 +30,7 @@ from corpus import marker_tokenizer
 
 from turnkit import ChatFormat
 from turnkit.parse import REPLY_FORMATS, Arguments, Hole, Lit, ReplyFormat, ToolSyntax
-from turnkit.parse.detokenize import TextDecoder
+from turnkit.parse.reading.detokenize import TextDecoder
 from turnkit.tokenizer import TokenizerBinding
 
 WORDS = "the weather in paris is mild today so a light jacket will do and the museums open at nine".split()

@@ -309,7 +309,8 @@ _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", 
 
 
 def vllm_tool_cases(verbose: bool = False) -> Iterator[Result]:
-    from turnkit.parse import StreamParser, catalog
+    from turnkit.parse import StreamParser
+    from turnkit.parse.formats import catalog
 
     data = _json("vllm_tool_parser_cases.json")
     for n, case in enumerate(data["cases"]):
@@ -673,7 +674,8 @@ def harmony_cases(verbose: bool = False) -> Iterator[Result]:
     from harmony_vocab import harmony_vocab
 
     from turnkit.errors import TokenizerError
-    from turnkit.parse import StreamParser, catalog
+    from turnkit.parse import StreamParser
+    from turnkit.parse.formats import catalog
 
     vocab = harmony_vocab()
     fmt = catalog.get("harmony")
@@ -715,7 +717,8 @@ def harmony_cases(verbose: bool = False) -> Iterator[Result]:
 
 def vllm_format_cases(verbose: bool = False) -> Iterator[Result]:
     """The 11 fixtures: non-streaming, the calls as (name, arguments as JSON) (content is not asserted)."""
-    from turnkit.parse import StreamParser, catalog
+    from turnkit.parse import StreamParser
+    from turnkit.parse.formats import catalog
 
     for case in _json("vllm_tool_format_cases.json")["cases"]:
         name = {"qwen3_xml": "qwen3_coder"}.get(case["parser"], case["parser"])

@@ -7,7 +7,7 @@ prompt, tools=tools)`` must give the message back: calls as name + arguments com
 reasoning exact up to surrounding whitespace.
 
 A template *writes* a probe when the rest holds it (the function names, the content, the reasoning text) and the
-rest is a continuation of the prompt. The probes are this file's own, not the ones :mod:`turnkit.parse.select`
+rest is a continuation of the prompt. The probes are this file's own, not the ones :mod:`turnkit.parse.choice.select`
 renders to choose a format, so the check is not circular.
 
 Run it as a script for the scoreboard: ``.venv/bin/python tests/roundtrip.py [-v] [--derived] [NAME_SUBSTRING]``
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import CorpusTemplate, all_templates
 
 from turnkit import ChatFormat, TurnkitError
-from turnkit.parse import select
+from turnkit.parse.choice import select
 
 TOOLS = [
     {

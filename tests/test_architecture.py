@@ -157,6 +157,72 @@ def test_serve_rooms(path: Path) -> None:
         )
 
 
+#: The rooms of parse/ (src/turnkit/parse/__init__.py draws them): a room imports only rooms below it. Argument
+#: encodings are below the formats that name them; reading runs formats; choosing a template's format reads probes.
+PARSE_ROOMS: dict[str, int] = {
+    "reply": 0,
+    "encodings": 1,
+    "formats": 2,
+    "reading": 3,
+    "choice": 4,
+    "transcript": 5,
+    "__init__": 6,
+}
+
+
+def _parse_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """The parse rooms a module imports at run time (``if TYPE_CHECKING:`` blocks skipped)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnkit.parse"):
+            parts = node.module.split(".")
+            if len(parts) > 2:
+                found.append((node.lineno, parts[2]))
+            else:
+                found.extend((node.lineno, alias.name) for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "parse").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_parse_rooms(path: Path) -> None:
+    """parse/ is cut by concept into rooms that import only downwards, so each can be read without the ones above
+    it: a reading never chooses a format, and a format never runs a reader."""
+    room = path.relative_to(SRC / "parse").with_suffix("").parts[0]
+    assert room in PARSE_ROOMS, f"parse/{room} has no room: add it to PARSE_ROOMS and to parse/__init__.py's map"
+    for line, target in _parse_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        assert target in PARSE_ROOMS, f"parse/{path.relative_to(SRC / 'parse')}:{line} imports parse.{target}"
+        assert target == room or PARSE_ROOMS[target] < PARSE_ROOMS[room], (
+            f"parse/{path.relative_to(SRC / 'parse')}:{line} imports parse.{target}, a room above parse.{room} "
+            "(src/turnkit/parse/__init__.py)"
+        )
+
+
+def test_every_parse_module_is_used() -> None:
+    """A parse module nothing imports is dead code (the old parse/scanner.py was): it goes, or something uses it."""
+    imported: set[str] = set()
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnkit.parse"):
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    for path in sorted((SRC / "parse").rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = ".".join(("turnkit", *path.relative_to(SRC).with_suffix("").parts))
+        assert module in imported, f"{module} is imported by no module of src/turnkit"
+
+
 #: The size rule holds for all of src/: the reply engine, derivation, the data pipeline, the server's rooms and its
 #: engines were split by concept (issues 36 and 47); a room that grows past it is split the same way.
 MAX_MODULE_LINES = 600
@@ -234,7 +300,7 @@ def _names_mode(node: ast.expr) -> bool:
 
 @pytest.mark.parametrize("path", sorted((SRC / "parse").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_the_reply_engine_has_no_string_mode(path: Path) -> None:
-    """The reading's mode is a type (parse/modes.py: one class per mode, holding its own data), never a string
+    """The reading's mode is a type (parse/reading/modes.py: one class per mode, holding its own data), never a string
     compared here and assigned there."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Compare):

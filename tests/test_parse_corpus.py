@@ -13,7 +13,7 @@ from replies import as_client_sees, assemble, stream
 from roundtrip import PROBES, check, expected, got, render_rest
 
 from turnkit import ChatFormat, TurnkitError
-from turnkit.parse import select
+from turnkit.parse.choice import select
 
 TEMPLATES = all_templates()
 

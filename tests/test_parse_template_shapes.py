@@ -28,7 +28,7 @@ from replies import as_client_sees, assemble, stream
 from serve_harness import serving
 
 from turnkit import ChatFormat
-from turnkit.parse import select
+from turnkit.parse.choice import select
 from turnkit.serve.engines.base import ReplayBackend
 from turnkit.tokenizer import TokenizerBinding
 

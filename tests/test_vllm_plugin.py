@@ -41,7 +41,8 @@ from test_serve_tools import QWEN3_CODER_STYLE, TOOLS, UNREADABLE
 from test_serve_vllm import FORGED
 
 from turnkit import ChatFormat
-from turnkit.parse import ParsedToolCall, Reply, catalog
+from turnkit.parse import ParsedToolCall, Reply
+from turnkit.parse.formats import catalog
 from turnkit.vllm_plugin import MODE, TESTED, interface_problems, mismatch_message, register, vllm_release
 
 #: The served template: tests/test_serve_tools.py's Qwen3-Coder-style template with the embedded model's default
@@ -353,7 +354,7 @@ class _Carrier:
 
 
 def _with_format(reply_format: Any, base: ChatFormat) -> ChatFormat:
-    from turnkit.parse.select import Choice
+    from turnkit.parse.choice.select import Choice
 
     fmt = ChatFormat.from_family("chatml", tokenizer=base.tokenizer.backend)
     fmt.__dict__["reply_choice"] = Choice(reply_format, {})

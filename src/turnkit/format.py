@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from turnkit.encode.encoding import Encoding
     from turnkit.encode.options import EncodeOptions
     from turnkit.encode.prefix import PrefixReport, PromptDiff
+    from turnkit.parse.choice.select import Choice
     from turnkit.parse.formats import ReplyFormat
-    from turnkit.parse.parser import StreamParser
+    from turnkit.parse.reading.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
-    from turnkit.parse.select import Choice
     from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
     from turnkit.trajectory import History, Trajectory
@@ -343,9 +343,9 @@ class ChatFormat:
     @cached_property
     def reply_choice(self) -> Choice:
         """The reply format chosen for this template by rendering probe replies, with what the probes showed
-        (:func:`turnkit.parse.select.choose`): which replies the template writes, which the format reads back, and
-        whether the template writes tool calls that nothing reads."""
-        from turnkit.parse import select
+        (:func:`turnkit.parse.choice.select.choose`): which replies the template writes, which the format reads back,
+        and whether the template writes tool calls that nothing reads."""
+        from turnkit.parse.choice import select
 
         return select.choose(self.chat_template)
 
@@ -358,7 +358,7 @@ class ChatFormat:
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
         """Every id that ends a reply, with why: the template's end-of-turn markers and the checkpoint's EOS ids."""
-        from turnkit.parse.prompt import stop_ids
+        from turnkit.parse.reading.prompt import stop_ids
 
         return stop_ids(self.stops)
 
@@ -428,8 +428,8 @@ class ChatFormat:
         *,
         with_tokenizer: bool,
     ) -> StreamParser:
-        from turnkit.parse import catalog
-        from turnkit.parse.prompt import prompt_tail, reply_parser
+        from turnkit.parse.formats import catalog
+        from turnkit.parse.reading.prompt import prompt_tail, reply_parser
 
         spec = catalog.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
         binding = self.tokenizer if with_tokenizer else None

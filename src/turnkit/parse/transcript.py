@@ -60,8 +60,8 @@ def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict
 def _message(role: str, content: str, reply_format: str | None) -> dict[str, Any]:
     if role != "assistant" or reply_format is None:
         return {"role": role, "content": content}
-    from turnkit.parse.catalog import get
-    from turnkit.parse.parser import StreamParser
+    from turnkit.parse.formats.catalog import get
+    from turnkit.parse.reading.parser import StreamParser
 
     parser = StreamParser(get(reply_format), call_id=lambda index: f"call_{index}")
     parser.feed_text(content)

@@ -2,7 +2,7 @@
 
 Decoding a growing reply again and again to find what is new costs time proportional to the reply on every token.
 With this table each token id maps to its exact bytes, so a stream decodes in constant time per token
-(:mod:`turnkit.parse.detokenize` adds the incremental UTF-8 decoder on top).
+(:mod:`turnkit.parse.reading.detokenize` adds the incremental UTF-8 decoder on top).
 """
 
 from __future__ import annotations

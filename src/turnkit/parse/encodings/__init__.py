@@ -1,21 +1,27 @@
-"""Argument encodings as data: one row per way a call's arguments are written, and everything that differs by it.
+"""Argument encodings: one row per way a call's arguments are written, everything that differs by it, and the code
+that reads each.
 
 A :class:`~turnkit.parse.formats.Arguments` names its encoding; the row here (:func:`encoding_of`) says what the rest
 of the parser needs to know about it, so no module outside this table asks which encoding it has:
 
-* how it is read (:class:`Reading`): one self-delimited value (a scanner from :mod:`..jsonscan` and the row's
+* how it is read (:class:`Reading`): one self-delimited value (a scanner from :mod:`.jsonscan` and the row's
   ``progress`` and ``done``, in the encoding's own module), one element per parameter (``tagged``, read by
-  :mod:`turnkit.parse.params`), or elements read whole up to what follows them (MiniMax M3,
-  :func:`~turnkit.parse.values.element_arguments`);
+  :mod:`turnkit.parse.reading.params`), or elements read whole up to what follows them (MiniMax M3,
+  :func:`~turnkit.parse.encodings.values.element_arguments`);
 * what its text can start with (the needles of what precedes it, the trigger of a bare call, a bracket);
 * whether the object also holds the call's name (a server can then write the name for the model);
 * whether a template may write it as Python literals (the variant row ``literal``, :mod:`.literal`).
 
-Derivation from renders (:mod:`turnkit.parse.toolsyntax`) asks the same rows (``holds_name``: no name hole before
-the arguments).
+The package also holds what the encodings' readers share: :mod:`.jsonscan` (self-delimited values read once, character
+by character), :mod:`.values` (raw values typed by the tool's schema), :mod:`.literals` (Python and Gemma literals) and
+:mod:`.calls` (the arguments-text rule). It is below :mod:`turnkit.parse.formats`, which asks the rows, and below
+:mod:`turnkit.parse.reading`, which runs them; it names their types for annotations only.
+
+Derivation from renders (:mod:`turnkit.parse.choice.toolsyntax`) asks the same rows (``holds_name``: no name hole
+before the arguments).
 
 A new encoding is its module (reader, progress, done) and one row in :data:`ENCODINGS`, with its name added to
-:data:`~turnkit.parse.formats.Encoding`.
+``Encoding`` in :mod:`turnkit.parse.formats.reply_format`.
 """
 
 from __future__ import annotations
@@ -27,12 +33,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from turnkit.parse.encodings import gemma, json_call, json_object, literal, python
-from turnkit.parse.jsonscan import BracketReader, ObjectReader, ValueReader
+from turnkit.parse.encodings.jsonscan import BracketReader, ObjectReader, ValueReader
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 __all__ = ["ARGUMENTS_INCOMPLETE", "ENCODINGS", "ArgumentEncoding", "ArgumentScan", "Reading", "encoding_of"]
 

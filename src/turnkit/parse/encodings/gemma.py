@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import ValueSyntaxError
+from turnkit.parse.encodings.jsonscan import BracketReader
+from turnkit.parse.encodings.literals import gemma_value
 from turnkit.parse.encodings.whole import send_whole
-from turnkit.parse.jsonscan import BracketReader
-from turnkit.parse.literals import gemma_value
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:

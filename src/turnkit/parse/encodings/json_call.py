@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from turnkit.parse.calls import arguments_text
-from turnkit.parse.jsonscan import ObjectReader
+from turnkit.parse.encodings.calls import arguments_text
+from turnkit.parse.encodings.jsonscan import ObjectReader
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 #: A call whose end came before its object was complete.
 INCOMPLETE = "the tool call's JSON is not complete where the call ends"

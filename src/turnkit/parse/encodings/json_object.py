@@ -1,21 +1,20 @@
 """JSON arguments: one JSON object, streamed as it is written (a string that holds a serialized object is that
-object, :func:`~turnkit.parse.calls.arguments_text`)."""
+object, :func:`~turnkit.parse.encodings.calls.arguments_text`)."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
 
-from turnkit.parse.calls import arguments_text
-from turnkit.parse.jsonscan import ValueReader
-from turnkit.parse.lexer import WS
+from turnkit.parse.encodings.calls import arguments_text
+from turnkit.parse.encodings.jsonscan import WS, ValueReader
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 
 def scanner(spec: Arguments) -> ValueReader:

@@ -9,16 +9,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import ValueSyntaxError
-from turnkit.parse.calls import NAME_CHARS, arguments_text
-from turnkit.parse.jsonscan import BracketReader
-from turnkit.parse.literals import python_literal
+from turnkit.parse.encodings.calls import NAME_CHARS, arguments_text
+from turnkit.parse.encodings.jsonscan import BracketReader
+from turnkit.parse.encodings.literals import python_literal
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:

@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import ValueSyntaxError
+from turnkit.parse.encodings.jsonscan import BracketReader
+from turnkit.parse.encodings.literals import python_arguments
+from turnkit.parse.encodings.values import unquoted_arguments
 from turnkit.parse.encodings.whole import send_whole
-from turnkit.parse.jsonscan import BracketReader
-from turnkit.parse.literals import python_arguments
-from turnkit.parse.values import unquoted_arguments
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
     from turnkit.parse.encodings import ArgumentScan
     from turnkit.parse.formats import Arguments
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 
 def scanner(spec: Arguments) -> BracketReader:
@@ -24,9 +24,9 @@ def scanner(spec: Arguments) -> BracketReader:
 
 def _value(state: ReadingState, call: CallState, spec: Arguments, text: str) -> dict[str, Any]:
     """Python literals, else, for a tool the request offers, values a template wrote without quotes read by the
-    tool's schema (:func:`~turnkit.parse.values.unquoted_arguments`; where the text allows no one reading, the call
-    fails with the reason, :class:`~turnkit.errors.UnreadableArguments`, rather than being content). Read whole, so
-    a stream and a whole reply read them alike."""
+    tool's schema (:func:`~turnkit.parse.encodings.values.unquoted_arguments`; where the text allows no one reading,
+    the call fails with the reason, :class:`~turnkit.errors.UnreadableArguments`, rather than being content). Read
+    whole, so a stream and a whole reply read them alike."""
     try:
         return python_arguments(text)
     except ValueSyntaxError:

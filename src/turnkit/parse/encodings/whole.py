@@ -10,8 +10,8 @@ from turnkit.errors import UnreadableArguments, ValueSyntaxError
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
-    from turnkit.parse.callstate import CallState
-    from turnkit.parse.state import ReadingState
+    from turnkit.parse.reading.callstate import CallState
+    from turnkit.parse.reading.state import ReadingState
 
 
 def send_whole(state: ReadingState, call: CallState, value_of: Callable[[], dict[str, Any]]) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from turnkit.errors import BackendBusyError, CacheFullError, QueueTimeoutError, ShuttingDownError
 from turnkit.format import ChatFormat
-from turnkit.parse.parser import StreamParser
+from turnkit.parse.reading.parser import StreamParser
 from turnkit.parse.reply import Delta, Reply
 from turnkit.serve.engines.base import Generation, TokenEvent
 from turnkit.serve.protocol import APIError

@@ -15,7 +15,7 @@ from typing import Any
 
 from turnkit.errors import BackendBusyError
 from turnkit.format import ChatFormat
-from turnkit.parse.parser import StreamParser
+from turnkit.parse.reading.parser import StreamParser
 from turnkit.serve.engines.base import Backend, GenerationRequest, TokenConstraint
 from turnkit.serve.models import LoadedModel
 from turnkit.serve.protocol import APIError, ChatRequest, CompletionRequest, Sampling

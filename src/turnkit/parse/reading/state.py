@@ -16,13 +16,14 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from turnkit.parse.callstate import CallState
-from turnkit.parse.compiled import SymFormat, SymSyntax
-from turnkit.parse.lexer import WS, Lexer
-from turnkit.parse.modes import BetweenCalls, InCall, InContent, Mode
+from turnkit.parse.encodings.jsonscan import WS
+from turnkit.parse.reading.callstate import CallState
+from turnkit.parse.reading.compiled import SymFormat, SymSyntax
+from turnkit.parse.reading.lexer import Lexer
+from turnkit.parse.reading.modes import BetweenCalls, InCall, InContent, Mode
 from turnkit.parse.reply import CallStatus, Delta, EndReason, ParsedToolCall, ToolCallDelta
 
-__all__ = ["WS", "ReadingState", "TextChannel"]
+__all__ = ["ReadingState", "TextChannel"]
 
 
 class TextChannel:

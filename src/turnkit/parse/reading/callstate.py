@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from turnkit.parse.compiled import SymElem, SymLit, SymSyntax
+from turnkit.parse.reading.compiled import SymElem, SymLit, SymSyntax
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
     from turnkit.parse.encodings import ArgumentScan
-    from turnkit.parse.modes import InCall, Mode
+    from turnkit.parse.reading.modes import InCall, Mode
 
 __all__ = ["CallState", "CallSteps"]
 

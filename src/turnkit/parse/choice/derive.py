@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnkit.parse import probes as p
+from turnkit.parse.choice import probes as p
+from turnkit.parse.choice.markers import first_marker, is_marker, marker_pieces
+from turnkit.parse.choice.probes import Rendered
+from turnkit.parse.choice.toolsyntax import tool_end, tool_syntax
 from turnkit.parse.formats import Reasoning, ReplyFormat
-from turnkit.parse.markers import first_marker, is_marker, marker_pieces
-from turnkit.parse.probes import Rendered
-from turnkit.parse.toolsyntax import tool_end, tool_syntax
 
 __all__ = ["derive", "end_texts"]
 

@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 
 from turnkit.errors import ValueSyntaxError
-from turnkit.parse import probes as p
+from turnkit.parse.choice import probes as p
 from turnkit.parse.encodings import encoding_of
+from turnkit.parse.encodings.literals import python_literal_at
 from turnkit.parse.formats import Arguments
-from turnkit.parse.literals import python_literal_at
 
 __all__ = ["FoundCall", "locate"]
 

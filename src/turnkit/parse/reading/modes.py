@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from turnkit.parse.callstate import CallState
-from turnkit.parse.compiled import SymSyntax
+from turnkit.parse.reading.callstate import CallState
+from turnkit.parse.reading.compiled import SymSyntax
 
 __all__ = ["AfterCall", "BetweenCalls", "EndingBlock", "InCall", "InContent", "InHeader", "InReasoning", "Mode"]
 

@@ -1,9 +1,9 @@
 """The walk over one tool call's elements: literals matched core by core, holes (name, id) read up to what follows
 them, the arguments element handed to its reader, and the calls of a block with the text between them.
 
-A call is a sequence of elements (:class:`~.formats.ToolSyntax`' ``call``, compiled in :mod:`.compiled`). The walk
-keeps the call's place in it (:class:`~.callstate.CallState`, held by the :class:`~.modes.InCall` mode), narrows the
-syntaxes it may still be where several share a trigger (:mod:`.candidates`), hands arguments to
+A call is a sequence of elements (:class:`~turnkit.parse.formats.ToolSyntax`' ``call``, compiled in :mod:`.compiled`).
+The walk keeps the call's place in it (:class:`~.callstate.CallState`, held by the :class:`~.modes.InCall` mode),
+narrows the syntaxes it may still be where several share a trigger (:mod:`.candidates`), hands arguments to
 :class:`~.arguments.ArgumentReader` or :class:`~.params.ParamReader` and is told by them when they are done (it is
 their :class:`~.callstate.CallSteps`). A call the model broke fails and is skipped to its end; a bare call (no marker
 before it) whose text turns out not to be a call is content after all.
@@ -14,10 +14,13 @@ goes on); the machine assigns it.
 
 from __future__ import annotations
 
-from turnkit.parse.arguments import ArgumentReader
-from turnkit.parse.calls import NAME_CHARS
-from turnkit.parse.callstate import CallState
-from turnkit.parse.candidates import (
+from turnkit.parse.encodings import Reading
+from turnkit.parse.encodings.calls import NAME_CHARS
+from turnkit.parse.encodings.jsonscan import WS
+from turnkit.parse.formats import Hole
+from turnkit.parse.reading.arguments import ArgumentReader
+from turnkit.parse.reading.callstate import CallState
+from turnkit.parse.reading.candidates import (
     after_trigger,
     aligned,
     choose,
@@ -26,13 +29,11 @@ from turnkit.parse.candidates import (
     kept_at_literal,
     kinds_differ,
 )
-from turnkit.parse.compiled import HARMONY_SYNTAX, SymArgs, SymElem, SymLit, SymSyntax, opening
-from turnkit.parse.encodings import Reading
-from turnkit.parse.formats import Hole
-from turnkit.parse.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, Mode
-from turnkit.parse.params import ParamReader
+from turnkit.parse.reading.compiled import HARMONY_SYNTAX, SymArgs, SymElem, SymLit, SymSyntax, opening
+from turnkit.parse.reading.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, Mode
+from turnkit.parse.reading.params import ParamReader
+from turnkit.parse.reading.state import ReadingState
 from turnkit.parse.reply import CallStatus
-from turnkit.parse.state import WS, ReadingState
 
 __all__ = ["CallWalk"]
 

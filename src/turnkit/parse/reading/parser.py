@@ -14,8 +14,8 @@ request's, and the format's own, such as the ``plain`` family's ``"\\nuser:"``) 
 A reply that exists only as text (``feed_text``) has no ids to go by, so every marker counts as written, and the
 text that ends a turn (``<|im_end|>``, ``</s>``, a template's own ``<|role_end|>``) is passed in as ``end_texts``.
 
-Every delta is also kept for the final :class:`~.reply.Reply`, so the concatenated deltas always equal it, and
-however the ids are chunked, the result is the same. Nothing is removed from the text after the fact.
+Every delta is also kept for the final :class:`~turnkit.parse.reply.Reply`, so the concatenated deltas always equal it,
+and however the ids are chunked, the result is the same. Nothing is removed from the text after the fact.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from turnkit.errors import ReplyParseError, TokenizerError
-from turnkit.parse.detokenize import TextDecoder
 from turnkit.parse.formats import ReplyFormat
-from turnkit.parse.machine import ReplyMachine
+from turnkit.parse.reading.detokenize import TextDecoder
+from turnkit.parse.reading.machine import ReplyMachine
 from turnkit.parse.reply import CallStatus, Delta, EndReason, Reply
 from turnkit.tokenizer.bytetable import ByteTable
 
@@ -56,7 +56,7 @@ class StreamParser:
     """Parses one reply incrementally. Build it with ``ChatFormat.stream_parser`` (or ``parse`` for a whole reply).
 
     ``feed(token_ids)`` returns the deltas the new ids complete; ``feed_text(text)`` does the same for replies that
-    exist only as text (markers are then matched as text). ``finish()`` returns the :class:`~.reply.Reply`.
+    exist only as text (markers are then matched as text). ``finish()`` returns the :class:`~turnkit.parse.reply.Reply`.
 
     ``stops`` are the request's stop strings (end reason ``stop_string``); ``end_texts`` is text that ends the reply
     in the format's own terms, with its reason: a family's stop strings, always, and for text replies the markers
@@ -65,8 +65,8 @@ class StreamParser:
     ``<think>``); ``continues``: the reply continues text the prompt ended with (``continue_final_message``), so its
     leading whitespace is kept; ``open_message``: for headed messages (Harmony), the header of a message whose body
     the prompt left open. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
-    for a reply that did not end cleanly (see :attr:`~.reply.Reply.ended_cleanly`); lenient parsing, the default,
-    returns it with its failed calls and end reason.
+    for a reply that did not end cleanly (see :attr:`~turnkit.parse.reply.Reply.ended_cleanly`); lenient parsing, the
+    default, returns it with its failed calls and end reason.
     """
 
     def __init__(

@@ -13,9 +13,10 @@ import json
 import re
 from typing import Any
 
-__all__ = ["BracketReader", "ObjectReader", "ValueReader"]
+__all__ = ["WS", "BracketReader", "ObjectReader", "ValueReader"]
 
-_WS = " \t\r\n"
+#: JSON's whitespace, which is also what a template may write around a marker or a value.
+WS = " \t\r\n"
 #: The states of :class:`ObjectReader` in which one character must come: it, and the state it leads to.
 _PUNCTUATION = {"start": ("{", "key_or_end"), "colon": (":", "value_start")}
 _STRING_SPECIAL = re.compile(r'[\\"]')
@@ -125,7 +126,7 @@ class ObjectReader(_Nesting):
                     if self._string_char(char) and self._depth == 0:
                         self._end_value()
                 elif self._depth == 0:  # a scalar (true, 42, null): it ends at ',', '}' or whitespace
-                    if char in ",}" + _WS:
+                    if char in ",}" + WS:
                         self._value.pop()
                         self._end_value()
                         self._after_value(char)
@@ -153,7 +154,7 @@ class ObjectReader(_Nesting):
                 else:
                     self._key.append(char)
                 continue
-            if char in _WS:
+            if char in WS:
                 continue
             punctuation = _PUNCTUATION.get(state)
             if punctuation is not None:  # the object's '{', or a key's ':'
@@ -204,7 +205,7 @@ class ObjectReader(_Nesting):
             self._state = "key_or_end"
         elif char == "}":
             self.done = True
-        elif char not in _WS:
+        elif char not in WS:
             self._fail(f"expected ',' or '}}', got {char!r}")
 
     def _fail(self, reason: str) -> None:
@@ -258,7 +259,7 @@ class ValueReader(_Nesting):
                 n = (stop.start() if stop is not None else len(text)) - 1
                 continue
             if self._depth == 0:
-                if char in _WS:
+                if char in WS:
                     continue
                 if char == '"':
                     self.is_string = True
@@ -357,7 +358,7 @@ class BracketReader:
                 continue
             char = buffer[pos]
             if self._depth == 0 and not self.until_close:
-                if char in _WS:
+                if char in WS:
                     pos += 1
                     continue
                 if char not in "{[":

@@ -1,9 +1,9 @@
 """The reply formats turnkit knows by name: data, one entry per syntax the serving peers parse (their parser names
 are noted), run by the one machine.
 
-A template's format is chosen by rendering (:mod:`.select`): the first of these that reads every probe message the
-template writes, else a reading derived from the renders themselves (:mod:`.derive`). A name here can also be given
-as ``reply_format=`` to override the choice.
+A template's format is chosen by rendering (:mod:`turnkit.parse.choice.select`): the first of these that reads every
+probe message the template writes, else a reading derived from the renders themselves
+(:mod:`turnkit.parse.choice.derive`). A name here can also be given as ``reply_format=`` to override the choice.
 """
 
 from __future__ import annotations

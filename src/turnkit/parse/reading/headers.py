@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from turnkit.parse.compiled import ChannelSymbols
+from turnkit.parse.reading.compiled import ChannelSymbols
 
 __all__ = ["Body", "headless_text", "route_body"]
 

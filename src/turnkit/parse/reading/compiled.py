@@ -1,10 +1,10 @@
 """The reply format compiled for the machine: its literals, triggers and markers in symbol space.
 
-A :class:`~.formats.ReplyFormat` is written in marker text; the machine reads a stream in which every marker that is
-a single token of the vocabulary has become one symbol (a private-use character), so that text which merely spells
-``<tool_call>`` never matches. Compiling puts the format's literals into that space once per (format, symbols,
-stops), split into their cores (what must be matched) and the whitespace around them (what the template writes but
-a model may leave out), and works out what starts each syntax's calls in content (its trigger).
+A :class:`~turnkit.parse.formats.ReplyFormat` is written in marker text; the machine reads a stream in which every
+marker that is a single token of the vocabulary has become one symbol (a private-use character), so that text which
+merely spells ``<tool_call>`` never matches. Compiling puts the format's literals into that space once per (format,
+symbols, stops), split into their cores (what must be matched) and the whitespace around them (what the template writes
+but a model may leave out), and works out what starts each syntax's calls in content (its trigger).
 
 Everything here is frozen data and pure functions of it: the machine and its collaborators only read it.
 """
@@ -48,7 +48,7 @@ class SymLit:
 @dataclass(frozen=True)
 class SymArgs:
     """The arguments element, with the literals of its per-parameter pattern compiled (tagged encodings) and its
-    encoding's row (:func:`~.encodings.encoding_of`)."""
+    encoding's row (:func:`~turnkit.parse.encodings.encoding_of`)."""
 
     spec: Arguments
     param: tuple[SymLit | Hole, ...]

@@ -1,6 +1,7 @@
 """Reply formats as data: how a model writes reasoning, content and tool calls in its reply.
 
-A :class:`ReplyFormat` is a description, never code: one machine (:mod:`.machine`) runs every format. It says
+A :class:`ReplyFormat` is a description, never code: one machine (:mod:`turnkit.parse.reading.machine`) runs every
+format. It says
 
 * where reasoning starts and ends (:class:`Reasoning`: ``<think>``...``</think>``, ``[THINK]``...``[/THINK]``,
   ``<|channel>thought``...``<channel|>``);
@@ -19,9 +20,9 @@ A :class:`ReplyFormat` is a description, never code: one machine (:mod:`.machine
 Literals match with flexible whitespace: each whitespace run of a literal stands for any whitespace (or none), except
 next to a raw value, whose text keeps exactly what the template did not write around it.
 
-The formats turnkit knows by name are in :mod:`.catalog`; :mod:`.derive` reads a format off a template's own renders,
-and :mod:`.select` picks the format of a template by rendering probe messages and keeping the reading that gives them
-back.
+The formats turnkit knows by name are in :mod:`.catalog`; :mod:`turnkit.parse.choice.derive` reads a format off a
+template's own renders, and :mod:`turnkit.parse.choice.select` picks the format of a template by rendering probe
+messages and keeping the reading that gives them back.
 """
 
 from __future__ import annotations
@@ -262,7 +263,8 @@ class ReplyFormat:
             another token), found by rendering; a reply given as ids also ends at every end id.
         lead: Text every reply starts with that is not content (a template whose replies begin ``Assistant: ``
             although its prompt does not end with it); dropped at the start of a reply.
-        reason: Why this format was chosen for a template (set by :mod:`.select`; not part of equality).
+        reason: Why this format was chosen for a template (set by :mod:`turnkit.parse.choice.select`; not part of
+        equality).
     """
 
     name: str

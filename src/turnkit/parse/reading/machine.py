@@ -1,10 +1,11 @@
 """The one machine that runs every reply format: text in (with markers that are single tokens already turned into
 symbols), OpenAI-shaped deltas out, one pass, constant work per piece.
 
-It is a state machine over the format's data (:mod:`.formats`): content, reasoning, a tool call walked element by
-element (literals matched, holes read up to the literal that follows them, arguments read by their encoding), the
-text between calls of a block, and Harmony-style headers and bodies. In each state the :class:`~.lexer.Lexer` looks
-for that state's needles only, so ``>`` ends a function name in ``<function=NAME>`` without ever ending content.
+It is a state machine over the format's data (:mod:`turnkit.parse.formats`): content, reasoning, a tool call walked
+element by element (literals matched, holes read up to the literal that follows them, arguments read by their
+encoding), the text between calls of a block, and Harmony-style headers and bodies. In each state the
+:class:`~.lexer.Lexer` looks for that state's needles only, so ``>`` ends a function name in ``<function=NAME>``
+without ever ending content.
 
 Markers that are single tokens of the vocabulary arrive as symbols (private-use characters the parser substitutes
 for their ids), so text that merely spells ``<tool_call>`` never matches; text replies have no ids, and there the
@@ -20,8 +21,8 @@ its own data (:mod:`.modes`; whoever reads a mode's text returns the next one, a
 format compiled into symbol space (:mod:`.compiled`), the needles each state looks for (:mod:`.needles`), the state
 they share and the deltas out (:mod:`.state`), the walk over a call's elements (:mod:`.walk`, with :mod:`.candidates`
 for syntaxes that share a trigger), the argument readers (:mod:`.arguments` for self-delimited arguments,
-:mod:`.params` for tagged parameters, :mod:`.encodings` for what differs by encoding), and the header machine of
-headed messages (:mod:`.headers`).
+:mod:`.params` for tagged parameters, :mod:`turnkit.parse.encodings` for what differs by encoding), and the header
+machine of headed messages (:mod:`.headers`).
 
 Modes are told apart by ``type(mode) is ...`` on the paths every piece takes (an ``isinstance`` chain there cost 5 to
 15% of the parse in ``benchmarks/parse.py``).
@@ -32,15 +33,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from turnkit.parse.compiled import HARMONY_SYNTAX, SymArgs, SymLit, compile_format
+from turnkit.parse.encodings.jsonscan import WS
 from turnkit.parse.formats import ReplyFormat
-from turnkit.parse.headers import headless_text, route_body
-from turnkit.parse.lexer import NEEDLE, Needles, needles
-from turnkit.parse.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, InHeader, InReasoning, Mode
-from turnkit.parse.needles import needles_for, state_key
+from turnkit.parse.reading.compiled import HARMONY_SYNTAX, SymArgs, SymLit, compile_format
+from turnkit.parse.reading.headers import headless_text, route_body
+from turnkit.parse.reading.lexer import NEEDLE, Needles, needles
+from turnkit.parse.reading.modes import (
+    AfterCall,
+    BetweenCalls,
+    EndingBlock,
+    InCall,
+    InContent,
+    InHeader,
+    InReasoning,
+    Mode,
+)
+from turnkit.parse.reading.needles import needles_for, state_key
+from turnkit.parse.reading.state import ReadingState, TextChannel
+from turnkit.parse.reading.walk import CallWalk
 from turnkit.parse.reply import CallStatus, Delta, EndReason
-from turnkit.parse.state import WS, ReadingState, TextChannel
-from turnkit.parse.walk import CallWalk
 
 __all__ = ["ReplyMachine"]
 

@@ -1,12 +1,13 @@
 """Arguments that delimit themselves (one value: JSON, a call written as one JSON object, Python and Gemma calls,
 Python literals where JSON would be), and MiniMax M3's elements.
 
-The walk (:mod:`.walk`) hands the text of a call's arguments element here. The encoding's row (:mod:`.encodings`)
-gives the scanner that says how much of the text is the arguments' own (a marker inside a string is the string's
-text), what is sent while it is read (JSON streams as written, a call object's arguments once its name is read;
-Python, Gemma and literal arguments, whose text is not a prefix of their JSON, are sent whole) and what is checked
-when it is complete. When the arguments are complete (or fail, or are cut short by the call's end) the reader tells
-the walk through its :class:`~.callstate.CallSteps`, and returns the mode the walk leaves the reading in.
+The walk (:mod:`.walk`) hands the text of a call's arguments element here. The encoding's row
+(:mod:`turnkit.parse.encodings`) gives the scanner that says how much of the text is the arguments' own (a marker
+inside a string is the string's text), what is sent while it is read (JSON streams as written, a call object's
+arguments once its name is read; Python, Gemma and literal arguments, whose text is not a prefix of their JSON, are
+sent whole) and what is checked when it is complete. When the arguments are complete (or fail, or are cut short by the
+call's end) the reader tells the walk through its :class:`~.callstate.CallSteps`, and returns the mode the walk leaves
+the reading in.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from __future__ import annotations
 import json
 
 from turnkit.errors import ValueSyntaxError
-from turnkit.parse.callstate import CallState, CallSteps
-from turnkit.parse.compiled import SymArgs
 from turnkit.parse.encodings import ARGUMENTS_INCOMPLETE, ArgumentEncoding, encoding_of
+from turnkit.parse.encodings.jsonscan import WS
+from turnkit.parse.encodings.values import element_arguments
 from turnkit.parse.formats import Arguments
-from turnkit.parse.modes import InCall, Mode
+from turnkit.parse.reading.callstate import CallState, CallSteps
+from turnkit.parse.reading.compiled import SymArgs
+from turnkit.parse.reading.modes import InCall, Mode
+from turnkit.parse.reading.state import ReadingState
 from turnkit.parse.reply import CallStatus
-from turnkit.parse.state import WS, ReadingState
-from turnkit.parse.values import element_arguments
 
 __all__ = ["ArgumentReader"]
 

@@ -8,8 +8,8 @@ pure functions of the call and the character or literal seen; the walk (:mod:`.w
 
 from __future__ import annotations
 
-from turnkit.parse.callstate import CallState
-from turnkit.parse.compiled import SymArgs, SymElem, SymLit, SymSyntax, first_cores
+from turnkit.parse.reading.callstate import CallState
+from turnkit.parse.reading.compiled import SymArgs, SymElem, SymLit, SymSyntax, first_cores
 
 __all__ = ["Start", "after_trigger", "choose", "fits_next", "kept_after_hole", "kept_at_literal", "kinds_differ"]
 

@@ -2,9 +2,9 @@
 </parameter>``, GLM's ``<arg_key>``/``<arg_value>``, MiniMax M2's ``<parameter name="KEY">``), read into one JSON
 object.
 
-The per-parameter pattern (:class:`~.formats.Arguments`' ``param``: literals, a key hole, a value hole, a type hole)
-is walked like a call's own elements, one level down. A value's JSON type comes from the tool's schema where it says
-one, else from a type attribute the template writes, else from the text itself: a string value streams as JSON
+The per-parameter pattern (:class:`~turnkit.parse.formats.Arguments`' ``param``: literals, a key hole, a value hole, a
+type hole) is walked like a call's own elements, one level down. A value's JSON type comes from the tool's schema where
+it says one, else from a type attribute the template writes, else from the text itself: a string value streams as JSON
 string text as it is written, any other value is sent whole once complete. A value whose end tag the model left out
 ends where the next parameter or the call's end begins; a CDATA section is the value's text whatever it holds.
 """
@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnkit.parse.callstate import CallState, CallSteps
-from turnkit.parse.compiled import SymArgs, SymLit, first_cores
+from turnkit.parse.encodings.jsonscan import WS
+from turnkit.parse.encodings.values import is_plain_string, param_schema, schema_types, typed_value
 from turnkit.parse.formats import Hole
-from turnkit.parse.modes import InCall, Mode
-from turnkit.parse.needles import CDATA
-from turnkit.parse.state import WS, ReadingState
-from turnkit.parse.values import is_plain_string, param_schema, schema_types, typed_value
+from turnkit.parse.reading.callstate import CallState, CallSteps
+from turnkit.parse.reading.compiled import SymArgs, SymLit, first_cores
+from turnkit.parse.reading.modes import InCall, Mode
+from turnkit.parse.reading.needles import CDATA
+from turnkit.parse.reading.state import ReadingState
 
 __all__ = ["ParamReader"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnkit.parse.callstate import CallState
-from turnkit.parse.compiled import SymArgs, SymLit, SymSyntax, first_cores, opening
 from turnkit.parse.encodings import Reading
 from turnkit.parse.formats import Hole
-from turnkit.parse.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, InHeader, InReasoning
-from turnkit.parse.state import ReadingState
+from turnkit.parse.reading.callstate import CallState
+from turnkit.parse.reading.compiled import SymArgs, SymLit, SymSyntax, first_cores, opening
+from turnkit.parse.reading.modes import AfterCall, BetweenCalls, EndingBlock, InCall, InContent, InHeader, InReasoning
+from turnkit.parse.reading.state import ReadingState
 
 __all__ = ["CDATA", "needles_for", "resync_needles", "state_key"]
 

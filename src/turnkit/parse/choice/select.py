@@ -6,8 +6,8 @@ reasoning exact up to surrounding whitespace, calls as names and arguments compa
 order:
 
 1. the format a built-in family declares;
-2. the first catalog format (:mod:`.catalog`) that fits every probe the template writes (reading Python literals
-   where JSON would be when the renders show the probe's arguments as Python's repr);
+2. the first catalog format (:mod:`turnkit.parse.formats.catalog`) that fits every probe the template writes (reading
+   Python literals where JSON would be when the renders show the probe's arguments as Python's repr);
 3. the format derived from the renders themselves (:mod:`.derive`), when it fits them all;
 4. otherwise the reading that fits the most probes, with the ones it cannot read named in the reason; when those
    include tool calls, :attr:`Choice.tools_unreadable` is set (the server refuses requests with ``tools`` rather
@@ -22,13 +22,12 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from turnkit.parse import catalog
-from turnkit.parse.derive import derive, end_texts
+from turnkit.parse.choice.derive import derive, end_texts
+from turnkit.parse.choice.markers import first_marker, is_marker, marker_pieces
+from turnkit.parse.choice.probes import PROBE_TOOLS, Rendered, render_probes
 from turnkit.parse.encodings import encoding_of
-from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax
-from turnkit.parse.markers import first_marker, is_marker, marker_pieces
-from turnkit.parse.parser import StreamParser
-from turnkit.parse.probes import PROBE_TOOLS, Rendered, render_probes
+from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax, catalog
+from turnkit.parse.reading.parser import StreamParser
 from turnkit.template.chat_template import ChatTemplate
 
 __all__ = ["Choice", "choose", "fits", "for_template"]

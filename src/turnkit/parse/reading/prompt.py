@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from turnkit.parse.formats import ReplyFormat
-from turnkit.parse.parser import StreamParser
+from turnkit.parse.reading.parser import StreamParser
 from turnkit.parse.reply import EndReason
 from turnkit.template.chat_template import ChatTemplate
 from turnkit.template.tools import tool_schemas

@@ -14,10 +14,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-#: Whitespace, as the formats' literals are split by it.
-WS = " \t\r\n"
-
-__all__ = ["NEEDLE", "TEXT", "WS", "Lexer", "Needles", "needles"]
+__all__ = ["NEEDLE", "TEXT", "Lexer", "Needles", "needles"]
 
 TEXT, NEEDLE = "text", "needle"
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnkit.errors import UnreadableArguments, ValueSyntaxError
-from turnkit.parse.literals import python_literal_at, skip_space
+from turnkit.parse.encodings.literals import python_literal_at, skip_space
 
 __all__ = [
     "element_arguments",

@@ -15,12 +15,12 @@ import itertools
 import re
 from dataclasses import replace
 
-from turnkit.parse import probes as p
+from turnkit.parse.choice import probes as p
+from turnkit.parse.choice.locate import FoundCall, locate
+from turnkit.parse.choice.markers import common_prefix, common_suffix, first_marker, is_marker, marker_pieces
+from turnkit.parse.choice.probes import Rendered
 from turnkit.parse.encodings import encoding_of
 from turnkit.parse.formats import Arguments, Element, Hole, Lit, ToolSyntax
-from turnkit.parse.locate import FoundCall, locate
-from turnkit.parse.markers import common_prefix, common_suffix, first_marker, is_marker, marker_pieces
-from turnkit.parse.probes import Rendered
 
 __all__ = ["tool_end", "tool_syntax"]
 
