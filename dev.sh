@@ -75,9 +75,10 @@ VLLM_VENV=.venv-vllm
 VLLM_STAMP=$VLLM_VENV/.turnkit-installed
 # --engine vllm (vLLM's engine in process, alone and as a --ray replica) and the vLLM plugin (vLLM's own server): one
 # vLLM start per module
-VLLM_TESTS=(tests/test_serve_vllm.py tests/test_serve_vllm_cli.py tests/test_vllm_plugin.py tests/test_serve_vllm_ray.py)
+VLLM_TESTS=(tests/serve/test_serve_vllm.py tests/serve/test_serve_vllm_cli.py tests/vllm_plugin/test_vllm_plugin.py
+    tests/serve/test_serve_vllm_ray.py)
 # the modules that start Ray in .venv: under CI=true they run alone, after the others
-RAY_TESTS=(tests/test_prepare_ray.py tests/test_serve_ray.py)
+RAY_TESTS=(tests/data/test_prepare_ray.py tests/serve/test_serve_ray.py)
 
 vllm_setup() {
     local want
@@ -112,7 +113,7 @@ if [ "${1:-}" = "vllm-test" ]; then
 fi
 
 browser() {
-    # tests/test_inspect_browser.py drives Debian's chromium through chromedriver; quick when both are there.
+    # tests/inspect/test_inspect_browser.py drives Debian's chromium through chromedriver; quick when both are there.
     if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
         return
     fi

@@ -7,9 +7,9 @@ Usage: python benchmarks/runtimes.py [--sample N] [--engines llama.cpp,minijinja
 Prints, per engine and with its version: templates identical / differs / fails (a template fails when the engine
 refuses one probe the reference renders, differs when a render is not byte-identical), the same counts over single
 probe renders, and the most common causes with an example template each, as the Markdown the docs page holds.
-``--sample N`` takes N templates spread evenly over the corpus (tests/test_doctor_runtimes.py runs a sample in CI);
-the full run is by hand (``python -m turnkit.doctor.runtimes setup`` first). A template the reference cannot compile
-or that refuses every probe is counted apart, as not compared.
+``--sample N`` takes N templates spread evenly over the corpus (tests/doctor/test_doctor_runtimes.py runs a sample in
+CI); the full run is by hand (``python -m turnkit.doctor.runtimes setup`` first). A template the reference cannot
+compile or that refuses every probe is counted apart, as not compared.
 """
 
 from __future__ import annotations

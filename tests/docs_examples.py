@@ -30,9 +30,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repo_paths import REPO
 from serve_harness import free_port, wait_until_up
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 RUNS = {"python", "bash"}
 #: Fences that never run: command synopses and file contents, and the expected output itself.

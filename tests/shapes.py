@@ -1,6 +1,6 @@
 """Training data of the shapes real datasets have, generated from a seed, with the models that prepare it.
 
-Read by ``tests/test_prepare_shapes.py`` (prepare's output pinned over every shape) and ``benchmarks/prepare.py``
+Read by ``tests/data/test_prepare_shapes.py`` (prepare's output pinned over every shape) and ``benchmarks/prepare.py``
 (prepare against ``datasets.map`` on every shape). Each :class:`Shape` says how its records look, which template
 turnkit prepares them with (the shape's own: with or without ``{% generation %}`` tags) and which template the
 ``datasets.map`` baseline uses (transformers makes assistant masks only from ``{% generation %}`` tags, so the baseline

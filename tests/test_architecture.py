@@ -6,11 +6,13 @@ Imports under ``if TYPE_CHECKING:`` are annotations only and do not count.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "turnkit"
+SRC = REPO / "src" / "turnkit"
 
 #: Layer of each top-level module or package of turnkit; lower layers never import higher ones.
 LAYERS: dict[str, int] = {
@@ -313,3 +315,18 @@ def test_the_reply_engine_has_no_string_mode(path: Path) -> None:
             assert not (any(map(_names_mode, targets)) and node.value is not None and _is_text(node.value)), (
                 f"{path.relative_to(SRC)}:{node.lineno} assigns a string mode"
             )
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """``tests/`` mirrors the source (docs/contributing.md, "What each test file covers"): a folder of test modules is
+    named after a package of turnkit, and a test module's file name is unique across folders, since pytest imports each
+    by that name (a second one would be an import error, or another module's tests run in its place)."""
+    tests = REPO / "tests"
+    modules = sorted(tests.rglob("test_*.py"))
+    packages = {path.name for path in SRC.iterdir() if (path / "__init__.py").exists()}
+    folders = {module.parent.relative_to(tests).as_posix() for module in modules} - {"."}
+    strays = sorted(folders - packages)
+    assert strays == [], f"test folders that name no package of src/turnkit: {strays}"
+    names = Counter(module.name for module in modules)
+    twice = sorted(str(module.relative_to(tests)) for module in modules if names[module.name] > 1)
+    assert twice == [], f"test modules named alike in two folders: {twice}"

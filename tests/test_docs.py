@@ -17,8 +17,9 @@ from pathlib import Path
 import docs_examples
 import pytest
 from docs_examples import DocsExampleError, build_site, collect, pages, run_page
+from repo_paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 README = ROOT / "README.md"
 #: Pages whose examples run at once: the examples are mostly waiting on subprocesses, and two keep both cores busy.
 PARALLEL_PAGES = 2
@@ -172,8 +173,8 @@ def test_a_broken_link_fails_the_build(scratch_docs: Path):
 
 def test_contributing_names_every_test_file_and_only_those():
     index = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`tests/(test_\w+\.py)`", index))
-    present = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    named = set(re.findall(r"`(tests/(?:\w+/)*test_\w+\.py)`", index))
+    present = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").rglob("test_*.py")}
     assert present - named == set(), "tests not described in docs/contributing.md, 'What each test file covers'"
     assert named - present == set(), "docs/contributing.md describes tests that do not exist"
 

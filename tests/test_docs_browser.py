@@ -1,5 +1,5 @@
 """The documentation site in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver`` through selenium,
-as ``tests/test_inspect_browser.py`` drives them), served over HTTP from ``mkdocs build --strict``'s output.
+as ``tests/inspect/test_inspect_browser.py`` drives them), served over HTTP from ``mkdocs build --strict``'s output.
 
 Navigation from the home page to a guide, the search box finding a page, the API reference rendered from the
 docstrings, the screenshots on the inspect guide, and, on every page visited, no console error and no request that

@@ -15,7 +15,7 @@
 Why LoRA without ``modules_to_save`` cannot stop here: the new ``<|im_end|>`` row of the head is the mean of the old
 rows, so its logit is the mean of all the other logits, never the largest; LoRA never changes that row.
 
-Prints a table and writes ``results.json`` in the work folder (tests/test_chatml_example.py asserts on it).
+Prints a table and writes ``results.json`` in the work folder (tests/chatml/test_chatml_example.py asserts on it).
 """
 
 from __future__ import annotations

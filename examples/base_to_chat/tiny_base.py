@@ -2,7 +2,7 @@
 small random Llama. It is a *base* model in every way add-chatml cares about: raw-text vocabulary with one end-of-text
 token, no chat markers, no chat template.
 
-The tests (tests/test_chatml.py) build their bases with this too, tied and untied.
+The tests (tests/chatml/test_chatml.py) build their bases with this too, tied and untied.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ _MARKER = re.compile(r"<\|[^\s|<>]{1,48}\|>|<｜[^｜\s]{1,48}｜>|\[/?[A-Z][A-Z
 
 
 #: The library's advice names Python arguments and methods; a command-line user needs the flags instead. Each left
-#: side is a phrase of a library message (tests/test_cli.py checks that every one still occurs in the library, so a
+#: side is a phrase of a library message (tests/cli/test_cli.py checks that every one still occurs in the library, so a
 #: reworded message cannot slip past this table); the library keeps its own wording for library users.
 FLAG_ADVICE: tuple[tuple[str, str], ...] = (
     (

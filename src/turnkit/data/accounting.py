@@ -80,7 +80,7 @@ def reason_key(reason: str, field: str | None = None) -> str:
 
 #: Encode advice in a reject reason names ``ChatFormat.encode``'s arguments; a prepare run needs its own option (the
 #: flag, and the ``PrepareConfig`` field of the same name). Each left side is a phrase of a library message
-#: (tests/test_prepare.py checks that each still occurs).
+#: (tests/data/test_prepare.py checks that each still occurs).
 PREPARE_ADVICE: tuple[tuple[str, str], ...] = (
     (
         "encode with split_turns=True (see check_prefix_stable)",

@@ -4,7 +4,7 @@ Parquet file or a ``datasets`` dataset as Arrow data.
 ``turnkit prepare`` sends a shard to a worker by reference rather than as records: the process that reads the input
 then neither parses nor pickles the text. A piece's :meth:`records` are exactly the records
 :func:`~.sources.read_records` gives for the same lines or rows (same ids, line numbers and text), so a shard is the
-same whichever way it travels (tests/test_prepare.py checks it on tricky and random files).
+same whichever way it travels (tests/data/test_prepare.py checks it on tricky and random files).
 """
 
 from __future__ import annotations

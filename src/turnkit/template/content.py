@@ -16,7 +16,7 @@ reads a field of a part by position (``message['content'][0]['text']``). The con
 namespace attribute) or a macro's parameter (Qwen3.5's ``render_content(message.content)``, the ``chatml`` family's
 ``text_of``): both are followed. Anything else reads a string. Over the 631 templates of ``../shared/conformance``,
 every template that transformers lets write a text part's text is read as ``"parts"``
-(``tests/test_content_parts.py`` checks it).
+(``tests/template/test_content_parts.py`` checks it).
 
 :func:`turnkit.messages.normalize_conversation` then gives the template what it reads: for ``"string"``, each
 message's text parts joined with ``"\\n"`` (as vLLM joins them, and as the Responses and Messages APIs join their

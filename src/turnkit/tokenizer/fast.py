@@ -16,8 +16,8 @@ adjacent pair that comes first in its merge list. They agree when (checked here,
    returned whole by both;
 4. the pre-tokenizer is GPT-2's byte-level regex, or a ``Split`` regex followed by a byte-level step without a regex:
    tiktoken runs the same pattern (its regex engine, fancy-regex, is tested against Oniguruma's classes on every
-   Unicode code point in ``tests/test_fast_tokenizer.py``), and where the pattern is not GPT-2's, each result is also
-   checked to cover its whole text;
+   Unicode code point in ``tests/tokenizer/test_fast_tokenizer.py``), and where the pattern is not GPT-2's, each result
+   is also checked to cover its whole text;
 5. no normalizer, or NFC (text that is not already NFC goes to ``tokenizers``).
 
 Text holding a character whose bytes have no token (``tokenizers`` drops it, tiktoken cannot) goes to ``tokenizers``,

@@ -263,8 +263,8 @@ class ReplyFormat:
             another token), found by rendering; a reply given as ids also ends at every end id.
         lead: Text every reply starts with that is not content (a template whose replies begin ``Assistant: ``
             although its prompt does not end with it); dropped at the start of a reply.
-        reason: Why this format was chosen for a template (set by :mod:`turnkit.parse.choice.select`; not part of
-        equality).
+        reason: Why this format was chosen for a template (set by :mod:`turnkit.parse.choice.select`; not part
+            of equality).
     """
 
     name: str

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from repo_paths import REPO
 from serve_harness import free_port, wait_until_up, whole_and_streamed
 
 from turnkit.errors import ClusterError
@@ -32,7 +33,7 @@ from turnkit.serve.replicas import _HAPROXY_PORTS, ReplicaOptions, _replica_stat
 
 pytest.importorskip("ray.serve")
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = REPO / "src"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 MARKER = "TURNKIT_RAY_TEST"
 

@@ -36,13 +36,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus import all_templates, require, smollm2_tokenizer_folder, template_markers, tokenizer_with_markers
+from corpus import (
+    CONFORMANCE,
+    all_templates,
+    require,
+    smollm2_tokenizer_folder,
+    template_markers,
+    tokenizer_with_markers,
+)
+from repo_paths import REPO
 
 from turnkit.cli import main
 from turnkit.doctor.runtimes import EngineFailure, hfjs, llama_cpp
 from turnkit.doctor.runtimes.minijinja_engine import MinijinjaRenderer
 
-ROOT = Path(__file__).resolve().parents[1]
 TURNKIT = Path(sys.executable).with_name("turnkit")
 
 CASES: dict[str, dict[str, str]] = {
@@ -79,7 +86,7 @@ def engines() -> None:
 
 def _checkpoint(name: str, folder: Path) -> Path:
     """A checkpoint with corpus template ``name``: the SmolLM2 tokenizer holding its markers, and its bos/eos."""
-    require(Path(__file__).resolve().parents[2] / "shared" / "conformance")
+    require(CONFORMANCE)
     template = next(t for t in all_templates() if t.name == name)
     tokenizer_with_markers(smollm2_tokenizer_folder(), template_markers(template)).save_pretrained(folder)
     (folder / "chat_template.jinja").write_text(template.source, encoding="utf-8")
@@ -264,10 +271,10 @@ def test_a_marker_the_tokenizer_lacks_is_one_warning_line(tmp_path):
 
 def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
     """benchmarks/runtimes.py as CI runs it: 24 templates spread over the corpus, every engine, counts that add up."""
-    require(Path(__file__).resolve().parents[2] / "shared" / "conformance")
+    require(CONFORMANCE)
     out = tmp_path / "table.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "runtimes.py"), "--sample", "24", "--json", str(out)],
+        [sys.executable, str(REPO / "benchmarks" / "runtimes.py"), "--sample", "24", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

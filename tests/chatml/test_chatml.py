@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
 pytest.importorskip("transformers")
 import torch
@@ -23,7 +24,7 @@ from turnkit import ChatFormat, ChatMLError, doctor, families
 from turnkit.chatml import add_chatml_to_folder, chatml_template
 from turnkit.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "base_to_chat"))
+sys.path.insert(0, str(REPO / "examples" / "base_to_chat"))
 from tiny_base import make_base
 
 torch.set_num_threads(1)

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from repo_paths import REPO
 from serve_harness import free_port, wait_until_up
 from test_inspect import CONVERSATION, TOOLS, long_conversation, shards, tool_format, tool_model  # noqa: F401
 
 from turnkit.inspect import conversation_page, render_html
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = REPO / "docs"
 CHIPS = ".toks > [data-token-id]"
 
 

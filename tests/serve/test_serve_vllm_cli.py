@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip(
     "vllm",
-    reason="vLLM is not installed in this venv: tests/test_serve_vllm_cli.py runs in .venv-vllm "
+    reason="vLLM is not installed in this venv: tests/serve/test_serve_vllm_cli.py runs in .venv-vllm "
     "(./dev.sh vllm-setup, then ./dev.sh vllm-test)",
 )
 

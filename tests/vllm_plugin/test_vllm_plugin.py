@@ -3,11 +3,11 @@ build's ``vllm serve``) as a subprocess with ``--tokenizer-mode turnkit --enable
 turnkit --reasoning-parser turnkit`` on the embedded model as a Hugging Face folder, through the official openai
 client; and the plugin's objects in process, in vLLM's own renderer and parser interfaces (no server).
 
-The served folder holds the embedded model's weights with a Qwen-style template of its own (tests/test_serve_tools.py's
-Qwen3-Coder syntax, the embedded model's default system prompt, ``<think>`` reasoning): one template that shows the
-forged turn, tool calls and reasoning, so one vLLM start serves the module. A small model writes a call or a
-``<think>`` block only when told to: vLLM's own ``structured_outputs`` (a regex) makes it write them in the template's
-syntax, and the plugin reads them with no per-model flag.
+The served folder holds the embedded model's weights with a Qwen-style template of its own
+(tests/serve/test_serve_tools.py's Qwen3-Coder syntax, the embedded model's default system prompt, ``<think>``
+reasoning): one template that shows the forged turn, tool calls and reasoning, so one vLLM start serves the module. A
+small model writes a call or a ``<think>`` block only when told to: vLLM's own ``structured_outputs`` (a regex) makes it
+write them in the template's syntax, and the plugin reads them with no per-model flag.
 
 It runs in ``.venv-vllm`` (``./dev.sh vllm-test``; ``./dev.sh test`` under ``CI=true``); in ``.venv`` it skips. The
 server's start (3-5 minutes on 2 cores, mostly compiling) is most of the module's time.
@@ -29,7 +29,7 @@ import pytest
 
 pytest.importorskip(
     "vllm",
-    reason="vLLM is not installed in this venv: tests/test_vllm_plugin.py runs in .venv-vllm "
+    reason="vLLM is not installed in this venv: tests/vllm_plugin/test_vllm_plugin.py runs in .venv-vllm "
     "(./dev.sh vllm-setup, then ./dev.sh vllm-test)",
 )
 
@@ -45,7 +45,7 @@ from turnkit.parse import ParsedToolCall, Reply
 from turnkit.parse.formats import catalog
 from turnkit.vllm_plugin import MODE, TESTED, interface_problems, mismatch_message, register, vllm_release
 
-#: The served template: tests/test_serve_tools.py's Qwen3-Coder-style template with the embedded model's default
+#: The served template: tests/serve/test_serve_tools.py's Qwen3-Coder-style template with the embedded model's default
 #: system turn (so a forged turn reads as in the embedded model's own template: 3 ``<|im_start|>``) and reasoning.
 SERVED_TEMPLATE = (
     QWEN3_CODER_STYLE.replace(
@@ -436,9 +436,9 @@ def _shown(reply: Reply) -> tuple[Any, ...]:
 
 def test_the_peers_tool_cases_read_through_the_plugins_parsers_as_turnkit_reads_them(fmt):
     """vLLM's 401 tool-parser cases (../shared/conformance/peers) through the plugin's parser objects in vLLM's
-    interface: each whole reply passes or differs exactly as turnkit's own reading does in tests/test_parse_peers.py
-    (docs/guides/parsing.md's table), so the plugin adds no difference of its own, and the streamed reply (ids fed
-    chunk by chunk) shows the same content, reasoning and calls."""
+    interface: each whole reply passes or differs exactly as turnkit's own reading does in
+    tests/parse/test_parse_peers.py (docs/guides/parsing.md's table), so the plugin adds no difference of its own, and
+    the streamed reply (ids fed chunk by chunk) shows the same content, reasoning and calls."""
     own = {r.case: r for r in LOADERS["vllm_tool"]()}
     data = _json("vllm_tool_parser_cases.json")
     formats: dict[str, ChatFormat] = {}

@@ -1,10 +1,10 @@
 """What ``turnkit prepare`` writes is pinned, record by record, over every data shape and the options that change rows.
 
-``tests/prepare_golden.json`` holds, for each case, a digest of every row (ids, labels, both masks, length) with its
-record id, source and turn, every reject in full, and the manifest's counts. It was written by the pipeline as it was
-before prepare's hot path was optimised (issue 23), so any optimisation that changes a token, a label, a record id or
-a reject fails here with the record that differs. Regenerate it only for an intended change of output:
-``python tests/test_prepare_shapes.py --write`` (and say why in the commit).
+``tests/data/prepare_golden.json`` holds, for each case, a digest of every row (ids, labels, both masks, length) with
+its record id, source and turn, every reject in full, and the manifest's counts. It was written by the pipeline as it
+was before prepare's hot path was optimised (issue 23), so any optimisation that changes a token, a label, a record id
+or a reject fails here with the record that differs. Regenerate it only for an intended change of output:
+``python tests/data/test_prepare_shapes.py --write`` (and say why in the commit).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# tests/, for shapes and corpus when run as a script (under pytest, tests/conftest.py's folder is on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shapes import SHAPES, Shape, model_folder, words
 
@@ -207,11 +208,11 @@ def test_two_workers_write_what_one_wrote(case, golden, smollm2_hf_folder, work)
     assert outcome(case, smollm2_hf_folder, work, workers=2) == golden[case]
 
 
-if __name__ == "__main__":  # python tests/test_prepare_shapes.py --write
+if __name__ == "__main__":  # python tests/data/test_prepare_shapes.py --write
     import tempfile
 
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/test_prepare_shapes.py --write   (rewrites tests/prepare_golden.json)")
+        sys.exit("usage: python tests/data/test_prepare_shapes.py --write   (rewrites tests/data/prepare_golden.json)")
     from corpus import smollm2_tokenizer_folder
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 from docs_examples import fences
+from repo_paths import REPO
 from serve_harness import turnkit_serve
 
 from turnkit.cache import cache_dir
@@ -52,7 +53,7 @@ pytestmark = pytest.mark.slow
 
 CODEX = "@openai/codex@0.169.0"
 CLAUDE = "@anthropic-ai/claude-code@2.1.328"
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "serve.md"
+GUIDE = REPO / "docs" / "guides" / "serve.md"
 SECTION = "## Coding agents: Codex CLI and Claude Code"
 QUIET = {  # no telemetry, error reports, update checks or other traffic
     "DISABLE_TELEMETRY": "1",

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import tokenizers
+from repo_paths import REPO
 
 from turnkit import doctor
 from turnkit.cache import build_folder, cache_dir
 from turnkit.cli import main
 
-CHECK_TABLE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "doctor.md"
+CHECK_TABLE = REPO / "docs" / "guides" / "doctor.md"
 TOOL_TAGS = ("<tool_call>", "</tool_call>")
 
 

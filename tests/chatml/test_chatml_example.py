@@ -15,15 +15,15 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 pytest.importorskip("openai")
 
-SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "base_to_chat" / "run.py"
+SCRIPT = REPO / "examples" / "base_to_chat" / "run.py"
 
 
 def test_base_to_chat_learns_to_stop_and_lora_needs_modules_to_save(tmp_path):

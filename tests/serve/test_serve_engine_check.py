@@ -18,13 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from repo_paths import REPO
 from serve_harness import free_port, turnkit_serve
 
 from turnkit.errors import EngineError
 from turnkit.serve.engines import EngineOptions, load_backend
 from turnkit.serve.engines import llama_check as engine
 
-ROOT = Path(__file__).resolve().parent.parent
 TURNKIT = [sys.executable, "-m", "turnkit.cli"]
 
 SIGILL = "import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n"
@@ -46,7 +46,7 @@ SLOW = (
 
 def _pinned() -> str:
     """The llama-cpp-python version pyproject.toml pins (the portable command reinstalls that one)."""
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     (pin,) = [entry for entry in extras["llama"] if entry.startswith("llama-cpp-python==")]
     return pin
 

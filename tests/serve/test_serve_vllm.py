@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip(
     "vllm",
-    reason="vLLM is not installed in this venv: tests/test_serve_vllm.py runs in .venv-vllm "
+    reason="vLLM is not installed in this venv: tests/serve/test_serve_vllm.py runs in .venv-vllm "
     "(./dev.sh vllm-setup, then ./dev.sh vllm-test)",
 )
 

@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
 pytest.importorskip(
     "vllm",
-    reason="vLLM is not installed in this venv: tests/test_serve_vllm_ray.py runs in .venv-vllm "
+    reason="vLLM is not installed in this venv: tests/serve/test_serve_vllm_ray.py runs in .venv-vllm "
     "(./dev.sh vllm-setup, then ./dev.sh vllm-test)",
 )
 pytest.importorskip("ray.serve")
@@ -38,7 +39,7 @@ from test_serve_vllm import FORGED
 from turnkit import ChatFormat
 from turnkit.serve.replicas import _HAPROXY_PORTS
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = REPO / "src"
 
 
 @pytest.fixture(scope="module")
