@@ -16,7 +16,7 @@ the tokenizer, so each is its own room and neither grows with the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
@@ -376,6 +376,7 @@ class ChatFormat:
         *,
         prompt: Sequence[int] | str | None = None,
         stop: str | Sequence[str] | None = None,
+        stop_token_ids: Iterable[int] | None = None,
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
@@ -388,6 +389,9 @@ class ChatFormat:
             prompt: The prompt the reply continues (ids or text); after a pre-written ``<think>``, in reasoning.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
                 emits any part of one. The family's own stop strings (``plain``: ``"\\nuser:"``) always apply too.
+            stop_token_ids: More ids that end the reply (vLLM's field), beside the format's own :attr:`stop_ids`:
+                for a template whose reply ends at the next role's marker. The reply ends at one with end reason
+                ``stop_token`` (``finish_reason`` ``stop``); its text is not the reply's. Only for a parser fed ids.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
@@ -398,7 +402,7 @@ class ChatFormat:
                 count, as :meth:`parse` reads a ``str``.
         """
         spec = reply_format or self.reply_format
-        return self.replies.parser(prompt, stop, tools, spec, call_id, strict, text=text)
+        return self.replies.parser(prompt, stop, stop_token_ids, tools, spec, call_id, strict, text=text)
 
     def parse(
         self,
@@ -406,6 +410,7 @@ class ChatFormat:
         *,
         prompt: Sequence[int] | str | None = None,
         stop: str | Sequence[str] | None = None,
+        stop_token_ids: Iterable[int] | None = None,
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         length: bool = False,
@@ -417,11 +422,12 @@ class ChatFormat:
         ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first). A reply
         given as text has no ids to go by, so the markers written in it count: ``"Hi<|im_end|>"`` ends at the
         marker. ``strict=True`` raises :class:`~turnkit.errors.ReplyParseError` for a reply that does not end
-        cleanly; otherwise failed calls are returned with their status (see :meth:`stream_parser`).
+        cleanly; otherwise failed calls are returned with their status; ``stop_token_ids`` are more ids that end the
+        reply (see :meth:`stream_parser`).
         """
         spec = reply_format or self.reply_format
         text = isinstance(reply, str)
-        parser = self.replies.parser(prompt, stop, tools, spec, call_id, strict, text=text)
+        parser = self.replies.parser(prompt, stop, stop_token_ids, tools, spec, call_id, strict, text=text)
         if isinstance(reply, str):
             parser.feed_text(reply)
         else:

@@ -15,7 +15,7 @@ and hands these calls to it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,7 @@ class Replies:
         self,
         prompt: Sequence[int] | str | None,
         stop: str | Sequence[str] | None,
+        stop_token_ids: Iterable[int] | None,
         tools: Tools | None,
         reply_format: str | ReplyFormat | None,
         call_id: Callable[[int], str] | None,
@@ -74,19 +75,38 @@ class Replies:
         from turnkit.parse import catalog
         from turnkit.parse.prompt import prompt_tail, reply_parser
 
+        if text and stop_token_ids is not None:
+            raise TypeError("stop_token_ids end a reply read as ids; a parser fed text has none")
         spec = catalog.get(reply_format) if isinstance(reply_format, str) else reply_format or self.choice.format
         binding = None if text else self.tokenizer()
         return reply_parser(
             self.template,
             spec,
             binding,
-            ids=None if binding is None else self.stop_ids,
+            ids=None if binding is None else self._ends(binding, stop_token_ids),
             tail=None if prompt is None else prompt_tail(prompt, self._decode),
             stop=stop,
             tools=tools,
             call_id=call_id,
             strict=strict,
         )
+
+    def _ends(
+        self, binding: TokenizerBinding, stop_token_ids: Iterable[int] | None
+    ) -> dict[int, tuple[EndReason, str]]:
+        """The ids that end this reply: the format's own (:attr:`stop_ids`, with their reasons), and the request's
+        ``stop_token_ids`` (vLLM's field: a template whose reply ends at the next role's marker), which end it with
+        :attr:`~turnkit.parse.reply.EndReason.STOP_TOKEN` and their token's text."""
+        if stop_token_ids is None:
+            return self.stop_ids
+        from turnkit.parse.reply import EndReason
+
+        extra = {}
+        for token_id in stop_token_ids:
+            if isinstance(token_id, bool) or not isinstance(token_id, int):
+                raise TypeError(f"stop_token_ids must be token ids (ints), got {token_id!r}")
+            extra[token_id] = (EndReason.STOP_TOKEN, binding.decode([token_id]))
+        return {**extra, **self.stop_ids}
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer().decode(ids)
