@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "encode": 4,
     "parse": 4,
     "format": 5,
+    "replies": 5,
     "trajectory": 5,
     "data": 6,
     "doctor": 6,
@@ -43,7 +44,7 @@ LAYERS: dict[str, int] = {
 }
 
 #: Same-layer imports that are allowed (everything else within a layer is refused: encode and parse are siblings).
-SIDEWAYS: set[tuple[str, str]] = {("format", "trajectory")}
+SIDEWAYS: set[tuple[str, str]] = {("format", "replies"), ("format", "trajectory")}
 
 
 def _unit(path: Path) -> str:

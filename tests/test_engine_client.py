@@ -4,8 +4,8 @@
   episode with a tool result and a user turn between the replies, through the client. The ids the server returned are
   the ids the trajectory appended; each turn's prompt, as the server echoes it (``prompt_token_ids``), is the previous
   prompt, the sampled ids and the delta; the log-probabilities are the server's, one per sampled id (the stop's too).
-* Errors from the same server: an HTTP error, an answer without ids (a route that does not ask for them), and vLLM's
-  ``stop_token_ids``, which turnkit serve refuses (why its route does not send them).
+* Errors from the same server: an HTTP error and an answer without ids (a route that does not ask for them). vLLM's
+  route, which sends the format's stop ids as ``stop_token_ids``, samples from turnkit serve alike (it takes them).
 * llama-server's ``/completion`` and SGLang's ``/generate`` are not installed here: their routes are checked against
   answers shaped as their documentation writes them, not against the engines.
 """
@@ -99,12 +99,14 @@ def test_an_http_error_names_the_route_and_leaves_the_trajectory_as_it_was(serve
     assert traj.prompt_ids == prompt  # nothing appended: the next try samples from the same prompt
 
 
-def test_vllm_stop_token_ids_are_refused_by_turnkit_serve(server, fmt):
-    """Why turnkit serve's route sends no stop ids: it refuses vLLM's field, and stops on its template's stops."""
+def test_vllms_route_samples_from_turnkit_serve_too(server, fmt):
+    """vLLM's route sends the format's stop ids as ``stop_token_ids``, which turnkit serve takes (issue 46): the reply
+    ends at the same ids its own route stops on, and the trajectory takes it."""
     traj = fmt.trajectory([{"role": "user", "content": "Hi"}])
-    with pytest.raises(EngineReplyError, match="stop_token_ids") as caught:
-        EngineClient(server, VLLM, stop_ids=fmt.stop_ids, model="smollm2").sample(traj)
-    assert caught.value.status == 400
+    client = EngineClient(server, VLLM, stop_ids=fmt.stop_ids, model="smollm2", max_tokens=48, temperature=0)
+    turn = client.sample(traj)
+    assert turn.ids and (turn.ids[-1] in fmt.stop_ids) == (turn.reply.finish_reason == "stop")
+    assert traj.rows[0].input_ids == turn.prompt_ids + turn.ids
 
 
 def test_an_answer_without_ids_is_an_error_naming_the_field(server, fmt):

@@ -8,7 +8,7 @@ those names, so that a training loop writes ``client.sample(traj)`` and never a 
   ``return_token_ids: true`` (vLLM's field: each choice's ``token_ids``, and ``prompt_token_ids``, in the choice on
   vLLM, at the top on turnkit serve) and
   ``logprobs: 1``. vLLM is also told to stop on the trajectory format's stop ids (``stop_token_ids``); turnkit serve
-  refuses that field and stops on its template's own stops, the same ids.
+  stops on its template's own stops, the same ids, without being told (it takes the field too).
 * :data:`LLAMA_SERVER`: llama.cpp's ``llama-server`` ``POST /completion`` (``prompt`` as ids, ``n_predict``,
   ``return_tokens: true``, ``n_probs: 1``); it stops on the model's end-of-generation ids, having no per-request
   stop-id field.
@@ -179,7 +179,7 @@ def _sglang_read(route: str, answer: Any) -> Answer:
     return Answer(ids, logprobs, None, finish.get("type") if isinstance(finish, dict) else None)
 
 
-#: turnkit serve's ``/v1/completions``: stops on the template's own stops (it refuses ``stop_token_ids``).
+#: turnkit serve's ``/v1/completions``: stops on the template's own stops without being told them.
 TURNKIT = Route("turnkit serve /v1/completions", "/v1/completions", _openai_body(None), _openai_read, True)
 #: vLLM's ``/v1/completions`` (and any server of vLLM's shape), told the trajectory's stop ids.
 VLLM = Route("vLLM /v1/completions", "/v1/completions", _openai_body("stop_token_ids"), _openai_read, True)

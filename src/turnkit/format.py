@@ -3,6 +3,11 @@
 A ``ChatFormat`` holds the template(s) of a checkpoint, or of a built-in family, and the special tokens the template
 reads. Training data, evaluation and the server all render through the same object, so they cannot drift apart.
 
+It is the facade: construction, what the format holds, rendering and encoding are here; reading replies (the reply
+format chosen from the template, the ids that end a reply, the parsers) is :class:`~turnkit.replies.Replies`, which
+it holds as ``replies`` and hands ``parse`` and ``stream_parser`` to. The two directions share only the template and
+the tokenizer, so each is its own room and neither grows with the other.
+
 >>> from turnkit import ChatFormat
 >>> fmt = ChatFormat.from_family("chatml")
 >>> fmt.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
@@ -11,7 +16,7 @@ reads. Training data, evaluation and the server all render through the same obje
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
     from turnkit.parse.formats import ReplyFormat
     from turnkit.parse.reading.parser import StreamParser
     from turnkit.parse.reply import EndReason, Reply
+    from turnkit.replies import Replies
     from turnkit.template.switches import ThinkingSwitch
     from turnkit.tokenizer import StopSet, TokenizerBinding
     from turnkit.trajectory import History, Trajectory
@@ -341,13 +347,18 @@ class ChatFormat:
     # -- parsing ------------------------------------------------------------------------------------------------------
 
     @cached_property
+    def replies(self) -> Replies:
+        """The reply side of this format (:mod:`turnkit.replies`): the calls below hand down to it."""
+        from turnkit.replies import Replies
+
+        return Replies(self.chat_template, lambda: self.tokenizer, lambda: self.stops)
+
+    @cached_property
     def reply_choice(self) -> Choice:
         """The reply format chosen for this template by rendering probe replies, with what the probes showed
         (:func:`turnkit.parse.choice.select.choose`): which replies the template writes, which the format reads back,
         and whether the template writes tool calls that nothing reads."""
-        from turnkit.parse.choice import select
-
-        return select.choose(self.chat_template)
+        return self.replies.choice
 
     @property
     def reply_format(self) -> ReplyFormat:
@@ -355,18 +366,17 @@ class ChatFormat:
         ``reason`` says which reading was chosen and why (pass ``reply_format=`` to a parse to override)."""
         return self.reply_choice.format
 
-    @cached_property
+    @property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
         """Every id that ends a reply, with why: the template's end-of-turn markers and the checkpoint's EOS ids."""
-        from turnkit.parse.reading.prompt import stop_ids
-
-        return stop_ids(self.stops)
+        return self.replies.stop_ids
 
     def stream_parser(
         self,
         *,
         prompt: Sequence[int] | str | None = None,
         stop: str | Sequence[str] | None = None,
+        stop_token_ids: Iterable[int] | None = None,
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         call_id: Callable[[int], str] | None = None,
@@ -379,6 +389,9 @@ class ChatFormat:
             prompt: The prompt the reply continues (ids or text); after a pre-written ``<think>``, in reasoning.
             stop: Stop strings of the request, of any length, matched across token boundaries; the parser never
                 emits any part of one. The family's own stop strings (``plain``: ``"\\nuser:"``) always apply too.
+            stop_token_ids: More ids that end the reply (vLLM's field), beside the format's own :attr:`stop_ids`:
+                for a template whose reply ends at the next role's marker. The reply ends at one with end reason
+                ``stop_token`` (``finish_reason`` ``stop``); its text is not the reply's. Only for a parser fed ids.
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
@@ -388,7 +401,8 @@ class ChatFormat:
             text: A parser fed text (``feed_text``), for replies that only exist as text: the markers written in it
                 count, as :meth:`parse` reads a ``str``.
         """
-        return self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=not text)
+        spec = reply_format or self.reply_format
+        return self.replies.parser(prompt, stop, stop_token_ids, tools, spec, call_id, strict, text=text)
 
     def parse(
         self,
@@ -396,6 +410,7 @@ class ChatFormat:
         *,
         prompt: Sequence[int] | str | None = None,
         stop: str | Sequence[str] | None = None,
+        stop_token_ids: Iterable[int] | None = None,
         tools: Tools | None = None,
         reply_format: str | ReplyFormat | None = None,
         length: bool = False,
@@ -407,43 +422,17 @@ class ChatFormat:
         ``length=True`` says the token budget ran out (``finish_reason="length"`` unless a stop came first). A reply
         given as text has no ids to go by, so the markers written in it count: ``"Hi<|im_end|>"`` ends at the
         marker. ``strict=True`` raises :class:`~turnkit.errors.ReplyParseError` for a reply that does not end
-        cleanly; otherwise failed calls are returned with their status (see :meth:`stream_parser`).
+        cleanly; otherwise failed calls are returned with their status; ``stop_token_ids`` are more ids that end the
+        reply (see :meth:`stream_parser`).
         """
+        spec = reply_format or self.reply_format
         text = isinstance(reply, str)
-        parser = self._stream_parser(prompt, stop, tools, reply_format, call_id, strict, with_tokenizer=not text)
+        parser = self.replies.parser(prompt, stop, stop_token_ids, tools, spec, call_id, strict, text=text)
         if isinstance(reply, str):
             parser.feed_text(reply)
         else:
             parser.feed(reply)
         return parser.finish(length=length)
-
-    def _stream_parser(
-        self,
-        prompt: Sequence[int] | str | None,
-        stop: str | Sequence[str] | None,
-        tools: Tools | None,
-        reply_format: str | ReplyFormat | None,
-        call_id: Callable[[int], str] | None,
-        strict: bool,
-        *,
-        with_tokenizer: bool,
-    ) -> StreamParser:
-        from turnkit.parse.formats import catalog
-        from turnkit.parse.reading.prompt import prompt_tail, reply_parser
-
-        spec = catalog.get(reply_format) if isinstance(reply_format, str) else reply_format or self.reply_format
-        binding = self.tokenizer if with_tokenizer else None
-        return reply_parser(
-            self.chat_template,
-            spec,
-            binding,
-            ids=self.stop_ids if binding else None,
-            tail=None if prompt is None else prompt_tail(prompt, self._decode),
-            stop=stop,
-            tools=tools,
-            call_id=call_id,
-            strict=strict,
-        )
 
     def check_prefix_stable(
         self, messages: Conversation, *, tools: Tools | None = None, **template_kwargs: Any

@@ -132,6 +132,24 @@ def test_every_declared_end_id_stops(qwen3, smollm2_gguf):
     assert gguf.parse([*ids_of(gguf, "Hi"), eos]).end in (EndReason.END_OF_TURN, EndReason.EOS)
 
 
+def test_a_request_stop_token_id_ends_the_reply_whole_and_streamed(qwen3):
+    """vLLM's ``stop_token_ids`` (issue 46): a template whose reply ends at the next role's marker (GLM) is read to
+    that id, whole and streamed alike, as a clean end (``finish_reason`` ``stop``); its text is not the reply's."""
+    im_start, im_end = qwen3.tokenizer.token_to_id("<|im_start|>"), qwen3.tokenizer.token_to_id("<|im_end|>")
+    ids = [*ids_of(qwen3, "Hello there"), im_start, *ids_of(qwen3, "user\nmore")]
+    whole = qwen3.parse(ids, stop_token_ids=[im_start])
+    assert whole == Reply(content="Hello there", end=EndReason.STOP_TOKEN, stop="<|im_start|>")
+    assert whole.finish_reason == "stop" and whole.ended_cleanly
+    streamed, deltas = stream(qwen3, ids, [1] * len(ids), stop_token_ids=[im_start])
+    assert as_client_sees(streamed) == as_client_sees(whole) and streamed.end == EndReason.STOP_TOKEN
+    assert assemble(deltas)["content"] == "Hello there"
+    assert qwen3.parse(ids).end == EndReason.NONE  # without it, the marker does not end the reply
+    # the format's own end ids keep their reason when a request names them too
+    assert qwen3.parse([im_end], stop_token_ids=[im_end]).end == EndReason.END_OF_TURN
+    with pytest.raises(TypeError, match="stop_token_ids"):
+        qwen3.stream_parser(text=True, stop_token_ids=[im_start])
+
+
 # -- ids the tokenizer has no token for (issue 34 item 8) ------------------------------------------------------------
 
 

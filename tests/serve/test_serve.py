@@ -334,6 +334,63 @@ def test_completions_return_token_ids(client, server):
     assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == whole.choices[0].token_ids
 
 
+# -- stop_token_ids (issue 46): vLLM's field, more ids that end the reply -------------------------------------------
+
+
+def _a_stop_midway(sampled: list[int], stops) -> int:
+    """Where a reply may be asked to stop: the first sampled id (after the first) that it did not sample before and
+    that is none of the format's own stops."""
+    return next(k for k in range(1, len(sampled)) if sampled[k] not in sampled[:k] and sampled[k] not in stops)
+
+
+def test_stop_token_ids_end_the_reply_at_that_id(client, smollm2_gguf):
+    """A template whose reply ends at the next role's marker (GLM) needs ``stop_token_ids`` in an RL loop. A greedy
+    reply asked to stop at an id it samples midway ends there, whole and streamed: ``finish_reason`` ``stop``, its
+    ``token_ids`` the free reply's up to that id, its text the ids before it (the stop's text is not the reply's)."""
+    fmt = ChatFormat.from_pretrained(smollm2_gguf)
+    free, _ = _greedy_ids(client, QUESTION)
+    sampled = free.choices[0].token_ids
+    k = _a_stop_midway(sampled, fmt.stop_ids)
+    whole, chunks = _greedy_ids(client, QUESTION, stop_token_ids=[sampled[k]])
+    choice = whole.choices[0]
+    assert choice.token_ids == sampled[: k + 1] and choice.finish_reason == "stop"
+    assert choice.message.content == fmt.tokenizer.decode(sampled[:k]) and whole.usage.completion_tokens == k + 1
+    assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == sampled[: k + 1]
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == choice.message.content
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_completions_stop_token_ids(client, server, smollm2_gguf):
+    """The same on ``/v1/completions`` with a prompt of ids (the engine client's route), whole and streamed."""
+    fmt = ChatFormat.from_pretrained(smollm2_gguf)
+    prompt = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    ids = httpx.post(server[0] + "/tokenize", json={"prompt": prompt}).json()["tokens"]
+    request = {"model": "smollm2", "prompt": ids, "temperature": 0, "max_tokens": 8}
+    sampled = client.completions.create(**request, extra_body={"return_token_ids": True}).choices[0].token_ids
+    k = _a_stop_midway(sampled, fmt.stop_ids)
+    body = {"return_token_ids": True, "stop_token_ids": [sampled[k]]}
+    whole = client.completions.create(**request, extra_body=body).choices[0]
+    assert whole.token_ids == sampled[: k + 1] and whole.finish_reason == "stop"
+    assert whole.text == fmt.tokenizer.decode(sampled[:k])
+    chunks = list(client.completions.create(**request, stream=True, extra_body=body))
+    assert [t for chunk in chunks for choice in chunk.choices for t in choice.token_ids] == sampled[: k + 1]
+    assert [choice.finish_reason for choice in chunks[-1].choices] == ["stop"]
+
+
+def test_a_bad_stop_token_ids_is_a_400_naming_it(client):
+    """Not a list of token ids, or an id outside the vocabulary (49,152 tokens): a 400 naming ``stop_token_ids`` (the
+    id's place in it where one is outside), on both APIs that have the field."""
+    bad = {"7": "stop_token_ids", 7: "stop_token_ids", (1.5,): "stop_token_ids", (True,): "stop_token_ids"}
+    bad |= {(-1,): "stop_token_ids", (None,): "stop_token_ids", (0, 10**6): "stop_token_ids[1]"}
+    apis = ((client.chat.completions.create, {"messages": QUESTION}), (client.completions.create, {"prompt": "Hi"}))
+    for value, param in bad.items():
+        for create, request in apis:
+            sent = list(value) if isinstance(value, tuple) else value
+            with pytest.raises(openai.BadRequestError, match="stop_token_ids") as caught:
+                create(model="smollm2", max_tokens=1, extra_body={"stop_token_ids": sent}, **request)
+            assert caught.value.body["param"] == param, (value, create)
+
+
 @pytest.fixture(scope="module")
 def long_reply(smollm2_gguf):
     """A request whose reply runs for its whole budget (its end tokens banned), unless its client leaves."""
@@ -512,6 +569,30 @@ def test_a_reply_cut_inside_a_character_ends_before_it(replay_server):
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
         completion = client.completions.create(model="replay", prompt="Tokyo in Japanese", max_tokens=max_tokens)
         assert completion.choices[0].text == expected and completion.choices[0].finish_reason == "length"
+
+
+def test_the_replay_engine_stops_at_stop_token_ids(replay_server):
+    """The scripted engine honours ``stop_token_ids`` too: asked to stop at ``<tool_call>`` (a stop that is the next
+    part's marker), the reply ends there, whole and streamed, with the text before it and no call."""
+    client = openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit", max_retries=0)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    probe = client.chat.completions.create(
+        model="replay", messages=messages, tools=TOOLS, extra_body={"return_token_ids": True}
+    )
+    sampled = probe.choices[0].token_ids
+    key = {"authorization": "Bearer sekrit"}
+    (tool_call,) = httpx.post(replay_server + "/tokenize", json={"prompt": "<tool_call>"}, headers=key).json()["tokens"]
+    body = {"return_token_ids": True, "stop_token_ids": [tool_call]}
+    whole = client.chat.completions.create(model="replay", messages=messages, tools=TOOLS, extra_body=body)
+    choice = whole.choices[0]
+    assert choice.token_ids == sampled[: sampled.index(tool_call) + 1] and choice.finish_reason == "stop"
+    assert choice.message.content.startswith("Let me look.") and not choice.message.tool_calls
+    stream = client.chat.completions.create(
+        model="replay", messages=messages, tools=TOOLS, stream=True, extra_body=body
+    )
+    chunks = list(stream)
+    assert [t for chunk in chunks for t in chunk.choices[0].token_ids] == choice.token_ids
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == choice.message.content
 
 
 def test_tool_calls_streamed_and_whole_agree(replay_server):

@@ -70,6 +70,8 @@ test_return_token_ids_gives_the_prompt_and_the_sampled_ids = (
 )
 test_a_next_turn_sent_as_ids_is_answered = core.test_a_next_turn_sent_as_ids_is_answered
 test_completions_return_token_ids = core.test_completions_return_token_ids
+test_stop_token_ids_end_the_reply_at_that_id = core.test_stop_token_ids_end_the_reply_at_that_id
+test_completions_stop_token_ids = core.test_completions_stop_token_ids
 long_reply = core.long_reply
 
 

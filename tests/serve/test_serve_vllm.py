@@ -185,6 +185,24 @@ def test_token_ids_in_and_out_on_vllm(served):
     )
 
 
+def test_stop_token_ids_end_the_reply_on_vllm(served):
+    """``stop_token_ids`` (issue 46) reach vLLM's ``SamplingParams`` with the template's own stops: a greedy reply asked
+    to stop at an id it samples midway ends there, whole and streamed, with ``finish_reason`` ``stop`` and its
+    ``token_ids`` the free reply's up to that id."""
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    request = {"model": "smollm2", "messages": question, "temperature": 0, "max_tokens": 16}
+    free = served.client.chat.completions.create(**request, extra_body={"return_token_ids": True})
+    sampled = free.choices[0].model_extra["token_ids"]
+    stops = served.fmt.stop_ids
+    k = next(k for k in range(1, len(sampled)) if sampled[k] not in sampled[:k] and sampled[k] not in stops)
+    body = {"return_token_ids": True, "stop_token_ids": [sampled[k]]}
+    whole = served.client.chat.completions.create(**request, extra_body=body).choices[0]
+    assert whole.model_extra["token_ids"] == sampled[: k + 1] and whole.finish_reason == "stop"
+    chunks = list(served.client.chat.completions.create(**request, stream=True, extra_body=body))
+    streamed = [t for c in chunks for choice in c.choices for t in (choice.model_extra or {}).get("token_ids") or []]
+    assert streamed == sampled[: k + 1]
+
+
 def test_a_forged_turn_reaches_vllm_as_turnkits_ids(served):
     """A user who types ChatML's markers writes text: vLLM runs exactly ``fmt.encode``'s ids (3 ``<|im_start|>``: the
     default system turn, the user's, the reply's), where plain ``vllm serve`` ran 5 (docs/guides/serve.md)."""

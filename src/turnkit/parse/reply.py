@@ -16,11 +16,12 @@ class EndReason(enum.StrEnum):
     END_OF_TURN = "end_of_turn"  # the template's end-of-turn marker (<|im_end|>, <|eot_id|>)
     EOS = "eos"  # another end-of-sequence id the checkpoint declares
     STOP_STRING = "stop_string"  # a stop string of the request
+    STOP_TOKEN = "stop_token"  # a stop token id of the request (vLLM's stop_token_ids)
     LENGTH = "length"  # the token budget ran out
     NONE = "none"  # the stream ended without any of these
 
 
-_CLEAN_ENDS = frozenset({EndReason.END_OF_TURN, EndReason.EOS, EndReason.STOP_STRING})
+_CLEAN_ENDS = frozenset({EndReason.END_OF_TURN, EndReason.EOS, EndReason.STOP_STRING, EndReason.STOP_TOKEN})
 
 
 class CallStatus(enum.StrEnum):

@@ -12,7 +12,10 @@ attribute's :func:`sampler` row. From the rows follow, with nothing spelled agai
   field, in the API's own words).
 
 A new sampler is one row here and its arithmetic in the engines that honour it (``engines/sampler.py`` for llama.cpp,
-``engines/torch.py``); an engine not listed in its row refuses requests that set it.
+``engines/torch.py``); an engine not listed in its row refuses requests that set it. A request field that is not a
+sampler (``logit_bias``, ``stop_token_ids``) is an :data:`ENGINE_FIELDS` row: the APIs whose body has it (their field
+tables read it, the others name it as another API's field), the engines that honour it; its reader is in
+``protocol/sampling_fields.py`` and its value a field of the ``Sampling`` request and of ``GenerationRequest``.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from typing import Literal, TypeVar
 __all__ = [
     "APIS",
     "ENGINE_FIELDS",
+    "OPENAI_APIS",
     "EngineField",
     "EngineKind",
     "SamplerRow",
     "SamplerValues",
     "WireRange",
+    "body_fields",
+    "foreign_body_fields",
     "samplers",
 ]
 
@@ -76,6 +82,10 @@ def sampler(neutral: Number, reads: Mapping[Api, WireRange], engines: frozenset[
     """A :class:`SamplerValues` attribute: ``neutral`` (the value that changes nothing, OpenAI's default) and its
     row."""
     return field(default=neutral, metadata={"row": SamplerRow(reads, engines)})
+
+
+#: The two OpenAI-style APIs, which read the sampling fields alike.
+OPENAI_APIS: frozenset[Api] = frozenset({"chat", "completions"})
 
 
 def _openai(wire: WireRange) -> dict[Api, WireRange]:
@@ -127,20 +137,36 @@ class EngineField:
     """A request field an engine may not honour: ``name`` is the request's own (chat completions') field that asks
     for it, ``param`` the field a refusal names where that is another (``echo``, which asks for the prompt's
     log-probabilities with ``logprobs``; each API's wording renames it: ``response_format`` is the Responses API's
-    ``text.format``); ``what``: the refusal's words where the field alone does not say it."""
+    ``text.format``); ``what``: the refusal's words where the field alone does not say it. ``apis``: the APIs whose
+    body carries it under ``name``, read with the sampling fields (the other APIs name it as another API's field);
+    none where each API's parser reads it in its own way (samplers have their rows, ``response_format`` its API's
+    shape)."""
 
     name: str
     engines: frozenset[EngineKind]
     param: str | None = None
     what: str | None = None
+    apis: frozenset[Api] = frozenset()
 
 
 #: What an engine may not honour: every sampler, and the request's other engine-facing fields (``logit_bias``;
-#: ``response_format``, the engine's grammar constraint; ``prompt_logprobs``, asked for by ``echo`` with
-#: ``logprobs``).
+#: ``stop_token_ids``, vLLM's: more ids that end the reply, which every engine stops on as it stops on the template's
+#: own, so that a template whose reply ends at the next role's marker serves an RL loop; ``response_format``, the
+#: engine's grammar constraint; ``prompt_logprobs``, asked for by ``echo`` with ``logprobs``).
 ENGINE_FIELDS: tuple[EngineField, ...] = (
     *(EngineField(name, row.engines) for name, row in samplers()),
-    EngineField("logit_bias", _MODEL_ENGINES),
+    EngineField("logit_bias", _MODEL_ENGINES, apis=OPENAI_APIS),
+    EngineField("stop_token_ids", _EVERY_ENGINE, apis=OPENAI_APIS),
     EngineField("response_format", _MODEL_ENGINES),
     EngineField("prompt_logprobs", _EVERY_ENGINE, param="echo", what="echo with logprobs"),
 )
+
+
+def body_fields(api: Api) -> frozenset[str]:
+    """The :data:`ENGINE_FIELDS` that are not samplers and that ``api``'s body carries, by name."""
+    return frozenset(each.name for each in ENGINE_FIELDS if api in each.apis)
+
+
+def foreign_body_fields(api: Api) -> frozenset[str]:
+    """The :data:`ENGINE_FIELDS` other APIs' bodies carry and ``api``'s has not."""
+    return frozenset(each.name for each in ENGINE_FIELDS if each.apis and api not in each.apis)

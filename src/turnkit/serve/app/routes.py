@@ -375,6 +375,7 @@ class Server:
         base = self.models.format(req.model)  # 404 before anything loads
         fmt = self._format_for(base, req.chat_input)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
+        _check_vocabulary(fmt, req.stop_token_ids, "stop_token_ids", each=True)
         _check_vocabulary(fmt, req.chat_input.prompt_ids or [], "prompt_token_ids", each=True)
         await asyncio.to_thread(check_tools_shown, fmt, req.chat_input)  # renders twice: off the event loop
         await asyncio.to_thread(check_tools_readable, fmt, req.chat_input)  # probe renders, the first time
@@ -388,6 +389,7 @@ class Server:
         req = await read_request(request, parse_completion)
         fmt = self.models.format(req.model)
         _check_vocabulary(fmt, list(req.logit_bias), "logit_bias")
+        _check_vocabulary(fmt, req.stop_token_ids, "stop_token_ids", each=True)
         if isinstance(req.prompt, str):
             # a raw prompt is the caller's own formatting; tokenized off the event loop (it may be long)
             prompt = (await asyncio.to_thread(fmt.tokenizer.encode, req.prompt)).ids

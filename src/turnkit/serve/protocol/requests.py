@@ -62,7 +62,8 @@ class ChatInput:
 class Sampling:
     """What both generating endpoints share. ``samplers``: the samplers the request sets, by name
     (:mod:`turnkit.serve.request_fields`); one it leaves out is the model's default (:mod:`turnkit.serve.sampling`).
-    ``logit_bias`` maps token ids to the bias added to their logits. ``return_token_ids`` (vLLM's field): the answer
+    ``logit_bias`` maps token ids to the bias added to their logits; ``stop_token_ids`` (vLLM's field) are more ids
+    that end the reply, as the template's own end ids do. ``return_token_ids`` (vLLM's field): the answer
     carries the ids the engine was given (``prompt_token_ids``) and each choice the ids it sampled (``token_ids``), so
     that a trainer takes the very ids the policy produced, never a re-encoding of text."""
 
@@ -77,6 +78,7 @@ class Sampling:
     samplers: dict[str, float] = field(default_factory=dict)
     n: int = 1
     logit_bias: dict[int, float] = field(default_factory=dict)
+    stop_token_ids: list[int] = field(default_factory=list)
     return_token_ids: bool = False
 
     @property
@@ -87,7 +89,7 @@ class Sampling:
     def asks_for(self, name: str) -> bool:
         """Whether the request sets ``name`` (a sampler, or a field such as ``logit_bias``) to something that changes
         the reply, for the refusal of a field its model's engine cannot honour."""
-        return name in self.samplers or getattr(self, name, None) not in (None, {})
+        return name in self.samplers or getattr(self, name, None) not in (None, {}, [])
 
 
 @dataclass

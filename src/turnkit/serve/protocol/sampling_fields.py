@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from turnkit.errors import APIError
-from turnkit.serve.protocol.fields import Refusal, read_field, read_optional_number
-from turnkit.serve.request_fields import Api, SamplerValues, WireRange, samplers
+from turnkit.serve.protocol.fields import Refusal, is_token_ids, read_field, read_optional_number
+from turnkit.serve.request_fields import Api, SamplerValues, WireRange, body_fields, foreign_body_fields, samplers
 
 __all__ = [
     "SAMPLING_FIELDS",
@@ -20,6 +20,7 @@ __all__ = [
     "read_response_format",
     "read_sampling",
     "read_single_reply_sampling",
+    "read_stop_token_ids",
     "sampler_fields",
 ]
 
@@ -46,25 +47,20 @@ def sampler_fields(api: Api) -> frozenset[str]:
 
 
 def foreign_samplers(api: Api) -> dict[str, None]:
-    """The samplers other APIs have and ``api`` has not, for its table's ``foreign``: named as another API's field."""
-    return dict.fromkeys(name for name, row in samplers() if api not in row.reads)
+    """The samplers (and the other engine fields of :mod:`~turnkit.serve.request_fields`) other APIs have and ``api``
+    has not, for its table's ``foreign``: named as another API's field."""
+    names = [name for name, row in samplers() if api not in row.reads]
+    return dict.fromkeys([*names, *sorted(foreign_body_fields(api))])
 
 
 #: The fields :func:`read_sampling` reads (chat completions also read ``max_completion_tokens`` there), with
-#: ``return_token_ids`` (vLLM's field), which both OpenAI-style APIs answer alike; they read the samplers alike too.
-SAMPLING_FIELDS = frozenset(
-    {
-        "model",
-        "max_tokens",
-        "n",
-        "stop",
-        "stream",
-        "stream_options",
-        "seed",
-        "logit_bias",
-        "return_token_ids",
-    }
-) | sampler_fields("chat")
+#: ``return_token_ids`` (vLLM's field), which both OpenAI-style APIs answer alike; they read the samplers and the
+#: engine fields declared for them (``logit_bias``, ``stop_token_ids``) alike too.
+SAMPLING_FIELDS = (
+    frozenset({"model", "max_tokens", "n", "stop", "stream", "stream_options", "seed", "return_token_ids"})
+    | sampler_fields("chat")
+    | body_fields("chat")
+)
 
 _NEUTRAL = SamplerValues()
 
@@ -112,7 +108,6 @@ SAMPLING_REFUSALS: dict[str, Refusal] = {
     "typical_p": ("typical_p sampling is not supported", (1, 1.0)),
     "min_tokens": ("min_tokens is not supported", (0,)),
     "ignore_eos": ("ignore_eos is not supported: a reply ends at the model's end of turn", (False,)),
-    "stop_token_ids": ("stop_token_ids is not supported; use stop", ([],)),
     "include_stop_str_in_output": ("include_stop_str_in_output is not supported", (False,)),
     "skip_special_tokens": ("skip_special_tokens: false is not supported", (True,)),
     "use_beam_search": ("beam search is not supported", (False,)),
@@ -135,6 +130,17 @@ def read_logit_bias(body: dict[str, Any]) -> dict[int, float]:
             raise APIError(400, f"logit_bias[{key!r}] must be a number from -100 to 100", param="logit_bias")
         out[int(key)] = float(value)
     return out
+
+
+def read_stop_token_ids(body: dict[str, Any]) -> list[int]:
+    """``stop_token_ids`` (vLLM's field): more ids that end the reply, beside the template's own end ids; a list of
+    token ids (whether each names a token of the model's vocabulary is checked once the model is known)."""
+    value = body.get("stop_token_ids")
+    if value is None:
+        return []
+    if not is_token_ids(value):
+        raise APIError(400, "stop_token_ids must be a list of token ids (integers, 0 or more)", param="stop_token_ids")
+    return list(dict.fromkeys(value))
 
 
 def read_sampling(body: dict[str, Any], api: Api) -> dict[str, Any]:
@@ -176,6 +182,7 @@ def read_sampling(body: dict[str, Any], api: Api) -> dict[str, Any]:
         "logit_bias": read_logit_bias(body),
         "seed": seed,
         "stop": stops,
+        "stop_token_ids": read_stop_token_ids(body),
         "stream": read_field(body, "stream", bool, False),
         "include_usage": include_usage,
         "return_token_ids": read_field(body, "return_token_ids", bool, False),

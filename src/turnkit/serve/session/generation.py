@@ -161,7 +161,8 @@ class Session:
     ``prompt_tokens`` counts the prompt without ``prefix`` (the forced start of a tool call, which the parser reads as
     the reply's own text); ``completion_tokens`` counts what the backend generated, the stop id included.
     ``prompt_ids``: the ids the engine was given (the prompt, then ``prefix``), which ``return_token_ids`` answers
-    as ``prompt_token_ids``; ``token_ids``: whether the request asked for them.
+    as ``prompt_token_ids``; ``token_ids``: whether the request asked for them; ``stop_token_ids``: the request's own
+    ids that end the reply (vLLM's field), beside the format's.
     """
 
     fmt: ChatFormat
@@ -174,6 +175,7 @@ class Session:
     logprobs: bool = False
     token_ids: bool = False
     prompt_ids: list[int] = field(default_factory=list)
+    stop_token_ids: frozenset[int] = frozenset()
     request_id: str = field(init=False, default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(init=False, default_factory=lambda: int(time.time()))
     completion_tokens: int = field(init=False, default=0)
@@ -246,7 +248,8 @@ class Session:
         """The token's log-probability entry; none for the stop token, which is not part of the reply's text, unless
         the request asked for the token ids (``return_token_ids``): then every sampled id has its entry, as vLLM
         gives it, since a trainer trains the stop id and needs its log-probability."""
-        if not self.logprobs or (event.token_id in self.fmt.stop_ids and not self.token_ids):
+        stop = event.token_id in self.fmt.stop_ids or event.token_id in self.stop_token_ids
+        if not self.logprobs or (stop and not self.token_ids):
             return None
         text, raw = self._text(event.token_id)
         top = [(*self._text(token_id), logprob) for token_id, logprob in event.top]

@@ -45,7 +45,9 @@ async def start_chat(
     endpoint = "chat-stream" if req.stream else "chat"
 
     def parser() -> StreamParser:
-        return fmt.stream_parser(prompt=prompt, stop=req.stop, tools=tools, reply_format=reply_format)
+        return fmt.stream_parser(
+            prompt=prompt, stop=req.stop, stop_token_ids=req.stop_token_ids, tools=tools, reply_format=reply_format
+        )
 
     where = "messages" if chat_input.prompt_ids is None else "prompt_token_ids"
     return await _start(fmt, model, req, prompt, prefix, parser, endpoint, default_max_tokens, constraint, where)
@@ -59,7 +61,7 @@ async def start_completion(
     fmt = model.fmt
 
     def parser() -> StreamParser:
-        return fmt.stream_parser(stop=req.stop, reply_format="plain")
+        return fmt.stream_parser(stop=req.stop, stop_token_ids=req.stop_token_ids, reply_format="plain")
 
     return await _start(fmt, model, req, list(prompt), [], parser, endpoint, default_max_tokens, None)
 
@@ -138,7 +140,8 @@ async def _start(
             facts={"prompt_tokens": len(full), "max_tokens": req.max_tokens, "context": context},
         )
     max_tokens = req.max_tokens if req.max_tokens is not None else min(default_max_tokens, room)
-    base = generation_request(req, model.defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=fmt.stops.ids)
+    stop_ids = fmt.stops.ids | frozenset(req.stop_token_ids)  # the template's end ids and the request's
+    base = generation_request(req, model.defaults, prompt_ids=full, max_tokens=max_tokens, stop_ids=stop_ids)
     sessions: list[Session] = []
     loop = asyncio.get_running_loop()
     try:
@@ -157,6 +160,7 @@ async def _start(
                 req.logprobs,
                 token_ids=req.return_token_ids,
                 prompt_ids=full,
+                stop_token_ids=frozenset(req.stop_token_ids),
             )
             session.model = model.name
             sessions.append(session)
