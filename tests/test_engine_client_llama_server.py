@@ -6,11 +6,12 @@ sdist's ``vendor/llama.cpp`` as docs/guides/agent-rl.md says (the server target 
 ``./dev.sh test`` under ``CI=true``, where a skip fails, does not run it (``LOCAL_ENGINE_TESTS``): CI does not build
 llama-server.
 
-* A three-turn episode through ``/completion`` with token prompts, a tool result and a user turn between the
-  replies: the ids the server returned (``tokens``) are the ids the trajectory appended; it evaluated a prompt of the
-  trajectory's length, and its prompt cache shows turn N's prompt starts with turn N-1's prompt and sampled ids (it
-  evaluates only the delta and the last sampled id); the stop id (``<|im_end|>``) is among the returned ids; one
-  log-probability per sampled id, named by that id, the top-1 of a greedy draw.
+* A four-reply episode through ``/completion`` with token prompts, a tool result and user turns between the
+  replies, the last cut by its budget: the ids the server returned (``tokens``) are the ids the trajectory appended;
+  it evaluated a prompt of the trajectory's length, and its prompt cache shows turn N's prompt starts with turn
+  N-1's prompt and sampled ids (it evaluates only the delta and the last sampled id); the stop id (``<|im_end|>``) is
+  among the returned ids of a finished reply, none in the cut one; one log-probability per sampled id, named by that
+  id, the top-1 of a greedy draw.
 * The rows: turn 1's prompt, each reply and delta; labels on exactly the sampled ids, their log-probabilities kept.
 """
 
@@ -69,10 +70,15 @@ def test_a_trajectory_sampled_from_llama_server(server, fmt):
     client = EngineClient(server, LLAMA_SERVER, max_tokens=24, temperature=0)
     traj = fmt.trajectory([{"role": "user", "content": "What is the capital of Germany?"}])
     samples, deltas = [], []
-    for turn, messages in enumerate(
-        [[{"role": "tool", "content": "population: 3.7 million"}], [{"role": "user", "content": "And of France?"}], []]
-    ):
-        sample = client.sample(traj)
+    between = [
+        [{"role": "tool", "content": "population: 3.7 million"}],
+        [{"role": "user", "content": "And of France?"}],
+        [{"role": "user", "content": "Tell me about both at length."}],
+        [],
+    ]
+    for turn, messages in enumerate(between):
+        # the last reply is cut by its budget: no stop id, and the server says it hit its limit
+        sample = client.sample(traj, max_tokens=4 if turn == len(between) - 1 else None)
         samples.append(sample)
         answer = sample.response
         # the ids the server returned are the ids appended; it evaluated the trajectory's prompt, as ids
@@ -95,7 +101,8 @@ def test_a_trajectory_sampled_from_llama_server(server, fmt):
         assert all(entry["top_logprobs"][0]["id"] == entry["id"] for entry in probs)
         if messages:
             deltas.append(traj.add_messages(messages))
-    assert any(sample.reply.finish_reason == "stop" for sample in samples)
+    finish_reasons = [sample.reply.finish_reason for sample in samples]
+    assert finish_reasons[0] == "stop" and finish_reasons[-1] == "length" and len(samples[-1].ids) == 4
 
     (row,) = traj.rows
     assert row.input_ids == samples[-1].prompt_ids + samples[-1].ids
