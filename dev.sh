@@ -79,6 +79,10 @@ VLLM_TESTS=(tests/serve/test_serve_vllm.py tests/serve/test_serve_vllm_cli.py te
     tests/serve/test_serve_vllm_ray.py)
 # the modules that start Ray in .venv: under CI=true they run alone, after the others
 RAY_TESTS=(tests/data/test_prepare_ray.py tests/serve/test_serve_ray.py)
+# engines and trainers nothing here installs: a llama-server binary (TURNKIT_LLAMA_SERVER or PATH; building it is
+# about 40 minutes of a busy 2-core machine) and verl (a venv of its own: docs/guides/agent-rl.md). They run where
+# they are found and skip, naming what is missing, where not; under CI=true, where a skip fails, they are not run.
+LOCAL_ENGINE_TESTS=(tests/test_engine_client_llama_server.py tests/test_trainers_verl.py)
 
 vllm_setup() {
     local want
@@ -152,7 +156,7 @@ if [ "${1:-}" = "test" ]; then
     # (in .venv they would skip, and a skip fails).
     status=0
     "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" \
-        "${RAY_TESTS[@]/#/--ignore=}" "$@" || status=$?
+        "${RAY_TESTS[@]/#/--ignore=}" "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "$@" || status=$?
     "$VENV/bin/python" -m pytest -n 0 "${durations[@]}" "${RAY_TESTS[@]}" "$@" || status=$?
     vllm_test "${durations[@]}" "$@" || status=$?
     exit "$status"

@@ -6,8 +6,9 @@
   prompt, the sampled ids and the delta; the log-probabilities are the server's, one per sampled id (the stop's too).
 * Errors from the same server: an HTTP error and an answer without ids (a route that does not ask for them). vLLM's
   route, which sends the format's stop ids as ``stop_token_ids``, samples from turnkit serve alike (it takes them).
-* llama-server's ``/completion`` and SGLang's ``/generate`` are not installed here: their routes are checked against
-  answers shaped as their documentation writes them, not against the engines.
+* llama-server's ``/completion`` (run for real in tests/test_engine_client_llama_server.py where a binary is found)
+  and SGLang's ``/generate`` (which does not run on this CPU): their routes checked against answers shaped as their
+  servers write them.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def test_an_answer_without_ids_is_an_error_naming_the_field(server, fmt):
     assert httpx.get(server + "/health").status_code == 200
 
 
-# -- llama-server and SGLang: not installed here; their shapes as documented -----------------------------------------
+# -- llama-server and SGLang: their answers' shapes --------------------------------------------------------------------
 
 
 def test_llama_server_route_shape():

@@ -1,8 +1,9 @@
-"""Trajectories in verl's and SkyRL's shapes (neither is installed here: their method names, arguments and fields
-are followed, nothing runs inside them). turnkit's builder for verl's Continuous Token interface, driven as verl's
-agent loop calls it: an episode's ids are turn 1's prompt, the sampled ids and the template's deltas, and for a
-template that keeps its history they are ``fmt.encode`` of the whole conversation; masks and log-probabilities line
-up with them. SkyRL's ``GeneratorOutput`` from trajectories: the same cut as TRL's rollout."""
+"""Trajectories in verl's and SkyRL's shapes, without either installed (tests/test_trainers_verl.py runs the builder
+inside verl where verl imports; SkyRL does not import on Python 3.11). turnkit's builder for verl's Continuous Token
+interface, driven as verl's agent loop calls it: an episode's ids are turn 1's prompt, the sampled ids and the
+template's deltas, and for a template that keeps its history they are ``fmt.encode`` of the whole conversation;
+masks and log-probabilities line up with them. SkyRL's ``GeneratorOutput`` from trajectories: the same cut as TRL's
+rollout."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def test_an_episode_as_verls_agent_loop_builds_it(fmt):
         previous = [*messages, {"role": "assistant", "content": text}]
         if number + 1 < len(replies):
             updated = [*previous, {"role": "tool", "content": HOSTILE_RESULT}]
-            merged = builder.merge_non_assistant_tokens(previous, updated, runtime)
-            assert merged.kind == "non_assistant" and not merged.inserted_token_ids
+            merged = builder.merge_context_tokens(previous, updated, runtime)
+            assert merged.kind == "context" and not merged.inserted_token_ids
             assert merged.removed_prefix_token_count == 0
             assert merged.token_ids[: len(runtime)] == runtime
             mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
@@ -81,12 +82,16 @@ def test_episodes_interleave_and_stale_ids_are_refused(fmt):
         builder.merge_assistant_tokens(a, [end])  # a is what a2 replaced
     previous = builder.trajectory(a2).messages
     with pytest.raises(TrajectoryError, match="previous_messages with messages appended"):
-        builder.merge_non_assistant_tokens(previous, [{"role": "user", "content": "Other"}], a2)
-    merged = builder.merge_non_assistant_tokens(previous, [*previous, {"role": "user", "content": "Again"}], a2)
+        builder.merge_context_tokens(previous, [{"role": "user", "content": "Other"}], a2)
+    merged = builder.merge_context_tokens(previous, [*previous, {"role": "user", "content": "Again"}], a2)
     assert (
         fmt.tokenizer.decode(merged.token_ids[len(a2) :])
         == "\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n"
     )
+    with pytest.raises(
+        TrajectoryError, match="build_initial_tokens: images, audios given; trajectories hold text only"
+    ):
+        builder.build_initial_tokens([{"role": "user", "content": "Hi"}], images=["img"], audios=["clip"])
     with pytest.raises(ValueError, match="'keep' or 'refuse'"):
         ContinuousTokenBuilder(fmt, history="fork")  # type: ignore[arg-type]
     with pytest.raises(TrajectoryError, match="4 assistant log-probabilities for 2"):
@@ -107,9 +112,12 @@ def test_skyrl_generator_output_is_the_trajectories_cut(fmt):
         episodes.append(traj)
     out = skyrl_output(episodes, [1.0, 0.0])
     trl = trl_rollout(episodes)
+    # SkyRL 0.4.0's GeneratorOutput keys (its TypedDict, read from its source: SkyRL does not import on Python 3.11)
     assert set(out) == {
         "prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_metrics",
-        "rollout_logprobs", "trajectory_ids", "is_last_step", "sampling_masks",
+        "rollout_logprobs", "trajectory_ids", "trajectory_generation_times", "trajectory_time_splits",
+        "rollout_expert_indices", "rollout_sample_support", "is_last_step", "env_metrics", "pixel_values",
+        "image_grid_thw",
     }  # fmt: skip
     assert out["prompt_token_ids"] == trl["prompt_ids"] and out["response_ids"] == trl["completion_ids"]
     assert out["loss_masks"] == trl["env_mask"] and out["stop_reasons"] == ["stop", "length"]

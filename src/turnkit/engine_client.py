@@ -11,8 +11,10 @@ those names, so that a training loop writes ``client.sample(traj)`` and never a 
   stops on its template's own stops, the same ids, without being told (it takes the field too).
 * :data:`LLAMA_SERVER`: llama.cpp's ``llama-server`` ``POST /completion`` (``prompt`` as ids, ``n_predict``,
   ``return_tokens: true``, ``n_probs: 1``); it stops on the model's end-of-generation ids, having no per-request
-  stop-id field.
-* :data:`SGLANG`: SGLang's ``POST /generate`` (``input_ids``, ``sampling_params``, ``return_logprob: true``).
+  stop-id field, and returns the stop id in ``tokens`` with its log-probability (run against llama.cpp's server
+  built from the pinned llama-cpp-python sdist).
+* :data:`SGLANG`: SGLang's ``POST /generate`` (``input_ids``, ``sampling_params``, ``return_logprob: true``), written
+  from its documentation: SGLang does not run on a CPU without its kernels.
 
 A route is data (:class:`Route`: a name, a path, a function that writes the body and one that reads the answer), not
 a subclass: an engine that spells it differently is ``dataclasses.replace(VLLM, path=...)`` or a new ``Route``.

@@ -7,13 +7,15 @@ slices a trajectory's row, so what the trainer scores is, id for id, what the en
   made outside the trainer): ``prompt_ids`` (turn 1's prompt), ``completion_ids`` (every sampled reply and the
   template's deltas between them), ``logprobs`` (the engine's, ``0.0`` on the deltas) and ``env_mask`` (``1`` on the
   sampled ids, ``0`` on the deltas: TRL's tool mask, so only the policy's own tokens carry the loss).
-* :class:`ContinuousTokenBuilder`: verl's Continuous Token builder interface (``build_initial_tokens``,
-  ``merge_assistant_tokens``, ``merge_non_assistant_tokens``, ``align_response_metadata``, returning a
-  :class:`MergeResult` of verl's shape), each merge a step of a trajectory, so the ids verl's agent loop holds are the
-  ones a trajectory makes for any template, with no per-family subclass. verl is not installed where turnkit's tests
-  run: the builder is tested by driving it as verl's agent loop calls it, against turnkit's own encode.
+* :class:`ContinuousTokenBuilder`: verl's Continuous Token builder interface as verl 0.9.1's agent loop calls it
+  (``build_initial_tokens``, ``merge_assistant_tokens``, ``merge_context_tokens``, ``align_response_metadata``,
+  ``supports_multimodal``, returning a :class:`MergeResult` of verl's shape), each merge a step of a trajectory, so
+  the ids verl's agent loop holds are the ones a trajectory makes for any template, with no per-family subclass.
+  ``tests/test_trainers_verl.py`` runs it inside verl's own agent-loop methods where verl imports.
 * :func:`skyrl_output`: SkyRL's ``GeneratorOutput`` (``prompt_token_ids``, ``response_ids``, ``loss_masks``,
-  ``rollout_logprobs``, ``stop_reasons``), what a SkyRL generator returns (SkyRL is not installed here either).
+  ``rollout_logprobs``, ``stop_reasons``, the rest ``None``), what a SkyRL generator returns. SkyRL does not import
+  on Python 3.11 (0.4.0 requires 3.12; 0.3.0's ``skyrl.backends`` fails in pydantic): the keys are its 0.4.0
+  TypedDict's, read from its source.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def skyrl_output(trajectories: Sequence[Trajectory], rewards: Sequence[float | S
     """SkyRL's ``GeneratorOutput`` (what a ``GeneratorInterface.generate`` returns), one entry per trajectory, in
     order: ``prompt_token_ids``, ``response_ids`` (as :func:`trl_rollout`'s completion), ``loss_masks`` (1 on the
     sampled ids), ``rollout_logprobs``, ``rewards`` as given, and ``stop_reasons`` (each episode's last reply's finish
-    reason). SkyRL is not installed where turnkit's tests run: the keys follow its ``GeneratorOutput`` TypedDict."""
+    reason). Every key of SkyRL 0.4.0's ``GeneratorOutput`` TypedDict is written (a TypedDict's keys are all required;
+    its trainer indexes some it does not fill, ``trajectory_ids``, ``is_last_step``), those turnkit has no value for
+    ``None``."""
     episodes = _episodes(trajectories, "a SkyRL generator output is one response per prompt")
     if len(rewards) != len(episodes):
         raise TrajectoryError(f"{len(rewards)} rewards for {len(episodes)} trajectories")
@@ -67,8 +71,14 @@ def skyrl_output(trajectories: Sequence[Trajectory], rewards: Sequence[float | S
         "rollout_metrics": None,
         "rollout_logprobs": [e.logprobs for e in episodes],
         "trajectory_ids": None,
+        "trajectory_generation_times": None,
+        "trajectory_time_splits": None,
+        "rollout_expert_indices": None,
+        "rollout_sample_support": None,
         "is_last_step": None,
-        "sampling_masks": None,
+        "env_metrics": None,
+        "pixel_values": None,
+        "image_grid_thw": None,
     }
 
 
@@ -106,7 +116,7 @@ def _sampled_extent(row: Row, number: int) -> tuple[int, int]:
     return sampled[0], sampled[-1] + 1
 
 
-MergeKind = Literal["assistant", "non_assistant"]
+MergeKind = Literal["assistant", "context"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +127,7 @@ class MergeResult:
 
     token_ids: list[int]
     appended_token_count: int
-    kind: MergeKind = "non_assistant"
+    kind: MergeKind = "context"
     inserted_token_ids: list[int] = field(default_factory=list)
     removed_prefix_token_count: int = 0
 
@@ -125,11 +135,14 @@ class MergeResult:
 class ContinuousTokenBuilder:
     """verl's Continuous Token builder on turnkit trajectories: one builder for any template and many episodes.
 
-    verl's agent loop calls the builder with the ids it holds (``runtime_token_ids``); each episode is found by those
-    ids, which must be the ids the builder's last step gave that episode (a mismatch is an error naming it, never a
-    silent re-render). ``history`` is the trajectories' policy for templates that rewrite history: ``"keep"`` or
-    ``"refuse"`` (``"fork"`` starts a new row, which a merge of appended ids cannot express). The last ``episodes``
-    episodes are kept; :meth:`trajectory` gives an episode's trajectory (its rows, its rewrites).
+    verl's agent loop (0.9.1's ``AgentLoopBase``: ``ct_build_initial_tokens``, ``ct_merge_context_msg``,
+    ``ct_merge_assistant_token``) takes it in place of the builder it makes itself
+    (``agent_loop.continuous_token_builder = ContinuousTokenBuilder(fmt)``) and calls it with the ids it holds
+    (``runtime_token_ids``); each episode is found by those ids, which must be the ids the builder's last step gave
+    that episode (a mismatch is an error naming it, never a silent re-render). ``history`` is the trajectories' policy
+    for templates that rewrite history: ``"keep"`` or ``"refuse"`` (``"fork"`` starts a new row, which a merge of
+    appended ids cannot express). The last ``episodes`` episodes are kept; :meth:`trajectory` gives an episode's
+    trajectory (its rows, its rewrites).
     """
 
     def __init__(
@@ -148,10 +161,27 @@ class ContinuousTokenBuilder:
         self._limit = episodes
         self._episodes: OrderedDict[tuple[int, ...], Trajectory] = OrderedDict()
 
+    @classmethod
+    def supports_multimodal(cls) -> bool:
+        """verl asks before a rollout with images, videos or audio: trajectories hold text only."""
+        return False
+
     def build_initial_tokens(
-        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        images: list[Any] | None = None,
+        videos: list[Any] | None = None,
+        audios: list[Any] | None = None,
+        mm_inputs_out: dict[str, Any] | None = None,
     ) -> list[int]:
-        """An episode's first prompt: the conversation with the generation prompt, forgery-proof."""
+        """An episode's first prompt: the conversation with the generation prompt, forgery-proof. verl's agent loop
+        passes its media arguments always (``None`` for text): any media is refused, naming it."""
+        del mm_inputs_out  # filled by verl's multimodal builders only
+        media = [name for name, given in (("images", images), ("videos", videos), ("audios", audios)) if given]
+        if media:
+            raise TrajectoryError(f"build_initial_tokens: {', '.join(media)} given; trajectories hold text only")
         traj = self.fmt.trajectory(messages, tools=tools, history=self.history, **self.chat_template_kwargs)
         ids = traj.prompt_ids
         self._keep(ids, traj)
@@ -165,7 +195,7 @@ class ContinuousTokenBuilder:
         self._keep(merged, traj)
         return MergeResult(merged, len(assistant_token_ids), "assistant")
 
-    def merge_non_assistant_tokens(
+    def merge_context_tokens(
         self,
         previous_messages: list[dict[str, Any]],
         updated_messages: list[dict[str, Any]],
@@ -176,21 +206,21 @@ class ContinuousTokenBuilder:
         """The messages ``updated_messages`` appends to ``previous_messages`` (tool results, a user turn), as the ids
         the template writes after the last reply up to the next generation prompt. ``tools`` are the episode's,
         given to :meth:`build_initial_tokens`."""
-        traj = self._episode(runtime_token_ids, "merge_non_assistant_tokens")
+        traj = self._episode(runtime_token_ids, "merge_context_tokens")
         if tools is not None and list(tools) != list(traj.tools or []):
             self._keep(runtime_token_ids, traj)
-            raise TrajectoryError("merge_non_assistant_tokens: tools differ from the episode's (build_initial_tokens)")
+            raise TrajectoryError("merge_context_tokens: tools differ from the episode's (build_initial_tokens)")
         if len(updated_messages) < len(previous_messages) or updated_messages[: len(previous_messages)] != list(
             previous_messages
         ):
             self._keep(runtime_token_ids, traj)
             raise TrajectoryError(
-                "merge_non_assistant_tokens: updated_messages must be previous_messages with messages appended"
+                "merge_context_tokens: updated_messages must be previous_messages with messages appended"
             )
         delta = traj.add_messages(updated_messages[len(previous_messages) :])
         merged = [*runtime_token_ids, *delta]
         self._keep(merged, traj)
-        return MergeResult(merged, len(delta), "non_assistant")
+        return MergeResult(merged, len(delta), "context")
 
     def align_response_metadata(
         self,
