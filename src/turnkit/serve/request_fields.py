@@ -9,7 +9,8 @@ attribute's :func:`sampler` row. From the rows follow, with nothing spelled agai
 * :class:`~turnkit.serve.engines.base.GenerationRequest`, which is a :class:`SamplerValues`, and a model's sampling
   defaults (``serve.sampling``: the same values; the models file's keys);
 * the refusal of a field the model's engine cannot honour (:data:`ENGINE_FIELDS`: a 400 naming the request's own
-  field, in the API's own words).
+  field, in the API's own words), and ``/health``'s list of the fields each loaded model's engine honours
+  (:func:`honoured_fields`).
 
 A new sampler is one row here and its arithmetic in the engines that honour it (``engines/sampler.py`` for llama.cpp,
 ``engines/torch.py``); an engine not listed in its row refuses requests that set it.
@@ -30,6 +31,7 @@ __all__ = [
     "SamplerRow",
     "SamplerValues",
     "WireRange",
+    "honoured_fields",
     "samplers",
 ]
 
@@ -144,3 +146,9 @@ ENGINE_FIELDS: tuple[EngineField, ...] = (
     EngineField("response_format", _MODEL_ENGINES),
     EngineField("prompt_logprobs", _EVERY_ENGINE, param="echo", what="echo with logprobs"),
 )
+
+
+def honoured_fields(engine: EngineKind) -> list[str]:
+    """The request fields ``engine`` honours, by the request's own name (:attr:`EngineField.name`), in declaration
+    order: ``/health`` shows them per model; a request that sets another is refused."""
+    return [each.name for each in ENGINE_FIELDS if engine in each.engines]

@@ -33,6 +33,7 @@ __all__ = [
     "derive",
     "idle_options",
     "taken_by",
+    "taken_flags",
 ]
 
 #: The longest speculative draft the llama.cpp engine makes unless told (``--spec-draft-n-max``).
@@ -278,3 +279,8 @@ def taken_by(engine: EngineKind, given: Mapping[str, OptionValue]) -> dict[str, 
         for option in ENGINE_OPTIONS
         if engine in option.engines and option.keyword is not None and option.keyword in given
     }
+
+
+def taken_flags(engine: EngineKind) -> list[str]:
+    """The flags of the options ``engine`` takes, in ``--help``'s order: ``/health`` shows them per model."""
+    return [option.flag for option in ENGINE_OPTIONS if engine in option.engines]
