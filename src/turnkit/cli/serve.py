@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import add_count, add_switch, missing_model, whole_number
+from turnkit.argtypes import whole_number
+from turnkit.cli.common import add_count, add_switch, missing_model
 from turnkit.errors import UsageError
 from turnkit.serve.engines import ENGINES, MAX_BATCH, EngineOptions
 from turnkit.serve.engines.options import ENGINE_OPTIONS, EngineOption, Launch, derive, idle_options

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from turnkit.argtypes import positive_int, whole_number
 from turnkit.serve.request_fields import EngineKind
 
 __all__ = [
@@ -49,26 +50,9 @@ MAX_BATCH = 16
 OptionValue = int | str
 
 
-def _whole_number(text: str, least: int, unit: str = "") -> int:
-    """A whole number of at least ``least``, or argparse's type error naming ``unit`` where given (the wording of
-    every count flag of turnkit's)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number{unit and ' of ' + unit}, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}{unit and ' ' + unit}, not {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    """A whole number of at least 1 (threads, sequences)."""
-    return _whole_number(text, 1)
-
-
 def _tokens(text: str) -> int:
     """A number of tokens for a context or a cache (at least 16)."""
-    value = _whole_number(text, 1)
+    value = positive_int(text)
     if value < 16:
         raise argparse.ArgumentTypeError(f"must be at least 16 tokens, got {value}")
     return value
@@ -77,7 +61,7 @@ def _tokens(text: str) -> int:
 def _draft_tokens(text: str) -> int:
     """The longest speculative draft, at most :data:`DRAFT_LIMIT` tokens (each is verified in the step's one batch,
     which llama.cpp sizes for the longest draft of every stream)."""
-    value = _whole_number(text, 1)
+    value = positive_int(text)
     if value > DRAFT_LIMIT:
         raise argparse.ArgumentTypeError(f"must be at most {DRAFT_LIMIT} tokens, not {value}")
     return value
@@ -86,7 +70,7 @@ def _draft_tokens(text: str) -> int:
 def _mebibytes(text: str) -> int:
     """A size in MiB, 0 included (off), at most this machine's memory (the host cache is parked there: a budget past
     it would swap, then fail)."""
-    value = _whole_number(text, 0, unit="MiB")
+    value = whole_number(text, least=0, unit="MiB")
     memory = _memory_mib()
     if memory is not None and value > memory:
         raise argparse.ArgumentTypeError(f"must be at most this machine's memory, {memory} MiB, not {value}")
@@ -112,7 +96,7 @@ class ValueKind:
     choices: tuple[str, ...] | None = None
 
 
-COUNT = ValueKind(_count)
+COUNT = ValueKind(positive_int)
 TOKENS = ValueKind(_tokens)
 DRAFT_TOKENS = ValueKind(_draft_tokens)
 MEBIBYTES = ValueKind(_mebibytes, "MIB")
