@@ -250,7 +250,7 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     from turnkit.serve.protocol import APIError
     from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
 
-    engine = _engine_options(args, Launch(cores=1, ray=True))
+    engine = _engine_options(args, Launch(cores=args.threads or 1, ray=True))
     options = ReplicaOptions(
         replicas=args.replicas or 1,
         autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,

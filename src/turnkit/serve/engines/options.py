@@ -105,8 +105,8 @@ SPEC_TYPE = ValueKind(str, None, ("ngram", "none"))
 
 @dataclass(frozen=True)
 class Launch:
-    """What a derivation sees besides the flags: the cores this process may use, and whether it is a ``--ray``
-    launch (each replica's share of the machine is then its ``--threads``)."""
+    """What a derivation sees besides the flags: the cores the engines may use (this process's, or with ``--ray``
+    each replica's share: its ``--threads``, 1 unless given), and whether it is a ``--ray`` launch."""
 
     cores: int
     ray: bool = False
