@@ -1,10 +1,10 @@
 """The corpus table of docs/guides/other-runtimes.md: every template of ../shared/conformance rendered in each other
-Jinja engine (llama.cpp's, minijinja's as mistral.rs sets it up, @huggingface/jinja's) on doctor's probe conversations,
+Jinja runtime (llama.cpp's, minijinja's as mistral.rs sets it up, @huggingface/jinja's) on doctor's probe conversations,
 against turnkit's reference render (transformers', byte for byte).
 
-Usage: python benchmarks/runtimes.py [--sample N] [--engines llama.cpp,minijinja,hf-jinja] [--json OUT]
+Usage: python benchmarks/runtimes.py [--sample N] [--runtimes llama.cpp,minijinja,hf-jinja] [--json OUT]
 
-Prints, per engine and with its version: templates identical / differs / fails (a template fails when the engine
+Prints, per runtime and with its version: templates identical / differs / fails (a template fails when the runtime
 refuses one probe the reference renders, differs when a render is not byte-identical), the same counts over single
 probe renders, and the most common causes with an example template each, as the Markdown the docs page holds.
 ``--sample N`` takes N templates spread evenly over the corpus (tests/doctor/test_doctor_runtimes.py runs a sample in
@@ -40,14 +40,14 @@ def _sample(templates: list[Any], count: int | None) -> list[Any]:
     return [templates[int(i * step)] for i in range(count)]
 
 
-def run(sample: int | None, engines: list[str] | None) -> dict[str, Any]:
-    """The table's data: per engine its version, template and probe counts, and causes with an example each."""
+def run(sample: int | None, runtimes: list[str] | None) -> dict[str, Any]:
+    """The table's data: per runtime its version, template and probe counts, and causes with an example each."""
     templates = _sample(all_templates(), sample)
-    chosen = renderers(engines)
+    chosen = renderers(runtimes)
     table: dict[str, Any] = {
         "templates": len(templates),
         "not_compared": {},
-        "engines": {
+        "runtimes": {
             r.name: {
                 "version": r.version(),
                 "served_by": r.served_by,
@@ -73,7 +73,7 @@ def run(sample: int | None, engines: list[str] | None) -> dict[str, Any]:
                 table["not_compared"][template.name] = "the reference refuses every probe"
                 continue
             for renderer in chosen:
-                row = table["engines"][renderer.name]
+                row = table["runtimes"][renderer.name]
                 if row["missing"]:
                     continue
                 result = compare(renders, renderer)
@@ -101,10 +101,10 @@ def markdown(table: dict[str, Any], top: int = 8) -> str:
         f"{table['templates']} templates, {compared} compared ({len(table['not_compared'])} the reference cannot "
         f"render at all); {table['seconds']} s.",
         "",
-        "| engine | version | templates identical | differs | fails | probe renders identical | differs | fails |",
+        "| runtime | version | templates identical | differs | fails | probe renders identical | differs | fails |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, row in table["engines"].items():
+    for name, row in table["runtimes"].items():
         if row["missing"]:
             lines.append(f"| {name} | not checked: {row['missing']} | | | | | | |")
             continue
@@ -113,7 +113,7 @@ def markdown(table: dict[str, Any], top: int = 8) -> str:
             f"| {name} | {row['version']} | {t[IDENTICAL]} | {t[DIFFERS]} | {t[FAILS]} | {p[IDENTICAL]} | "
             f"{p[DIFFERS]} | {p[FAILS]} |"
         )
-    for name, row in table["engines"].items():
+    for name, row in table["runtimes"].items():
         if row["missing"] or not row["causes"]:
             continue
         lines += ["", f"Most common causes, {name} (templates; an example):", ""]
@@ -126,10 +126,11 @@ def markdown(table: dict[str, Any], top: int = 8) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=int, help="N templates spread over the corpus (default: all)")
-    parser.add_argument("--engines", action="append", help="engines to run (default: all)")
+    parser.add_argument("--runtimes", action="append", help="runtimes to run (default: all)")
+    parser.add_argument("--engines", action="append", dest="runtimes", help=argparse.SUPPRESS)  # its old name
     parser.add_argument("--json", type=Path, help="also write the table's data as JSON here")
     args = parser.parse_args()
-    table = run(args.sample, args.engines)
+    table = run(args.sample, args.runtimes)
     sys.stdout.write(markdown(table))
     if args.json is not None:
         args.json.write_text(json.dumps(table, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

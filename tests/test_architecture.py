@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "quiet": 0,
     "collector": 0,
     "process_group": 0,
+    "argtypes": 0,
     "messages": 1,
     "embedded": 1,
     "template": 2,

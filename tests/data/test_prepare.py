@@ -236,13 +236,13 @@ def test_markers_max_length_and_split_turns(tmp_path, model):
     assert split["counts"]["rows"] == 1 + 6 and sorted(r["turn"] for r in split_rows)[-1] == 5
 
 
-def test_ray_engine_gives_the_same_rows(tmp_path, model):
+def test_ray_runner_gives_the_same_rows(tmp_path, model):
     pytest.importorskip("ray")
     lines = [json.dumps(GOOD), "{broken", json.dumps({"instruction": "Name a color", "output": "Blue"})] * 5
     data = _jsonl(tmp_path / "r.jsonl", lines)
     config = PrepareConfig(model=model)
     local = prepare([str(data)], tmp_path / "local", config, shard_records=4, progress=False)
-    ray = prepare([str(data)], tmp_path / "ray", config, engine="ray", workers=2, shard_records=4, progress=False)
+    ray = prepare([str(data)], tmp_path / "ray", config, runner="ray", workers=2, shard_records=4, progress=False)
     assert local["counts"] == ray["counts"] and local["tokens"] == ray["tokens"]
 
     def rows(out):
@@ -568,6 +568,22 @@ TOOL_CALL_ONLY = {
     ],
     "tools": [WEATHER_TOOL],
 }
+
+
+def test_engine_is_runner_s_old_name_still_taken_with_a_warning(tmp_path, capsys, model):
+    """``--engine`` and ``prepare(engine=...)``, ``--runner``'s old name ("engine" names the serving engines only),
+    still work, each saying the new name; the manifest names the runner; old and new names that disagree are refused."""
+    data = _jsonl(tmp_path / "d.jsonl", [json.dumps(GOOD)])
+    out = tmp_path / "old-flag"
+    assert main(["prepare", str(data), "--model", "default", "--out", str(out), "--engine", "local"]) == 0
+    assert "turnkit: warning: --engine is now --runner (--runner local)" in capsys.readouterr().err
+    assert json.loads((out / "manifest.json").read_text())["runner"] == "local"
+    argv = ["prepare", str(data), "--model", "default", "--out", str(tmp_path / "both")]
+    assert main([*argv, "--engine", "local", "--runner", "ray"]) == 2
+    assert "--runner ray and --engine local disagree" in capsys.readouterr().err
+    with pytest.warns(DeprecationWarning, match=r"prepare\(engine=...\) is now prepare\(runner=...\)"):
+        manifest = prepare([str(data)], tmp_path / "old-keyword", PrepareConfig(model=model), engine="local")
+    assert manifest["runner"] == "local" and manifest["counts"]["written"] == 1
 
 
 def test_a_turn_the_template_does_not_render_is_rejected_not_trained(tmp_path, capsys):

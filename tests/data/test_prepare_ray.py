@@ -1,6 +1,6 @@
-"""``turnkit prepare --engine ray --ray-address`` on a real two-node Ray cluster, started on this machine for the test
+"""``turnkit prepare --runner ray --ray-address`` on a real two-node Ray cluster, started on this machine for the test
 (``ray start --head`` and a second ``ray start --address``, with token authentication) and torn down after: its shards
-and counts equal the local engine's, and both nodes did work."""
+and counts equal the local runner's, and both nodes did work."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _wait_for_nodes(address: str, env: dict[str, str], count: int, timeout: floa
     pytest.fail(f"the Ray cluster at {address} did not reach {count} nodes")
 
 
-def test_ray_cluster_gives_the_local_engines_shards_and_counts(tmp_path, cluster, smollm2_hf_folder):
+def test_ray_cluster_gives_the_local_runners_shards_and_counts(tmp_path, cluster, smollm2_hf_folder):
     address, env = cluster
     good = {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]}
     lines = []
@@ -125,7 +125,7 @@ def test_ray_cluster_gives_the_local_engines_shards_and_counts(tmp_path, cluster
     inputs = [str(data), str(rows)]
     local = prepare(inputs, tmp_path / "local", PrepareConfig(model=model), shard_records=4, progress=False)
     command = [sys.executable, "-m", "turnkit.cli", "prepare", *inputs, "--model", model, "--out"]
-    options = ["--engine", "ray", "--workers", "2", "--ray-address", address, "--shard-records", "4"]
+    options = ["--runner", "ray", "--workers", "2", "--ray-address", address, "--shard-records", "4"]
     done = subprocess.run([*command, str(tmp_path / "ray"), *options], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     ray = json.loads((tmp_path / "ray" / "manifest.json").read_text())

@@ -1,7 +1,7 @@
-"""turnkit doctor --runtimes: a checkpoint's template in llama.cpp's, minijinja's and @huggingface/jinja's engines.
+"""turnkit doctor --runtimes: a checkpoint's template in llama.cpp's, minijinja's and @huggingface/jinja's runtimes.
 
 Every template here is a real one from ../shared/conformance, chosen because the full corpus table
-(docs/guides/other-runtimes.md, benchmarks/runtimes.py) shows what each engine does with it; each is made a checkpoint
+(docs/guides/other-runtimes.md, benchmarks/runtimes.py) shows what each runtime does with it; each is made a checkpoint
 (the SmolLM2 tokenizer holding the template's markers, the manifest's bos/eos) and audited through the CLI:
 
 ==========================================  ==========  ===========  ==========
@@ -20,7 +20,7 @@ minijinja refuses a keyword its filter does not take; (c) a dict keyed by intege
 ``"`` as ``&#34;`` where llama.cpp does not; (e) ``selectattr`` on a null; (f) ``|default`` on an object;
 (g) whitespace control; (h) `{%- generation %}`: mistral.rs strips only `{% generation %}`, minijinja has no such tag.
 
-The engines are installed by the fixture as ``./dev.sh test`` installs them (``python -m turnkit.doctor.runtimes
+The runtimes are installed by the fixture as ``./dev.sh test`` installs them (``python -m turnkit.doctor.runtimes
 setup``: npm into the cache folder, llama.cpp's sources from the pinned sdist, built once).
 """
 
@@ -47,8 +47,8 @@ from corpus import (
 from repo_paths import REPO
 
 from turnkit.cli import main
-from turnkit.doctor.runtimes import EngineFailure, hfjs, llama_cpp
-from turnkit.doctor.runtimes.minijinja_engine import MinijinjaRenderer
+from turnkit.doctor.runtimes import RenderFailure, hfjs, llama_cpp
+from turnkit.doctor.runtimes.minijinja_runtime import MinijinjaRenderer
 
 TURNKIT = Path(sys.executable).with_name("turnkit")
 
@@ -77,8 +77,8 @@ SAYS = {
 
 
 @pytest.fixture(scope="module")
-def engines() -> None:
-    """@huggingface/jinja installed and llama.cpp's engine built, into the cache folder (once)."""
+def runtimes() -> None:
+    """@huggingface/jinja installed and llama.cpp's runtime built, into the cache folder (once)."""
     assert shutil.which("node") is not None, "node is needed for @huggingface/jinja"
     hfjs.install()
     llama_cpp.build()
@@ -105,17 +105,17 @@ def _doctor_json(capsys, *argv: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_each_engine_is_reported_identical_differs_or_fails(name, engines, tmp_path, capsys):
+def test_each_engine_is_reported_identical_differs_or_fails(name, runtimes, tmp_path, capsys):
     report = _doctor_json(capsys, str(_checkpoint(name, tmp_path / "model")), "--runtimes")
-    results = {r["engine"]: r for r in report["runtimes"]}
-    assert {engine: r["status"] for engine, r in results.items()} == CASES[name]
+    results = {r["runtime"]: r for r in report["runtimes"]}
+    assert {runtime: r["status"] for runtime, r in results.items()} == CASES[name]
     assert "runtime-divergence" in report["checks_run"]
     findings = [f for f in report["findings"] if f["check"] == "runtime-divergence"]
     assert len(findings) == 3
-    for engine, result in results.items():
+    for runtime, result in results.items():
         finding = next(f for f in findings if f["message"].startswith(result["version"]))
         says, severity = SAYS[result["status"]]
-        assert says in finding["message"] and finding["severity"] == severity, (engine, finding)
+        assert says in finding["message"] and finding["severity"] == severity, (runtime, finding)
         probes = result["probes"]
         assert probes["identical"] + probes["differs"] + probes["fails"] == probes["compared"] >= 8
         if result["status"] == "fails":
@@ -124,20 +124,20 @@ def test_each_engine_is_reported_identical_differs_or_fails(name, engines, tmp_p
             assert f"first {first['probe']!r}" in finding["message"]
         if result["status"] == "differs":
             first = result["differences"][0]
-            assert result["ids_changed"] is True and first["reference"] != first["engine"]
+            assert result["ids_changed"] is True and first["reference"] != first["runtime"]
             assert f"first {first['probe']!r} differs at line {first['line']}" in finding["message"]
-            assert first["reference"] in finding["message"] and first["engine"] in finding["message"]
+            assert first["reference"] in finding["message"] and first["runtime"] in finding["message"]
         if result["status"] == "identical":
             assert not result["differences"] and not result["failures"]
 
 
-def test_the_json_report_carries_each_engine_and_runtimes_picks_them(engines, tmp_path, capsys):
+def test_the_json_report_carries_each_engine_and_runtimes_picks_them(runtimes, tmp_path, capsys):
     model = _checkpoint("llama.cpp/GLM-4.6.jinja", tmp_path / "model")
     report = _doctor_json(capsys, str(model), "--runtimes", "llama.cpp,minijinja")
-    assert [r["engine"] for r in report["runtimes"]] == ["llama.cpp", "minijinja"]
+    assert [r["runtime"] for r in report["runtimes"]] == ["llama.cpp", "minijinja"]
     minijinja = report["runtimes"][1]
     assert set(minijinja) == {
-        "engine", "version", "served_by", "status", "why", "probes", "ids_changed", "differences", "failures"
+        "runtime", "version", "served_by", "status", "why", "probes", "ids_changed", "differences", "failures"
     }  # fmt: skip
     assert minijinja["version"] == f"minijinja {version('minijinja')}, as mistral.rs sets it up"
     assert minijinja["failures"][0]["error"] == "too many arguments: unknown keyword argument 'ensure_ascii'"
@@ -195,12 +195,12 @@ def _doctor(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_word_after_runtimes_that_names_no_engine_is_the_checkpoint(tmp_path):
-    """``turnkit doctor --runtimes my-model`` read my-model as the engine list, then asked for the checkpoint; it
-    audits my-model with every engine now, the explicit ``--runtimes=...`` and the documented ``PATH --runtimes
-    ENGINE`` name engines as before (issue 45)."""
+    """``turnkit doctor --runtimes my-model`` read my-model as the runtime list, then asked for the checkpoint; it
+    audits my-model with every runtime now, the explicit ``--runtimes=...`` and the documented ``PATH --runtimes
+    RUNTIME`` name runtimes as before (issue 45)."""
     _checkpoint("llama.cpp/Qwen-Qwen3-0.6B.jinja", tmp_path / "my-model")
     every = ["llama.cpp", "minijinja", "hf-jinja"]
-    for argv, engines in (
+    for argv, runtimes in (
         (["--runtimes", "my-model"], every),
         (["--runtimes", "my-model", "--strict"], every),
         (["--runtimes=minijinja", "my-model"], ["minijinja"]),
@@ -211,7 +211,7 @@ def test_a_word_after_runtimes_that_names_no_engine_is_the_checkpoint(tmp_path):
         done = _doctor(tmp_path, *argv, "--json")
         assert done.returncode in (0, 1) and done.stderr == "", (argv, done.stderr)
         report = json.loads(done.stdout)
-        assert report["target"] == "my-model" and [r["engine"] for r in report["runtimes"]] == engines, argv
+        assert report["target"] == "my-model" and [r["runtime"] for r in report["runtimes"]] == runtimes, argv
     for argv, says in (
         (["--runtimes=my-model", "my-model"], "unknown runtime my-model for --runtimes"),
         (["my-model", "--runtimes", "other-model"], "unknown runtime other-model for --runtimes"),
@@ -269,8 +269,8 @@ def test_a_marker_the_tokenizer_lacks_is_one_warning_line(tmp_path):
     assert "<|eot_id|>" in done.stderr and len(lines) == len(set(lines)) and ".py:" not in done.stderr
 
 
-def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
-    """benchmarks/runtimes.py as CI runs it: 24 templates spread over the corpus, every engine, counts that add up."""
+def test_the_corpus_table_script_on_a_sample(runtimes, tmp_path):
+    """benchmarks/runtimes.py as CI runs it: 24 templates spread over the corpus, every runtime, counts that add up."""
     require(CONFORMANCE)
     out = tmp_path / "table.json"
     done = subprocess.run(
@@ -283,30 +283,30 @@ def test_the_corpus_table_script_on_a_sample(engines, tmp_path):
     table = json.loads(out.read_text(encoding="utf-8"))
     compared = table["templates"] - len(table["not_compared"])
     assert table["templates"] == 24 and compared >= 20
-    for name, row in table["engines"].items():
+    for name, row in table["runtimes"].items():
         assert row["missing"] is None, (name, row["missing"])
         assert sum(row["templates"].values()) == compared
         assert row["templates"].get("identical", 0) > compared // 2
         assert f"| {name} | {row['version']} | {row['templates'].get('identical', 0)} |" in done.stdout
-    assert sum(table["engines"]["minijinja"]["causes"].values()) >= 1
+    assert sum(table["runtimes"]["minijinja"]["causes"].values()) >= 1
     assert "Most common causes, minijinja" in done.stdout
 
 
 @pytest.mark.parametrize(
-    ("engine", "says"),
+    ("runtime", "says"),
     [
         (hfjs.HfJinjaRenderer, "did not finish the render in 1 s (stopped)"),
         (llama_cpp.LlamaCppRenderer, "did not finish the render in 1 s (stopped)"),
         (MinijinjaRenderer, "engine ran out of fuel"),
     ],
 )
-def test_a_render_that_runs_away_fails_alone(engine, says, engines):
+def test_a_render_that_runs_away_fails_alone(runtime, says, runtimes):
     """A template that loops for minutes is stopped (node and llama.cpp's program killed past the time limit and
     started again, minijinja out of fuel): that render fails, and the next one runs."""
-    renderer = engine()
+    renderer = runtime()
     renderer.timeout_s = 1.0
     with renderer:
         endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
         stopped = renderer.render(endless, {})
-        assert isinstance(stopped, EngineFailure) and says in stopped.message
+        assert isinstance(stopped, RenderFailure) and says in stopped.message
         assert renderer.render("{{ messages[0].content }}!", {"messages": [{"content": "again"}]}) == "again!"

@@ -510,6 +510,18 @@ def test_api_key(replay_server):
     assert openai.OpenAI(base_url=replay_server + "/v1", api_key="sekrit").models.list().data[0].id == "replay"
 
 
+def test_health_names_what_the_engine_honours_and_takes(replay_server):
+    """``/health`` shows each loaded model's engine: the request fields it honours and the engine options it takes,
+    as their declarations say (a scripted reply honours the temperature and top_p it ignores alike, and the prompt's
+    log-probabilities; it takes no option)."""
+    (model,) = httpx.get(replay_server + "/health").json()["models"]
+    assert model["engine"] == {
+        "engine": "replay",
+        "honours": ["temperature", "top_p", "prompt_logprobs"],
+        "options": [],
+    }
+
+
 def test_both_sdks_retrieve_a_model_and_list_them(replay_server):
     """``models.retrieve`` and ``models.list`` of the official OpenAI and Anthropic clients; an unknown model is a 404
     each client reads as its own NotFoundError."""

@@ -193,6 +193,19 @@ def test_lazy_load_select_by_name_and_unload(client, server):
     health = _health(server)
     assert health["loaded"] == ["smol-plain"] and health["max_loaded"] == 1
     assert {m["id"]: m["loaded"] for m in health["models"]} == {"smol": False, "smol-plain": True}
+    # a loaded model's engine: the request fields it honours and the options it takes, from their declarations
+    assert health["models"][1]["engine"] == {
+        "engine": "llama.cpp",
+        "honours": [
+            *("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"),
+            *("logit_bias", "response_format", "prompt_logprobs"),
+        ],
+        "options": [
+            *("--threads", "--prefill-threads", "--context", "--kv-tokens", "--cache-ram", "--spec-type"),
+            *("--spec-draft-n-max", "--max-batch"),
+        ],
+    }
+    assert "engine" not in health["models"][0]
     # ``default`` names the embedded model (the first one here), which loads again
     again = client.chat.completions.create(model="default", messages=QUESTION, temperature=0, max_tokens=8)
     assert again.model == "smol" and again.choices[0].message.content == first.choices[0].message.content

@@ -136,6 +136,17 @@ def test_unsupported_fields_are_400s_naming_them(server, field, value, code):
     assert error["param"] == field and field in error["message"] and error["code"] == code
 
 
+def test_other_servers_sampling_fields_are_refused_until_a_row_declares_them():
+    """The other servers' sampling fields this one refuses are those no request-field row declares: declaring one
+    (``typical_p``, ``min_tokens`` ...) lifts its refusal with no edit to the refusals, and none is both."""
+    from turnkit.serve.protocol.sampling_fields import _OTHER_SERVERS, SAMPLING_REFUSALS
+    from turnkit.serve.request_fields import samplers
+
+    declared = {name for name, _ in samplers()}
+    assert "typical_p" in SAMPLING_REFUSALS and not SAMPLING_REFUSALS.keys() & declared
+    assert set(_OTHER_SERVERS) - declared == set(SAMPLING_REFUSALS)  # every undeclared one is still refused
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
+from turnkit.argtypes import positive_int
 from turnkit.embedded import resolve_model
 from turnkit.errors import UsageError
 from turnkit.format import ChatFormat
@@ -168,22 +169,6 @@ def load_tools(args: argparse.Namespace, tools: Any) -> Any:
         if not isinstance(tools, list):
             raise UsageError(f"tools file {args.tools} must hold a JSON list of tool schemas")
     return tools
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a count of tokens, workers, records)."""
-    return whole_number(text, least=1)
-
-
-def whole_number(text: str, *, least: int, unit: str = "") -> int:
-    """A whole number of at least ``least`` (argparse's type error otherwise, naming ``unit`` where given)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number{unit and ' of ' + unit}, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be at least {least}{unit and ' ' + unit}, not {value}")
-    return value
 
 
 def add_count(command: Any, flag: str, help: str, *, default: int | None = None) -> None:

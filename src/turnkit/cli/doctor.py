@@ -12,25 +12,25 @@ from turnkit.cli.common import add_count, add_switch, hub_name, missing_model
 from turnkit.errors import UsageError
 
 
-def _engine_list(value: str) -> bool:
-    """Whether ``value`` names engines only (``llama.cpp,minijinja``, ``all``), as ``--runtimes`` takes them."""
-    from turnkit.doctor.runtimes import ENGINES
+def _runtime_list(value: str) -> bool:
+    """Whether ``value`` names runtimes only (``llama.cpp,minijinja``, ``all``), as ``--runtimes`` takes them."""
+    from turnkit.doctor.runtimes import RUNTIMES
 
     parts = [part.strip() for part in value.split(",") if part.strip()]
-    return bool(parts) and all(part in ENGINES or part == "all" for part in parts)
+    return bool(parts) and all(part in RUNTIMES or part == "all" for part in parts)
 
 
 def _runtimes_and_path(args: argparse.Namespace) -> None:
     """``--runtimes`` takes an optional value, so argparse gives it the word after it: ``turnkit doctor --runtimes
-    my-model`` read ``my-model`` as the engine list and then asked for the checkpoint. A value given with a space that
-    names no engine is the checkpoint when none was given; ``--runtimes=ENGINE,...`` (the explicit form) always names
-    engines, and ``PATH --runtimes ENGINE,...`` (the documented form) still does."""
+    my-model`` read ``my-model`` as the runtime list and then asked for the checkpoint. A value given with a space that
+    names no runtime is the checkpoint when none was given; ``--runtimes=RUNTIME,...`` (the explicit form) always names
+    runtimes, and ``PATH --runtimes RUNTIME,...`` (the documented form) still does."""
     if not args.runtimes:
         return
     explicit = {token for token in getattr(args.command_parser, "_given", []) if token.startswith("--runtimes=")}
     for index, value in enumerate(args.runtimes):
-        if f"--runtimes={value}" in explicit or _engine_list(value):
-            continue  # engines (a name that is none is refused by the engine table, with the names)
+        if f"--runtimes={value}" in explicit or _runtime_list(value):
+            continue  # runtimes (a name that is none is refused by the runtime table, with the names)
         if args.path is None and args.data is None:
             args.path, args.runtimes[index] = value, "all"
 
@@ -91,9 +91,9 @@ def register(commands: Any) -> None:
         nargs="?",
         const="all",
         action="append",
-        metavar="ENGINE[,ENGINE...]",
-        help="also render the template in other Jinja engines: llama.cpp, minijinja, hf-jinja (default: all); "
-        "--runtimes=ENGINE names them explicitly, and a word after --runtimes that names no engine is the PATH",
+        metavar="RUNTIME[,RUNTIME...]",
+        help="also render the template in other Jinja runtimes: llama.cpp, minijinja, hf-jinja (default: all); "
+        "--runtimes=RUNTIME names them explicitly, and a word after --runtimes that names no runtime is the PATH",
     )
     doc.add_argument("--data", metavar="DIR|FILE", help="prepared data: turnkit prepare output, Parquet or JSONL")
     doc.add_argument("--model", metavar="PATH|default", help="the model --data trains (default: from its manifest)")

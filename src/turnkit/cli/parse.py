@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from turnkit.cli.common import add_source_arguments, format_from_args, load_tools, positive_int
+from turnkit.argtypes import positive_int
+from turnkit.cli.common import add_source_arguments, format_from_args, load_tools
 from turnkit.errors import UsageError
 from turnkit.format import ChatFormat
 from turnkit.parse import REPLY_FORMATS, EndReason, ReplyFormat

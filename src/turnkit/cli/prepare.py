@@ -12,6 +12,21 @@ import sys
 from typing import Any
 
 from turnkit.cli.common import add_count, add_training_arguments, model_path, training_options
+from turnkit.errors import UsageError
+
+#: Where ``--runner`` prepares the shards: worker processes here, or Ray actors.
+RUNNERS = ("local", "ray")
+
+
+def _runner(args: argparse.Namespace) -> str:
+    """``--runner``, or ``--engine``, its old name ("engine" names the serving engines only), with a warning that
+    says the new one; both given must agree."""
+    if args.engine is None:
+        return str(args.runner or "local")
+    if args.runner is not None and args.runner != args.engine:
+        raise UsageError(f"--engine is --runner's old name: --runner {args.runner} and --engine {args.engine} disagree")
+    print(f"turnkit: warning: --engine is now --runner (--runner {args.engine})", file=sys.stderr)
+    return str(args.engine)
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -41,7 +56,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         args.out,
         config,
         workers=args.workers,
-        engine=args.engine,
+        runner=_runner(args),
         shard_records=args.shard_records,
         ray_address=args.ray_address,
     )
@@ -115,9 +130,14 @@ def register(commands: Any) -> None:
         "--id-field", metavar="NAME", help="the field holding each record's own id (default: id where present)"
     )
     add_count(prep, "--workers", "worker processes (default 1)", default=1)
-    prep.add_argument("--engine", choices=["local", "ray"], default="local")
     prep.add_argument(
-        "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --engine ray), e.g. HOST:6379"
+        "--runner",
+        choices=RUNNERS,
+        help="where shards are prepared: local worker processes (the default) or Ray actors",
+    )
+    prep.add_argument("--engine", choices=RUNNERS, help=argparse.SUPPRESS)  # --runner's old name, still taken
+    prep.add_argument(
+        "--ray-address", metavar="ADDRESS", help="run on an existing Ray cluster (with --runner ray), e.g. HOST:6379"
     )
     add_count(prep, "--shard-records", "records per output shard", default=1024)
     prep.set_defaults(handler=_cmd_prepare)

@@ -9,17 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import add_count, add_switch, missing_model, positive_int, whole_number
+from turnkit.argtypes import whole_number
+from turnkit.cli.common import add_count, add_switch, missing_model
 from turnkit.errors import UsageError
 from turnkit.serve.engines import ENGINES, MAX_BATCH, EngineOptions
-from turnkit.serve.engines.options import ENGINE_OPTIONS
+from turnkit.serve.engines.options import ENGINE_OPTIONS, EngineOption, Launch, derive, idle_options
 from turnkit.serve.replicas import INGRESSES
 
 #: How long running replies may go on after SIGTERM, unless --drain-seconds says otherwise.
 _DRAIN_SECONDS = 30.0
-
-#: The longest speculative draft --spec-draft-n-max takes (llama-server's n-gram drafts default to 48 at most).
-DRAFT_LIMIT = 256
 
 
 def _model_specs(args: argparse.Namespace) -> list[Any]:
@@ -112,12 +110,8 @@ def _refuse_idle_flags(args: argparse.Namespace, specs: list[Any]) -> None:
     if args.spec_type == "none" and args.spec_draft_n_max is not None:
         raise UsageError("--spec-draft-n-max sizes speculative drafts, which --spec-type none turns off: drop one")
     engines = {_engine_of(spec) for spec in specs}
-    for option in ENGINE_OPTIONS:
-        if getattr(args, option.dest) is not None and not option.engines & engines:
-            _refuse_engine_flag(option.flag, sorted(option.engines), specs, engines)
-    llama_only = _given(args, "--prefill-threads", "--spec-type", "--spec-draft-n-max")
-    if llama_only and "llama.cpp" not in engines:
-        _refuse_engine_flag(llama_only[0], ["llama.cpp"], specs, engines)
+    for option in idle_options(engines, _option_flags(args))[:1]:
+        _refuse_engine_flag(option.flag, sorted(option.engines), specs, engines)
 
 
 def _refuse_engine_flag(flag: str, takers: list[str], specs: list[Any], engines: set[str]) -> None:
@@ -130,13 +124,9 @@ def _refuse_engine_flag(flag: str, takers: list[str], specs: list[Any], engines:
     )
 
 
-def _draft_max(args: argparse.Namespace) -> int:
-    """The longest speculative draft the llama.cpp engine may make: 0 (off) for ``--spec-type none``."""
-    from turnkit.serve.engines import DRAFT_MAX
-
-    if args.spec_type == "none":
-        return 0
-    return DRAFT_MAX if args.spec_draft_n_max is None else int(args.spec_draft_n_max)
+def _option_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options' flags (:data:`~turnkit.serve.engines.options.ENGINE_OPTIONS`) as given, by dest."""
+    return {option.dest: getattr(args, option.dest) for option in ENGINE_OPTIONS}
 
 
 def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
@@ -157,22 +147,13 @@ def _vllm_args(args: argparse.Namespace) -> tuple[tuple[str, Any], ...]:
     return tuple(engine_args.items())
 
 
-def _engine_options(args: argparse.Namespace, threads: int | None, prefill_threads: int | None) -> EngineOptions:
-    """The flags every engine is given (:class:`~turnkit.serve.engines.EngineOptions`), with the threads the caller
-    chose: this machine's cores for one server, the replica's share with ``--ray``."""
-    return EngineOptions(
-        threads=threads,
-        prefill_threads=prefill_threads,
-        max_batch=args.max_batch,
+def _engine_options(args: argparse.Namespace, launch: Launch) -> EngineOptions:
+    """The flags every engine is given (:class:`~turnkit.serve.engines.EngineOptions`): each engine option as its row
+    derives it for this ``launch`` (one server on this machine's cores, or ``--ray`` replicas), and the queue's."""
+    return EngineOptions.of(
+        derive(_option_flags(args), launch),
         max_queue=args.max_queue,
         queue_timeout=args.queue_timeout or None,
-        context=args.context,
-        draft_max=_draft_max(args),
-        declared=tuple(
-            (option.keyword, getattr(args, option.dest))
-            for option in ENGINE_OPTIONS
-            if getattr(args, option.dest) is not None
-        ),
         vllm_args=_vllm_args(args),
     )
 
@@ -219,15 +200,12 @@ def _serve(args: argparse.Namespace, specs: list[Any], sockets: list[Any]) -> in
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
-    threads = args.threads or max(1, cores - 1)
-    # Prompts are compute-bound: every core, unless --threads was given (then as many, as llama-server's -tb).
-    prefill_threads = args.prefill_threads or args.threads or cores
 
     from turnkit.serve.app import lifecycle
     from turnkit.serve.app.routes import Server
     from turnkit.serve.models import ModelRegistry
 
-    registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=_engine_options(args, threads, prefill_threads))
+    registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=_engine_options(args, Launch(cores)))
     first = registry.default_name
     spec = registry.spec(first)
     engine = _engine_of(spec)
@@ -272,10 +250,11 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     from turnkit.serve.protocol import APIError
     from turnkit.serve.replicas import ReplicaOptions, parse_autoscale, run_on_ray
 
+    engine = _engine_options(args, Launch(cores=args.threads or 1, ray=True))
     options = ReplicaOptions(
         replicas=args.replicas or 1,
         autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
-        threads=args.threads or 1,
+        threads=engine.threads or 1,
         max_ongoing_requests=args.max_batch or MAX_BATCH,
         max_queued_requests=args.max_queue,
         host=args.host,
@@ -289,7 +268,6 @@ def _serve_on_ray(args: argparse.Namespace, specs: list[Any]) -> int:
     if args.ray_address is None:  # a local instance: its endpoint is this machine's port, so a taken one fails now
         for sock in lifecycle.bind(args.host, args.port):
             sock.close()
-    engine = _engine_options(args, options.threads, args.prefill_threads)
     try:  # a broken template or tokenizer fails here, in one line, before any replica starts
         registry = ModelRegistry(specs, max_loaded=args.max_loaded, options=engine)
         for name in registry.names:
@@ -321,25 +299,6 @@ def _replica_app(specs: list[Any], max_loaded: int, engine: Any, server: dict[st
     return Server(registry, **server).app()
 
 
-def _mebibytes(text: str) -> int:
-    """An argparse type: a size in MiB, 0 included (off), at most this machine's memory (the host cache is parked
-    there: a budget past it would swap, then fail)."""
-    value = whole_number(text, least=0, unit="MiB")
-    memory = _memory_mib()
-    if memory is not None and value > memory:
-        raise argparse.ArgumentTypeError(f"must be at most this machine's memory, {memory} MiB, not {value}")
-    return value
-
-
-def _memory_mib() -> int | None:
-    import os
-
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _queue_places(text: str) -> int:
     """An argparse type: requests that may wait, 0 included (none wait: 429 once every slot runs)."""
     return whole_number(text, least=0)
@@ -356,21 +315,16 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _draft_tokens(text: str) -> int:
-    """An argparse type: the longest speculative draft, at most :data:`DRAFT_LIMIT` tokens (each is verified in the
-    step's one batch, which llama.cpp sizes for the longest draft of every stream)."""
-    value = positive_int(text)
-    if value > DRAFT_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be at most {DRAFT_LIMIT} tokens, not {value}")
-    return value
+def _add_options(command: Any, place: str) -> None:
+    """The engine options listed at ``place`` in ``--help``, one flag a row, each of its row's value kind."""
+    for option in ENGINE_OPTIONS:
+        if option.place == place:
+            _add_option(command, option)
 
 
-def _tokens(text: str) -> int:
-    """An argparse type: a number of tokens for a context or a cache (at least 16)."""
-    value = positive_int(text)
-    if value < 16:
-        raise argparse.ArgumentTypeError(f"must be at least 16 tokens, got {value}")
-    return value
+def _add_option(command: Any, option: EngineOption) -> None:
+    kind = option.kind
+    command.add_argument(option.flag, type=kind.read, choices=kind.choices, metavar=kind.metavar, help=option.help)
 
 
 def register(commands: Any) -> None:
@@ -419,49 +373,14 @@ def register(commands: Any) -> None:
         "gpu_memory_utilization=0.8, dtype=bfloat16, enable_prefix_caching=true (a value is JSON where it reads as "
         "JSON); --engine vllm only",
     )
-    add_count(
-        serve, "--threads", "engine threads decoding one stream (default: CPU cores - 1; with --ray: 1 per replica)"
-    )
-    add_count(
-        serve,
-        "--prefill-threads",
-        "llama.cpp threads for prompts and batches of streams (default: --threads if given, else every core; "
-        "on a machine busy with other work, 1 can be faster; llama.cpp only)",
-    )
-    serve.add_argument(
-        "--context",
-        type=_tokens,
-        metavar="N",
-        help="the longest request (prompt and reply) in tokens (default: the model's; longer is RoPE scaled with "
-        "YaRN on llama.cpp; a models file may set context per model)",
-    )
-    value_types = {"tokens": _tokens, "mebibytes": _mebibytes}
-    for option in ENGINE_OPTIONS:
-        serve.add_argument(option.flag, type=value_types[option.kind], metavar=option.metavar, help=option.help)
-    serve.add_argument(
-        "--spec-type",
-        choices=("ngram", "none"),
-        help="speculative decoding on llama.cpp: ngram (the default) drafts tokens from the prompt and the reply so "
-        "far and verifies them in one batch, the same tokens as without it; none turns it off",
-    )
-    serve.add_argument(
-        "--spec-draft-n-max",
-        type=_draft_tokens,
-        metavar="N",
-        help=f"the longest draft of speculative decoding (default 16, at most {DRAFT_LIMIT})",
-    )
+    _add_options(serve, "engine")
     serve.add_argument("--model-id", metavar="NAME", help="the one model's name for clients (default: from the file)")
     override = serve.add_mutually_exclusive_group()
     override.add_argument(
         "--template", metavar="FILE", help="the one model's chat template: a Jinja file instead of the model's own"
     )
     override.add_argument("--family", choices=families.names(), help="the one model's template: a built-in family's")
-    add_count(
-        serve,
-        "--max-batch",
-        f"sequences generated together (default {MAX_BATCH}; on vllm, vLLM's own max_num_seqs: 128 on CPU, 256 to "
-        "1024 on GPUs)",
-    )
+    _add_options(serve, "queue")
     serve.add_argument(
         "--max-queue",
         type=_queue_places,

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from turnkit import families
-from turnkit.cli.common import missing_model, positive_int
+from turnkit.argtypes import positive_int
+from turnkit.cli.common import missing_model
 from turnkit.errors import UsageError
 from turnkit.serve.engines import ENGINES
 from turnkit.serve.modelspec import SAMPLING_KEYS

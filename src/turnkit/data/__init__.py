@@ -4,7 +4,7 @@
 * :mod:`.cutting`: inputs cut into spans and row slices that worker processes make the records of;
 * :mod:`.formats`: OpenAI messages, ShareGPT and Alpaca records to conversations;
 * :mod:`.pipeline`: the batch function: marker scan, encoding, max-length, rows and rejects;
-* :mod:`.prepare`: the shards planned, resumed and run: the local and Ray engines;
+* :mod:`.prepare`: the shards planned, resumed and run: the local and Ray runners;
 * :mod:`.output`: what a run writes (shards and their done-files, manifest, rejects) and reading it back.
 """
 

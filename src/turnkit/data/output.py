@@ -144,7 +144,7 @@ def finished_summary(folder: Path, index: int, fingerprint: str) -> dict[str, An
 
 
 def finish(
-    out: Path, folder: Path, sources: list[str], config: PrepareConfig, engine: str, workers: int, run: dict[str, Any]
+    out: Path, folder: Path, sources: list[str], config: PrepareConfig, runner: str, workers: int, run: dict[str, Any]
 ) -> dict[str, Any]:
     """Assemble ``manifest.json`` and ``rejects.jsonl`` from the shards' done-files. ``run``: this run's shard count,
     how many of them an earlier run had written (``resumed``; all of them: the run had nothing to do), and seconds."""
@@ -205,7 +205,7 @@ def finish(
             "from_source": totals["ids_from_source"],
         },
         "options": config.to_dict(),
-        "engine": engine,
+        "runner": runner,
         "workers": workers,
         "seconds": run["seconds"],
         "shards": {"total": run["shards"], "resumed": run["resumed"]},

@@ -1,4 +1,4 @@
-"""The batch function both engines run: raw records in, training rows and rejects out, every record accounted for.
+"""The batch function both runners run: raw records in, training rows and rejects out, every record accounted for.
 
 For each record: convert it to a conversation (:mod:`.formats`), scan its data for the target template's control
 markers (keep them as text, reject the record, or strip them), encode it with ``ChatFormat.encode`` (safe, with masks),

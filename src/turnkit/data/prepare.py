@@ -8,9 +8,9 @@ end ``manifest.json`` (counts, token totals, fingerprints, options, version) and
 the shard files. Written plus rejected always equals read.
 
 The input is read as a stream: at most two shards per worker are in flight, so memory stays flat whatever the input
-size. The local engine runs shards in worker processes; the Ray engine runs the same function in Ray actors (on a
+size. The local runner runs shards in worker processes; the Ray runner runs the same function in Ray actors (on a
 private instance, or on an existing cluster with ``ray_address``) and the driver writes what they return, so the
-shards and counts are the local engine's. Local worker processes make the records of JSONL, Parquet and ``datasets``
+shards and counts are the local runner's. Local worker processes make the records of JSONL, Parquet and ``datasets``
 inputs themselves: this process only counts lines to find where each shard's lie
 (:class:`~turnkit.data.cutting.JsonlSpan`), and sends a few numbers a shard, not its text (the text's bytes in one
 buffer for a compressed file); or decodes a shard's rows and sends them as Arrow data
@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -263,7 +264,7 @@ def _ray(
         for index, records in shards:
             pool.submit(lambda actor, job: actor.run.remote(*job), (index, records))
             in_flight += 1
-            while in_flight >= 2 * workers:  # bounded, as the local engine
+            while in_flight >= 2 * workers:  # bounded, as the local runner
                 collect()
                 in_flight -= 1
         while pool.has_next():
@@ -282,20 +283,26 @@ def prepare(
     config: PrepareConfig,
     *,
     workers: int = 1,
-    engine: str = "local",
+    runner: str = "local",
     shard_records: int = 1024,
     progress: bool = True,
     ray_address: str | None = None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """Prepare ``inputs`` into ``out``; returns the manifest (also written to ``out/manifest.json``).
 
-    ``ray_address`` (engine ``ray``) runs on an existing Ray cluster (``ray start --head`` ...); without it, a private
-    Ray instance with ``workers`` CPUs is started on this machine.
+    ``runner``: ``local`` (worker processes) or ``ray`` (Ray actors). ``ray_address`` (runner ``ray``) runs on an
+    existing Ray cluster (``ray start --head`` ...); without it, a private Ray instance with ``workers`` CPUs is started
+    on this machine. ``engine``: ``runner``'s old name, still taken (a DeprecationWarning says so): "engine" names the
+    serving engines only.
     """
+    if engine is not None:
+        warnings.warn("prepare(engine=...) is now prepare(runner=...)", DeprecationWarning, stacklevel=2)
+        runner = engine
     out = Path(out)
     folder = out / "shards"
     sources = [str(i) for i in inputs]
-    _check_options(out, config, workers, engine, shard_records, ray_address)
+    _check_options(out, config, workers, runner, shard_records, ray_address)
     _check_named_once(sources)
     try:
         check_inputs(sources)  # a missing input, or an unreachable hub, fails before any work
@@ -304,17 +311,17 @@ def prepare(
     meter = _Progress(progress)
     with _removed_if_nothing_done(out), fewer_collections():  # this process reads every record
         folder.mkdir(parents=True, exist_ok=True)
-        if engine == "local":
+        if runner == "local":
             _local(sources, folder, config, workers, shard_records, meter)
         else:
             _ray(sources, folder, config, workers, shard_records, meter, ray_address)
     meter.done()
     run = {"shards": meter.shards, "resumed": meter.resumed, "seconds": round(time.perf_counter() - meter.start, 2)}
-    return finish(out, folder, sources, config, engine, workers, run)
+    return finish(out, folder, sources, config, runner, workers, run)
 
 
 def _check_options(
-    out: Path, config: PrepareConfig, workers: int, engine: str, shard_records: int, ray_address: str | None
+    out: Path, config: PrepareConfig, workers: int, runner: str, shard_records: int, ray_address: str | None
 ) -> None:
     """Options that cannot work, refused before anything is read or written."""
     if out.exists() and not out.is_dir():
@@ -325,10 +332,10 @@ def _check_options(
         raise PrepareError(f"--workers must be at least 1, not {workers}")
     if shard_records < 1:
         raise PrepareError(f"--shard-records must be at least 1, not {shard_records}")
-    if ray_address and engine != "ray":
-        raise PrepareError("--ray-address goes with --engine ray")
-    if engine not in ("local", "ray"):
-        raise PrepareError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+    if ray_address and runner != "ray":
+        raise PrepareError("--ray-address goes with --runner ray")
+    if runner not in ("local", "ray"):
+        raise PrepareError(f"unknown runner {runner!r}: use 'local' or 'ray'")
 
 
 def _check_named_once(sources: Sequence[str]) -> None:

@@ -74,20 +74,20 @@ def run(
     for the checks that need token ids (without one they are listed as not evaluated, saying so).
 
     ``base`` is an adapter's base model folder, when its ``base_model_name_or_path`` is a hub name. ``runtimes``
-    (engine names, or ``["all"]``) also runs ``runtime-divergence``: the template in those other Jinja engines.
+    (runtime names, or ``["all"]``) also runs ``runtime-divergence``: the template in those other Jinja runtimes.
 
     Raises:
         DoctorInputError: The path cannot be audited (missing, unreadable JSON, no tokenizer, truncated GGUF).
     """
     skip = validate_ignore(ignore)
-    engines = None if runtimes is None else renderers(runtimes)
+    chosen = None if runtimes is None else renderers(runtimes)
     target = load_target(path, base=base, tokenizer=tokenizer)
     context = Context(target)
     report = run_checks(context, CHECKPOINT_CHECKS, _report(target, str(path)), skip)
     if context.forgery is not None:
         report.extra["forgery"] = context.forgery
-    if engines is not None:
-        divergence = RuntimeDivergence(engines)
+    if chosen is not None:
+        divergence = RuntimeDivergence(chosen)
         run_checks(context, [replace(RUNTIME_CHECK, run=divergence)], report, skip)
         report.extra["runtimes"] = divergence.to_list()
     return report

@@ -8,8 +8,8 @@ machines::
      "findings": [{"check", "severity", "message", "fix", "file"}],
      "not_evaluated": [{"check", "why"}]}
 
-and, with ``--runtimes``, ``"runtimes": [{"engine", "version", "served_by", "status", "why", "probes", "ids_changed",
-"differences", "failures"}]`` (one entry per engine, ``status`` identical, differs, fails or not checked).
+and, with ``--runtimes``, ``"runtimes": [{"runtime", "version", "served_by", "status", "why", "probes", "ids_changed",
+"differences", "failures"}]`` (one entry per runtime, ``status`` identical, differs, fails or not checked).
 
 A check that cannot run on a target (no template to render, no ``config.json`` to compare with) is listed in
 ``not_evaluated`` with the reason, never dropped silently: an empty findings list must mean "checked, and fine".
@@ -116,6 +116,6 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "not_evaluated": [s.to_dict() for s in self.not_evaluated],
         }
-        if "runtimes" in self.extra:  # --runtimes: each engine's result (turnkit.doctor.runtimes.compare)
+        if "runtimes" in self.extra:  # --runtimes: each runtime's result (turnkit.doctor.runtimes.compare)
             out["runtimes"] = self.extra["runtimes"]
         return out

@@ -71,10 +71,10 @@ DATA_CHECKS: tuple[Check, ...] = tuple(check for check in _TABLE if _reads_data(
 
 
 def _asked_only(ctx: Any) -> list[Problem]:
-    raise NotEvaluated("runs with --runtimes (it starts the other engines)")
+    raise NotEvaluated("runs with --runtimes (it starts the other runtimes)")
 
 
-#: Run only with ``--runtimes``, so in no default run: ``doctor.run(runtimes=...)`` runs this row with the engines
+#: Run only with ``--runtimes``, so in no default run: ``doctor.run(runtimes=...)`` runs this row with the runtimes
 #: asked for (:mod:`turnkit.doctor.runtimes.check`); the row gives ``--ignore`` and the docs' table its id.
 RUNTIME_CHECK = Check("runtime-divergence", W, _asked_only)
 

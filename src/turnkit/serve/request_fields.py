@@ -9,7 +9,8 @@ attribute's :func:`sampler` row. From the rows follow, with nothing spelled agai
 * :class:`~turnkit.serve.engines.base.GenerationRequest`, which is a :class:`SamplerValues`, and a model's sampling
   defaults (``serve.sampling``: the same values; the models file's keys);
 * the refusal of a field the model's engine cannot honour (:data:`ENGINE_FIELDS`: a 400 naming the request's own
-  field, in the API's own words).
+  field, in the API's own words), and ``/health``'s list of the fields each loaded model's engine honours
+  (:func:`honoured_fields`).
 
 A new sampler is one row here and its arithmetic in the engines that honour it (``engines/sampler.py`` for llama.cpp,
 ``engines/torch.py``); an engine not listed in its row refuses requests that set it. A request field that is not a
@@ -36,6 +37,7 @@ __all__ = [
     "WireRange",
     "body_fields",
     "foreign_body_fields",
+    "honoured_fields",
     "samplers",
 ]
 
@@ -170,3 +172,9 @@ def body_fields(api: Api) -> frozenset[str]:
 def foreign_body_fields(api: Api) -> frozenset[str]:
     """The :data:`ENGINE_FIELDS` other APIs' bodies carry and ``api``'s has not."""
     return frozenset(each.name for each in ENGINE_FIELDS if each.apis and api not in each.apis)
+
+
+def honoured_fields(engine: EngineKind) -> list[str]:
+    """The request fields ``engine`` honours, by the request's own name (:attr:`EngineField.name`), in declaration
+    order: ``/health`` shows them per model; a request that sets another is refused."""
+    return [each.name for each in ENGINE_FIELDS if engine in each.engines]

@@ -1,7 +1,7 @@
-"""``python -m turnkit.doctor.runtimes setup``: install ``@huggingface/jinja`` and build llama.cpp's Jinja engine.
+"""``python -m turnkit.doctor.runtimes setup``: install ``@huggingface/jinja`` and build llama.cpp's Jinja runtime.
 
-Both go into turnkit's cache folder, once (a second run finds them and does nothing). Each engine that cannot be set
-up is named with why, and the exit status is 1; the engines that could be set up stay usable.
+Both go into turnkit's cache folder, once (a second run finds them and does nothing). Each runtime that cannot be set
+up is named with why, and the exit status is 1; the runtimes that could be set up stay usable.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     status = 0
     for what, step in (
         (f"@huggingface/jinja {hfjs.VERSION}", hfjs.install),
-        (f"llama.cpp's Jinja engine (llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON})", llama_cpp.build),
+        (f"llama.cpp's Jinja runtime (llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON})", llama_cpp.build),
     ):
         started = time.perf_counter()
         try:

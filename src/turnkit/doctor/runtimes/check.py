@@ -1,10 +1,10 @@
-"""The doctor check ``runtime-divergence``: does the checkpoint's template render the same in the other engines?
+"""The doctor check ``runtime-divergence``: does the checkpoint's template render the same in the other runtimes?
 
-Run only when asked (``turnkit doctor --runtimes``): it starts node and llama.cpp's program. Every engine gets one
-finding, so the report names each: a **warning** when the engine fails a probe conversation the reference renders, or
+Run only when asked (``turnkit doctor --runtimes``): it starts node and llama.cpp's program. Every runtime gets one
+finding, so the report names each: a **warning** when the runtime fails a probe conversation the reference renders, or
 renders one to other text whose token ids differ (the model would see another prompt there); **info** when it renders
-every probe identically, when the only differences leave the ids unchanged, or when the engine is not checked here
-(not installed, not built: never counted as identical). The JSON report carries every engine's result under
+every probe identically, when the only differences leave the ids unchanged, or when the runtime is not checked here
+(not installed, not built: never counted as identical). The JSON report carries every runtime's result under
 ``runtimes``.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from turnkit.doctor.context import Context
 from turnkit.doctor.findings import Problem, Severity
 from turnkit.doctor.runtimes.base import Renderer
-from turnkit.doctor.runtimes.compare import DIFFERS, FAILS, IDENTICAL, EngineResult, compare
+from turnkit.doctor.runtimes.compare import DIFFERS, FAILS, IDENTICAL, RuntimeResult, compare
 from turnkit.doctor.runtimes.probes import reference_renders
 from turnkit.errors import NotEvaluated
 
@@ -24,11 +24,11 @@ __all__ = ["RuntimeDivergence"]
 
 
 class RuntimeDivergence:
-    """The check, for a chosen set of engines; :attr:`results` holds what each did, for the JSON report."""
+    """The check, for a chosen set of runtimes; :attr:`results` holds what each did, for the JSON report."""
 
-    def __init__(self, engines: Sequence[Renderer]) -> None:
-        self.engines = list(engines)
-        self.results: list[EngineResult] = []
+    def __init__(self, runtimes: Sequence[Renderer]) -> None:
+        self.runtimes = list(runtimes)
+        self.results: list[RuntimeResult] = []
 
     def __call__(self, ctx: Context) -> list[Problem]:
         fmt = ctx.fmt
@@ -38,9 +38,9 @@ class RuntimeDivergence:
         tokenizer = ctx.target.tokenizer
         ids = None if tokenizer is None else (lambda text: list(tokenizer.encode(text).ids))
         problems = []
-        for engine in self.engines:
-            with engine:
-                result = compare(renders, engine, ids)
+        for runtime in self.runtimes:
+            with runtime:
+                result = compare(renders, runtime, ids)
             self.results.append(result)
             problems.append(_problem(result, len(renders)))
         return problems
@@ -49,7 +49,7 @@ class RuntimeDivergence:
         return [result.to_dict() for result in self.results]
 
 
-def _problem(result: EngineResult, probes: int) -> Problem:
+def _problem(result: RuntimeResult, probes: int) -> Problem:
     who = f"{result.version} ({result.served_by})"
     skipped = probes - result.compared
     refused = f"; {skipped} probe(s) the reference refuses were not compared" if skipped else ""
@@ -65,7 +65,7 @@ def _problem(result: EngineResult, probes: int) -> Problem:
         return Problem(
             f"{who}: fails {len(result.failures)} of {result.compared} probe conversations{also}; first "
             f"{failure.probe!r}: {failure.message.strip()}",
-            f"rewrite what {result.engine} refuses in a form every engine runs (docs/guides/other-runtimes.md lists "
+            f"rewrite what {result.runtime} refuses in a form every runtime runs (docs/guides/other-runtimes.md lists "
             "the common causes), or tell users of those servers to pass a fixed template",
             severity=Severity.WARNING,
         )
@@ -76,7 +76,7 @@ def _problem(result: EngineResult, probes: int) -> Problem:
         return Problem(
             f"{who}: {len(result.differences)} of {result.compared} probe conversations render differently "
             f"({ids[changed]}); first {first.describe()}",
-            "make the template's output not depend on engine details (whitespace control, tojson's spacing, "
+            "make the template's output not depend on runtime details (whitespace control, tojson's spacing, "
             "Python-only methods); docs/guides/other-runtimes.md lists the common causes",
             severity=Severity.INFO if changed is False else Severity.WARNING,
         )

@@ -1,9 +1,9 @@
-"""A long-lived child process spoken to in JSON lines: how the engines that are not Python are run.
+"""A long-lived child process spoken to in JSON lines: how the runtimes that are not Python are run.
 
 One process per check (not one per render): ``@huggingface/jinja``'s node start and llama.cpp's program start cost
 more than a render, and the corpus table renders tens of thousands of times. Each request is one line of JSON
 (``{"template", "context"}``), each answer one line (``{"text"}`` or ``{"error"}``). A render that passes its time
-limit, or a process that dies (a template that crashes the engine), fails that render only: the process is killed
+limit, or a process that dies (a template that crashes the runtime), fails that render only: the process is killed
 and started again for the next one.
 """
 
@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from turnkit.doctor.runtimes.base import RENDER_TIMEOUT_S, EngineFailure, Renderer
+from turnkit.doctor.runtimes.base import RENDER_TIMEOUT_S, Renderer, RenderFailure
 
 __all__ = ["ChildRenderer", "LineProcess"]
 
@@ -36,8 +36,8 @@ class LineProcess:
             )
         return self._process
 
-    def ask(self, template: str, context: dict[str, Any], timeout: float = RENDER_TIMEOUT_S) -> str | EngineFailure:
-        """The render of ``template`` with ``context``, or the engine's error."""
+    def ask(self, template: str, context: dict[str, Any], timeout: float = RENDER_TIMEOUT_S) -> str | RenderFailure:
+        """The render of ``template`` with ``context``, or the runtime's error."""
         process = self._start()
         assert process.stdin is not None and process.stdout is not None
         line = json.dumps({"template": template, "context": context}, ensure_ascii=False) + "\n"
@@ -51,18 +51,18 @@ class LineProcess:
         if not answer:
             return self._lost(process, timeout)
         reply = json.loads(answer)
-        return reply["text"] if "text" in reply else EngineFailure(reply["error"])
+        return reply["text"] if "text" in reply else RenderFailure(reply["error"])
 
-    def _lost(self, process: subprocess.Popen[bytes], timeout: float) -> EngineFailure:
-        """The process gave no answer: killed (past the time limit) or dead (the engine crashed); restarted next."""
+    def _lost(self, process: subprocess.Popen[bytes], timeout: float) -> RenderFailure:
+        """The process gave no answer: killed (past the time limit) or dead (the runtime crashed); restarted next."""
         alive = process.poll() is None
         process.kill()
         _, err = process.communicate()
         self._process = None
         if alive:
-            return EngineFailure(f"{self.what} did not finish the render in {timeout:g} s (stopped)")
+            return RenderFailure(f"{self.what} did not finish the render in {timeout:g} s (stopped)")
         tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {process.returncode}"]
-        return EngineFailure(f"{self.what} crashed: {tail[0]}")
+        return RenderFailure(f"{self.what} crashed: {tail[0]}")
 
     def close(self) -> None:
         if self._process is not None:
@@ -72,7 +72,7 @@ class LineProcess:
 
 
 class ChildRenderer(Renderer):
-    """A renderer whose engine is a program spoken to in JSON lines: started on the first render, stopped by close."""
+    """A renderer whose runtime is a program spoken to in JSON lines: started on the first render, stopped by close."""
 
     #: How long one render may take before the process is killed (and started again for the next).
     timeout_s = RENDER_TIMEOUT_S
@@ -84,7 +84,7 @@ class ChildRenderer(Renderer):
     def command(self) -> list[str]:
         """The program and its arguments."""
 
-    def render(self, template: str, context: dict[str, Any]) -> str | EngineFailure:
+    def render(self, template: str, context: dict[str, Any]) -> str | RenderFailure:
         if self._process is None:
             self._process = LineProcess(self.command(), self.version())
         return self._process.ask(template, context, self.timeout_s)

@@ -1,14 +1,14 @@
-"""llama.cpp's own Jinja engine (``common/jinja``: llama-server and the apps built on llama.cpp), as a tiny program.
+"""llama.cpp's own Jinja runtime (``common/jinja``: llama-server and the apps built on llama.cpp), as a tiny program.
 
 Why a program and not llama-server's ``/apply-template``: the server needs a model loaded to start (a GGUF, the
-weights mapped, a context allocated) and the whole of libllama and ggml built, minutes of compiling; the engine is
+weights mapped, a context allocated) and the whole of libllama and ggml built, minutes of compiling; the runtime is
 six C++ files that depend on nothing but ``common/json.cpp``, ``common/unicode.cpp`` and nlohmann's header, and build
 in under a minute (about 25 s of CPU, after the sdist's download, which pip's cache serves again).
-``llama_cpp_render.cpp`` drives the engine as ``common/chat.cpp``'s ``common_chat_template_direct_apply_impl`` does
+``llama_cpp_render.cpp`` drives the runtime as ``common/chat.cpp``'s ``common_chat_template_direct_apply_impl`` does
 (lexer, ``parse_from_tokens``, ``caps_get``, the content normalized to the template's caps, ``reasoning_effort``
-applied, ``global_from_json``, ``runtime::execute``, ``gather_string_parts``), so the text is the engine's. What it
+applied, ``global_from_json``, ``runtime::execute``, ``gather_string_parts``), so the text is the runtime's. What it
 leaves out is llama-server's per-family handling before the render (tool-call formats, polyfills), which is not the
-Jinja engine's doing.
+Jinja runtime's doing.
 
 The sources are the ones ``llama-cpp-python==0.3.36`` vendors (the version turnkit's llama.cpp engine pins): its
 sdist, fetched with pip, of which only ``common/``, ``vendor/nlohmann`` and ``ggml/include`` are unpacked. :func:`build`
@@ -48,12 +48,12 @@ def binary() -> Path:
 def _compiler() -> str:
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if compiler is None:
-        raise RuntimeError("no C++ compiler (c++, g++ or clang++; or CXX) to build llama.cpp's Jinja engine")
+        raise RuntimeError("no C++ compiler (c++, g++ or clang++; or CXX) to build llama.cpp's Jinja runtime")
     return compiler
 
 
 def _sources(work: Path) -> Path:
-    """llama.cpp's tree from the pinned sdist (pip's cache serves it again), the parts the engine needs."""
+    """llama.cpp's tree from the pinned sdist (pip's cache serves it again), the parts the runtime needs."""
     pip = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-binary", ":all:"]
     subprocess.run(
         [*pip, "--no-deps", f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(work)],
@@ -89,7 +89,7 @@ def build() -> Path:
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"building llama.cpp's Jinja engine failed: {done.stderr.strip()[-800:]}")
+            raise RuntimeError(f"building llama.cpp's Jinja runtime failed: {done.stderr.strip()[-800:]}")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(out, target.with_suffix(".tmp"))
         target.with_suffix(".tmp").replace(target)
@@ -97,7 +97,7 @@ def build() -> Path:
 
 
 class LlamaCppRenderer(ChildRenderer):
-    """llama.cpp's ``common/jinja`` engine, in one long-lived child process."""
+    """llama.cpp's ``common/jinja`` runtime, in one long-lived child process."""
 
     name = "llama.cpp"
     served_by = "llama-server, llama-cli and apps built on llama.cpp"
@@ -105,7 +105,7 @@ class LlamaCppRenderer(ChildRenderer):
     def missing(self) -> str | None:
         if not binary().is_file():
             return (
-                f"llama.cpp's Jinja engine (llama-cpp-python {LLAMA_CPP_PYTHON}'s sources) is not built "
+                f"llama.cpp's Jinja runtime (llama-cpp-python {LLAMA_CPP_PYTHON}'s sources) is not built "
                 "(python -m turnkit.doctor.runtimes setup)"
             )
         return None

@@ -1,9 +1,9 @@
-// turnkit's llama.cpp renderer: llama.cpp's own Jinja engine (common/jinja), driven as common/chat.cpp's
+// turnkit's llama.cpp renderer: llama.cpp's own Jinja runtime (common/jinja), driven as common/chat.cpp's
 // common_chat_template_direct_apply_impl drives it: lexer -> parse_from_tokens -> caps_get; the messages' content
 // normalized to what the template's caps say it reads (messages_inp_normalizer: a string made one text part for a
 // template that reads only parts, parts joined for one that reads only strings); reasoning_effort applied through
 // caps_apply_reasoning_effort; context + global_from_json -> runtime -> gather_string_parts. The per-family handlers
-// of chat.cpp (tool-call formats, polyfills) are llama-server's, not the engine's, and are left out.
+// of chat.cpp (tool-call formats, polyfills) are llama-server's, not the runtime's, and are left out.
 //
 // Protocol: one JSON object a line on stdin, {"template": TEXT, "context": OBJECT}; one JSON object a line on stdout,
 // {"text": RENDER} or {"error": MESSAGE}. Built by turnkit (turnkit.doctor.runtimes.llama_cpp) against the sources of

@@ -1,13 +1,13 @@
-"""The probe conversations every engine renders, and the exact context the reference render gives the template.
+"""The probe conversations every runtime renders, and the exact context the reference render gives the template.
 
 Each probe is one shape real traffic has: a lone user message with the generation prompt off and on, a system
 message, a multi-turn exchange ending in a reply and ending in a question, tools offered, a tool call with its result,
 a reply with reasoning, and (for a template with a thinking switch) thinking turned off and on. Contents are doctor's
 probe sentences (:mod:`turnkit.doctor.probe`), so any marker in a render is the template's.
 
-Every engine gets what turnkit's reference render gives the template, built the same way (``normalize_conversation``
+Every runtime gets what turnkit's reference render gives the template, built the same way (``normalize_conversation``
 for the template's content format, the tool schemas as plain data, the special tokens and the probe's variables, then
-``messages``, ``tools``, ``documents`` and ``add_generation_prompt``), as JSON: a difference is the engine's, never
+``messages``, ``tools``, ``documents`` and ``add_generation_prompt``), as JSON: a difference is the runtime's, never
 a difference of input. A probe the reference itself refuses (a template that takes no system message, or no tools)
 is not compared.
 """
@@ -111,7 +111,7 @@ def _context(fmt: ChatFormat, template: str, probe: Probe) -> dict[str, Any]:
 
 
 def reference_renders(fmt: ChatFormat) -> list[ProbeRender]:
-    """Every probe rendered by turnkit (transformers' render, byte for byte), with the context each engine gets."""
+    """Every probe rendered by turnkit (transformers' render, byte for byte), with the context each runtime gets."""
     out = []
     for probe in probes(fmt.chat_template.source(None)):
         template = fmt.chat_template.source(None, tools=probe.tools)

@@ -40,6 +40,7 @@ from turnkit.serve.chat import chat_chunks, fold_chat, parse_chat
 from turnkit.serve.chunks import Chunk, choices, collect, prompt_ids
 from turnkit.serve.completions import completion_chunks, fold_completion, parse_completion
 from turnkit.serve.engines.base import Backend, Load, serving_on
+from turnkit.serve.engines.options import taken_flags
 from turnkit.serve.messages import PING, error_body, fold_message, message_events, parse_messages
 from turnkit.serve.models import ModelRegistry
 from turnkit.serve.protocol import (
@@ -52,6 +53,7 @@ from turnkit.serve.protocol import (
     parse_detokenize,
     parse_tokenize,
 )
+from turnkit.serve.request_fields import honoured_fields
 from turnkit.serve.responses import ResponseEvents, ResponseStore, parse_responses
 from turnkit.serve.session import (
     Session,
@@ -178,8 +180,8 @@ class Server:
 
     async def health(self, request: Request) -> Response:
         """``ok`` (or ``draining``, with a 503, while the server shuts down), the default model, what generates and
-        waits (all models together), and each model's state with its key/value cache, and what its engine was given
-        where the engine says (``engine_info()``: vLLM's release and engine options)."""
+        waits (all models together), and each model's state with its key/value cache, and its engine
+        (:func:`_engine_body`)."""
         loads = self.models.loads()
         models = []
         for name in self.models.specs:
@@ -187,9 +189,8 @@ class Server:
             if name in loads:
                 entry.update(_load_body(loads[name]))
                 loaded = self.models.loaded(name)
-                engine_info = loaded.backend.engine_info() if loaded is not None else None
-                if engine_info is not None:
-                    entry["engine"] = engine_info
+                if loaded is not None:
+                    entry["engine"] = _engine_body(loaded.backend)
             models.append(entry)
         draining = self.models.refusal is not None
         body: dict[str, Any] = {
@@ -464,6 +465,19 @@ def _load_body(load: Load) -> dict[str, Any]:
             "cached": load.kv_cached,
         }
     return body
+
+
+def _engine_body(backend: Backend) -> dict[str, Any]:
+    """A loaded model's engine as ``/health`` shows it: its name, the request fields it honours and the engine
+    options it takes, both from their declarations (:mod:`~turnkit.serve.request_fields`,
+    :mod:`~turnkit.serve.engines.options`), then what it says it was given (``engine_info()``: vLLM's release and
+    engine options)."""
+    body: dict[str, Any] = {
+        "engine": backend.kind,
+        "honours": honoured_fields(backend.kind),
+        "options": taken_flags(backend.kind),
+    }
+    return {**body, **(backend.engine_info() or {})}
 
 
 def _check_vocabulary(fmt: ChatFormat, ids: Sequence[int], param: str, *, each: bool = False) -> None:

@@ -8,23 +8,16 @@ engine in process (its own venv: ``./dev.sh vllm-setup``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from turnkit.errors import ServeConfigError
 from turnkit.serve.engines.base import Backend
-from turnkit.serve.engines.options import OptionValue, taken_by
+from turnkit.serve.engines.options import DRAFT_MAX, MAX_BATCH, OptionValue, taken_by
 
-__all__ = ["ENGINES", "EngineOptions", "default_engine", "load_backend"]
-
-
-#: The longest speculative draft the llama.cpp engine makes unless told (``--spec-draft-n-max``).
-DRAFT_MAX = 16
-
-#: Requests generated together unless told (``--max-batch``), on llama.cpp and torch; vLLM keeps its own default.
-MAX_BATCH = 16
+__all__ = ["DRAFT_MAX", "ENGINES", "MAX_BATCH", "EngineOptions", "default_engine", "load_backend"]
 
 
 @dataclass(frozen=True)
@@ -36,8 +29,8 @@ class EngineOptions:
     ``max_queue`` more wait, each at most ``queue_timeout`` seconds; ``context`` is the
     longest sequence a request may have (llama.cpp: longer than the model's trained context is RoPE scaled with
     YaRN); ``draft_max`` the longest draft of speculative decoding from the context (llama.cpp; 0: off);
-    ``declared``: the options declared in :mod:`.options` that were given (``kv_tokens``, ``cache_ram_mib`` ...), by
-    keyword, each handed to the engines its row names.
+    ``declared``: the other options declared in :mod:`.options` that were given (``kv_tokens``, ``cache_ram_mib``
+    ...), by keyword, each handed to the engines its row names.
     """
 
     threads: int | None = None
@@ -50,6 +43,15 @@ class EngineOptions:
     declared: tuple[tuple[str, OptionValue], ...] = ()
     #: vLLM's engine options (``AsyncEngineArgs`` keywords, ``--vllm-arg KEY=VALUE``): the vllm engine only.
     vllm_args: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, values: Mapping[str, OptionValue], **queue: Any) -> EngineOptions:
+        """The options from the table's derived ``values`` (:func:`.options.derive`, by keyword): those this class
+        has a field for as that field, the others in ``declared``; ``queue``: the other fields (``max_queue`` ...)."""
+        typed = {f.name for f in fields(cls)} - {"declared", "vllm_args", "max_queue", "queue_timeout"}
+        declared = tuple((keyword, value) for keyword, value in values.items() if keyword not in typed)
+        chosen: dict[str, Any] = {keyword: value for keyword, value in values.items() if keyword in typed}
+        return cls(**chosen, declared=declared, **queue)
 
     def keywords(self, *names: str) -> dict[str, Any]:
         """The options ``names`` under their own names (the engines' constructors take them so), with the queue's

@@ -95,9 +95,10 @@ def read_samplers(body: dict[str, Any], api: Api) -> dict[str, float]:
     return values
 
 
-#: Sampling fields of servers clients also talk to (vLLM, llama.cpp) that this server does not implement, refused by
-#: both OpenAI-style APIs; with the values that ask for nothing.
-SAMPLING_REFUSALS: dict[str, Refusal] = {
+#: Sampling fields of servers clients also talk to (vLLM, llama.cpp), with the values that ask for nothing: refused by
+#: both OpenAI-style APIs unless declared in :mod:`turnkit.serve.request_fields` (:data:`SAMPLING_REFUSALS`), so a
+#: field declared there is read, never refused, without an edit here.
+_OTHER_SERVERS: dict[str, Refusal] = {
     "guided_json": ("guided_json is not supported; use response_format", ()),
     "guided_regex": ("guided_regex is not supported", ()),
     "guided_choice": ("guided_choice is not supported", ()),
@@ -114,6 +115,11 @@ SAMPLING_REFUSALS: dict[str, Refusal] = {
     "length_penalty": ("length_penalty (beam search) is not supported", (1, 1.0)),
     "bad_words": ("bad_words is not supported; use logit_bias", ([],)),
     "allowed_token_ids": ("allowed_token_ids is not supported; use logit_bias", ()),
+}
+
+#: The sampling fields of other servers that this one refuses: those no row of the request fields declares.
+SAMPLING_REFUSALS: dict[str, Refusal] = {
+    name: refusal for name, refusal in _OTHER_SERVERS.items() if name not in {declared for declared, _ in samplers()}
 }
 
 

@@ -1,6 +1,6 @@
 """minijinja (Rust), set up as mistral.rs sets it up to render a checkpoint's chat template.
 
-minijinja is the engine of TGI, mistral.rs and Rust gateways; each server adds its own globals and filters, and what
+minijinja is the runtime of TGI, mistral.rs and Rust gateways; each server adds its own globals and filters, and what
 they add decides whether a template renders. This module reproduces **mistral.rs**'s environment, from
 ``mistralrs-core/src/pipeline/chat_template.rs`` (EricLBuehler/mistral.rs at 0b4e96991a2df19de724d3ca39a33dedd20f10a6,
 ``apply_chat_template_to``), because it is the one that tries hardest to run Hugging Face templates unchanged:
@@ -18,8 +18,8 @@ they add decides whether a template renders. This module reproduces **mistral.rs
   ``sort_keys``: "unknown keyword argument"), as it does for every function that takes ``Kwargs``.
 
 mistral.rs's request defaults (``enable_thinking`` true, ``reasoning_effort`` "medium", ``date_string``) are request
-values, not the engine's: here the template gets the same variables as the reference render, so a difference is the
-engine's. Its Gemma 4 message rewrite (tool results folded into the assistant turn) is a conversation rewrite, not a
+values, not the runtime's: here the template gets the same variables as the reference render, so a difference is the
+runtime's. Its Gemma 4 message rewrite (tool results folded into the assistant turn) is a conversation rewrite, not a
 render, and is left out.
 """
 
@@ -32,7 +32,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any
 
-from turnkit.doctor.runtimes.base import EngineFailure, Renderer
+from turnkit.doctor.runtimes.base import Renderer, RenderFailure
 
 __all__ = ["MinijinjaRenderer", "mistralrs_template", "mistralrs_tojson"]
 
@@ -43,7 +43,7 @@ _DESCENDING_RANGE = re.compile(r"range\((?P<expr>[^,]+),\s*-1,\s*-1\)")
 _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "'": "\\u0027"})
 
 
-class _Raised(Exception):  # noqa: N818 - the template's own raise_exception, carried out of the engine
+class _Raised(Exception):  # noqa: N818 - the template's own raise_exception, carried out of the runtime
     pass
 
 
@@ -78,7 +78,7 @@ def _strftime_now(fmt: Any) -> str:
 
 
 class MinijinjaRenderer(Renderer):
-    """minijinja through its Python binding (PyPI ``minijinja``, the Rust engine compiled), as mistral.rs sets it up."""
+    """minijinja through its Python binding (PyPI ``minijinja``, compiled Rust), as mistral.rs sets it up."""
 
     name = "minijinja"
     served_by = "mistral.rs; also TGI and Rust gateways, each with globals of its own"
@@ -96,7 +96,7 @@ class MinijinjaRenderer(Renderer):
         except PackageNotFoundError:
             return "minijinja (not installed), as mistral.rs sets it up"
 
-    def render(self, template: str, context: dict[str, Any]) -> str | EngineFailure:
+    def render(self, template: str, context: dict[str, Any]) -> str | RenderFailure:
         import minijinja
 
         env = minijinja.Environment(
@@ -111,11 +111,11 @@ class MinijinjaRenderer(Renderer):
             env.add_template("chat_template", mistralrs_template(template))
             return env.render_template("chat_template", **context)
         except _Raised as exc:
-            return EngineFailure(f"raise_exception: {exc}")
+            return RenderFailure(f"raise_exception: {exc}")
         except minijinja.TemplateError as exc:
-            return EngineFailure(_first_line(exc))
+            return RenderFailure(_first_line(exc))
         except Exception as exc:  # noqa: BLE001 - a filter's error (tojson's keyword) comes out as itself
-            return EngineFailure(str(exc))
+            return RenderFailure(str(exc))
 
 
 def _first_line(exc: Exception) -> str:
