@@ -34,18 +34,7 @@ from typing import Literal, cast
 
 from turnkit.parse.encodings import ENCODINGS
 
-__all__ = [
-    "Arguments",
-    "Channels",
-    "Element",
-    "Hole",
-    "Lit",
-    "Reasoning",
-    "ReplyFormat",
-    "ToolSyntax",
-    "pattern",
-    "tool_syntax",
-]
+# The public names are listed once, in the package's __all__ (turnkit/parse/formats/__init__.py).
 
 
 @dataclass(frozen=True)
