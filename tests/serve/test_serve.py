@@ -517,7 +517,7 @@ def test_health_names_what_the_engine_honours_and_takes(replay_server):
     (model,) = httpx.get(replay_server + "/health").json()["models"]
     assert model["engine"] == {
         "engine": "replay",
-        "honours": ["temperature", "top_p", "prompt_logprobs"],
+        "honours": ["temperature", "top_p", "stop_token_ids", "prompt_logprobs"],
         "options": [],
     }
 

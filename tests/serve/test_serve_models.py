@@ -198,7 +198,7 @@ def test_lazy_load_select_by_name_and_unload(client, server):
         "engine": "llama.cpp",
         "honours": [
             *("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"),
-            *("logit_bias", "response_format", "prompt_logprobs"),
+            *("logit_bias", "stop_token_ids", "response_format", "prompt_logprobs"),
         ],
         "options": [
             *("--threads", "--prefill-threads", "--context", "--kv-tokens", "--cache-ram", "--spec-type"),
