@@ -88,6 +88,7 @@ def test_grpo_trains_on_the_trajectories_ids(policy_folder, smollm2_hf_folder, t
         report_to=[],
         save_strategy="no",
         use_cpu=True,
+        bf16=False,  # TRL's default on a CPU autocasts to bf16, casting every weight at each call: twice the time
         logging_steps=1,
     )
     trainer = GRPOTrainer(

@@ -16,7 +16,7 @@ from typing import Any
 
 from turnkit.cache import cache_dir, file_key, write_atomically
 from turnkit.doctor.findings import DoctorInputError
-from turnkit.errors import TurnkitError
+from turnkit.errors import TemplateNotFoundError, TurnkitError
 from turnkit.template.sources import open_gguf, read_gguf_metadata
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
@@ -40,11 +40,7 @@ def _value(reader: Any, key: str) -> Any:
     return None if found is None else found.contents()
 
 
-def _read_header(path: Path) -> dict[str, Any]:
-    try:
-        reader = open_gguf(path)
-    except TurnkitError as exc:  # its message names the file and what is wrong with it
-        raise DoctorInputError(str(exc)) from None
+def _read_header(reader: Any) -> dict[str, Any]:
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     rows = None
     for tensor in reader.tensors:
@@ -59,17 +55,24 @@ def _read_header(path: Path) -> dict[str, Any]:
 
 
 def read_gguf_facts(path: Path) -> GgufFacts:
-    """The facts of a GGUF file; a truncated or foreign file raises :class:`DoctorInputError` (one line)."""
+    """The facts of a GGUF file; a truncated or foreign file raises :class:`DoctorInputError` (one line).
+
+    A file seen for the first time is parsed once, for both caches (each parse reads every token and merge)."""
     try:
-        metadata = read_gguf_metadata(path)
+        try:
+            cached = cache_dir() / "doctor-gguf" / f"{file_key(path)}.json"
+        except OSError as exc:
+            raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+        if cached.is_file():
+            header = json.loads(cached.read_text(encoding="utf-8"))
+            metadata = read_gguf_metadata(path)
+        else:
+            reader = open_gguf(path)
+            metadata = read_gguf_metadata(path, reader)
+            header = _read_header(reader)
+            write_atomically(cached, json.dumps(header).encode())
     except TurnkitError as exc:  # its message names the file and what is wrong with it (truncated, not GGUF ...)
         raise DoctorInputError(str(exc)) from None
-    cached = cache_dir() / "doctor-gguf" / f"{file_key(path)}.json"
-    if cached.is_file():
-        header = json.loads(cached.read_text(encoding="utf-8"))
-    else:
-        header = _read_header(path)
-        write_atomically(cached, json.dumps(header).encode())
     return GgufFacts(
         templates=dict(metadata["templates"]),
         special_tokens=dict(metadata["special_tokens"]),

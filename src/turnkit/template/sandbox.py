@@ -464,7 +464,6 @@ _ENVIRONMENT = ChatTemplateSandbox()
 _PROVENANCE_ENVIRONMENT = ProvenanceSandbox()
 
 
-@lru_cache(maxsize=256)
 def compile_template(source: str, *, provenance: bool = False) -> jinja2.Template:
     """Compile a chat template once; later renders of the same text reuse it.
 
@@ -473,6 +472,13 @@ def compile_template(source: str, *, provenance: bool = False) -> jinja2.Templat
     Raises :class:`~turnkit.TemplateSyntaxError` (with the line number) when the text is not valid Jinja, and
     :class:`~turnkit.TemplateSecurityError` for constructs the sandbox refuses at compile time.
     """
+    # one cache key for both spellings: lru_cache keys ``f(text)`` and ``f(text, provenance=False)`` apart, and
+    # ChatFormat's check and the first render compiled every template twice (tens of ms each)
+    return _compiled(source, provenance)
+
+
+@lru_cache(maxsize=256)
+def _compiled(source: str, provenance: bool) -> jinja2.Template:
     try:
         return (_PROVENANCE_ENVIRONMENT if provenance else _ENVIRONMENT).from_string(source)
     except jinja2.TemplateSyntaxError as exc:

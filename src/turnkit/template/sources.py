@@ -205,11 +205,12 @@ def open_gguf(path: str | Path) -> Any:
         ) from None
 
 
-def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
+def read_gguf_metadata(path: str | Path, reader: Any = None) -> dict[str, Any]:
     """What turnkit needs from a GGUF file's metadata: templates, special tokens, end-of-turn ids, names.
 
     The ``gguf`` package parses the whole file (every token and merge) in seconds, so the result is cached as JSON in
-    turnkit's cache folder, keyed by the file's path, size and modification time.
+    turnkit's cache folder, keyed by the file's path, size and modification time. A caller that has the file open
+    already (:func:`open_gguf`) passes its ``reader``, which is read instead of parsing the file a second time.
     """
     from turnkit.cache import cache_dir, file_key, write_atomically
 
@@ -222,7 +223,8 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
         metadata = json.loads(cached.read_text(encoding="utf-8"))
         if "sampling" in metadata:  # else written by an earlier version: read the file again
             return metadata
-    reader = open_gguf(path)
+    if reader is None:
+        reader = open_gguf(path)
     templates: dict[str, str] = {}
     default = _gguf_value(reader, "tokenizer.chat_template")
     if isinstance(default, str):

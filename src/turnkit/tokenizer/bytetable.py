@@ -56,9 +56,10 @@ class ByteTable:
         self.strip_first_space = strip_first_space
 
     @classmethod
-    def from_tokenizer(cls, backend: Any) -> ByteTable | None:
-        """The table for a ``tokenizers.Tokenizer``, or None when its decoder is not one this module knows."""
-        spec = json.loads(backend.to_str())
+    def from_tokenizer(cls, backend: Any, spec: dict[str, Any] | None = None) -> ByteTable | None:
+        """The table for a ``tokenizers.Tokenizer``, or None when its decoder is not one this module knows. ``spec``
+        is its ``tokenizer.json`` when the caller has it parsed already (else it is read from ``backend``)."""
+        spec = json.loads(backend.to_str()) if spec is None else spec
         kinds = set(_decoder_kinds(spec.get("decoder")))
         byte_level = "ByteLevel" in kinds
         metaspace = "Metaspace" in kinds
