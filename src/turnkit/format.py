@@ -395,7 +395,9 @@ class ChatFormat:
             tools: The tools offered (schemas or functions); a call to another name gets status ``unknown_tool``.
             reply_format: A reply format name (``hermes``, ``qwen3``, ``llama3``, ``mistral``, ``reasoning``,
                 ``plain``) or a :class:`~turnkit.parse.ReplyFormat`; inferred from the format when omitted.
-            call_id: Makes a tool-call id from its index (random ``call_...`` ids by default).
+            call_id: Makes the id of a tool call written without one, from its index (by default random ids of
+                the shape the template takes back, ``replies.call_ids``: ``call_...``, or Mistral's nine
+                letters and digits); a call the model wrote with an id keeps it.
             strict: ``finish()`` raises :class:`~turnkit.errors.ReplyParseError` when the reply does not end cleanly
                 (a failed tool call, or cut off: see ``Reply.ended_cleanly``) instead of returning it.
             text: A parser fed text (``feed_text``), for replies that only exist as text: the markers written in it

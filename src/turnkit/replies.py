@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from turnkit.template.chat_template import ChatTemplate
 
 if TYPE_CHECKING:
+    from turnkit.parse.choice.call_ids import CallIds
     from turnkit.parse.choice.select import Choice
     from turnkit.parse.formats import ReplyFormat
     from turnkit.parse.reading.parser import StreamParser
@@ -50,6 +51,14 @@ class Replies:
         from turnkit.parse.choice import select
 
         return select.choose(self.template)
+
+    @cached_property
+    def call_ids(self) -> CallIds:
+        """The ids the template accepts for calls written without one, and whether it writes a call's id after its
+        name, found by rendering (:func:`turnkit.parse.choice.call_ids.accepted_call_ids`)."""
+        from turnkit.parse.choice.call_ids import accepted_call_ids
+
+        return accepted_call_ids(self.template)
 
     @cached_property
     def stop_ids(self) -> dict[int, tuple[EndReason, str]]:
@@ -87,7 +96,8 @@ class Replies:
             tail=None if prompt is None else prompt_tail(prompt, self._decode),
             stop=stop,
             tools=tools,
-            call_id=call_id,
+            call_id=call_id or self.call_ids.maker(),
+            ids_after_name=self.call_ids.after_name,
             strict=strict,
         )
 

@@ -52,6 +52,7 @@ from turnkit.encode.options import EncodeOptions
 from turnkit.encode.tokenize import encode_text
 from turnkit.errors import EncodeError, HistoryRewriteError, TrajectoryError, TurnkitError
 from turnkit.messages import Conversation, normalize_conversation
+from turnkit.parse.reading.call_id_shapes import default_call_id
 from turnkit.parse.reply import CallStatus
 
 if TYPE_CHECKING:
@@ -169,8 +170,13 @@ class Trajectory:
         probed = _PROBED.setdefault(fmt.encoder, {})
         key = repr((tools, sorted(self._variables.items())))
         if key not in probed:
-            reason = rewrites_history(self._render, encode=self._prompt_ids, tools=tools, eos=fmt.eos_token)
-            window = "the template rewrites history: each step checks the whole render" if reason else self._probe()
+            call_id = fmt.replies.call_ids.maker()  # the ids the template accepts
+            reason = rewrites_history(
+                self._render, encode=self._prompt_ids, tools=tools, eos=fmt.eos_token, call_id=call_id
+            )
+            window = (
+                "the template rewrites history: each step checks the whole render" if reason else self._probe(call_id)
+            )
             probed[key] = _Probed(reason, window)
         self.history_reason = probed[key].history
         self.rewrites_history = bool(self.history_reason)
@@ -337,12 +343,12 @@ class Trajectory:
             return after
         return first
 
-    def _probe(self) -> str:
+    def _probe(self, call_id: Callable[[int], str]) -> str:
         """Why a window's delta is not the whole render's on the probe episodes (empty when every delta agrees): the
         ids from the reply's end-of-turn marker on, each way. An episode the template refuses whole is skipped; a
         window it refuses, or no episode it takes, is a reason."""
         compared = 0
-        for chat in _probe_conversations():
+        for chat in _probe_conversations(call_id):
             for index, end in _steps(chat):
                 try:
                     whole = self._encode(chat[:end])
@@ -511,18 +517,18 @@ def _message_at(before: list[dict[str, Any]], at: int, prompt: str) -> int:
 
 # -- known before the run --------------------------------------------------------------------------------------------
 
-_CALL = {
-    "id": "call_probe_1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
-}
-_CALL_2 = {"id": "call_probe_2", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}
-_CALL_3 = {**_CALL, "id": "call_probe_3"}  # each call of an episode has an id of its own, as an engine's have
 
-
-def _probe_conversations() -> list[list[dict[str, Any]]]:
+def _probe_conversations(call_id: Callable[[int], str]) -> list[list[dict[str, Any]]]:
     """Scripted episodes of the shapes an agent makes, with reasoning and without: tool calls, parallel calls whose
-    results come back together, content replies, user turns after them."""
+    results come back together, content replies, user turns after them. Each call has an id of its own (as an
+    engine's have) of the shape ``call_id`` makes (the template's: Mistral's refuse any but nine letters and digits);
+    each result names its tool, as many clients send it (functiongemma's templates require it)."""
+    ids = [call_id(n) for n in range(3)]
+    weather = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    time = {"id": ids[1], "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}
+
+    def result(n: int, name: str, text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": ids[n], "name": name, "content": text}
 
     def episode(reasoning: bool) -> list[dict[str, Any]]:
         def reply(text: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -536,13 +542,13 @@ def _probe_conversations() -> list[list[dict[str, Any]]]:
         return [
             {"role": "system", "content": "You are a helpful agent."},
             {"role": "user", "content": "Weather in Oslo?"},
-            reply("", [_CALL]),
-            {"role": "tool", "tool_call_id": "call_probe_1", "content": "sunny"},
+            reply("", [{**weather, "id": ids[0]}]),
+            result(0, "get_weather", "sunny"),
             reply("It is sunny."),
             {"role": "user", "content": "And the time, and the weather again?"},
-            reply("", [_CALL_3, _CALL_2]),
-            {"role": "tool", "tool_call_id": "call_probe_3", "content": "rain"},
-            {"role": "tool", "tool_call_id": "call_probe_2", "content": "12:00"},
+            reply("", [{**weather, "id": ids[2]}, time]),
+            result(2, "get_weather", "rain"),
+            result(1, "get_time", "12:00"),
             reply("Rain, at noon."),
             {"role": "user", "content": "Thanks."},
             reply("You are welcome."),
@@ -567,13 +573,19 @@ def _steps(chat: list[dict[str, Any]]) -> list[tuple[int, int]]:
 
 
 def rewrites_history(
-    render: Render, *, encode: Encode | None = None, tools: object = None, eos: str | None = None
+    render: Render,
+    *,
+    encode: Encode | None = None,
+    tools: object = None,
+    eos: str | None = None,
+    call_id: Callable[[int], str] | None = None,
 ) -> str:
     """Why the template rewrites history, found by :func:`rewrite` at every reply of scripted probe episodes (empty
     when it keeps it; ``encode`` adds the check on ids). An episode the template refuses (a template without a tool
     role) is skipped; the episodes cover tool calls, parallel calls, grouped results and user turns, with reasoning
-    and without."""
-    for chat in _probe_conversations():
+    and without. ``call_id`` makes the calls' ids: the template's own (``fmt.replies.call_ids.maker()``), so that a
+    template that checks ids renders the tool episodes."""
+    for chat in _probe_conversations(call_id or default_call_id()):
         for index, end in _steps(chat):
             if index == 0:
                 continue

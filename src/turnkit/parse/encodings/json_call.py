@@ -28,10 +28,17 @@ def scanner(spec: Arguments) -> ObjectReader:
     return ObjectReader((*spec.keys, spec.name_key), stream_first=spec.name_as_key)
 
 
-def _written_id(scan: ObjectReader, name_key: str) -> str | None:
-    """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``): the call's id.
-    One written after the name comes too late for the stream, which sent the id with the name, so it never counts
-    (however much of the object the scanner already holds)."""
+def _id_may_follow(state: ReadingState, spec: Arguments) -> bool:
+    """The template writes a call's id after its name (Mistral Nemo's ``{"name": ..., "arguments": ..., "id":
+    ...}``): the call is announced once its object is complete, so that the stream sends the id the model wrote."""
+    return state.ids_after_name and not spec.name_as_key
+
+
+def _written_id(scan: ObjectReader, name_key: str | None) -> str | None:
+    """An id the model wrote in a call's object before its name (Cohere's ``"tool_call_id": "0"``), or anywhere in it
+    with ``name_key`` None (a call announced once complete): the call's id. Else one written after the name comes
+    too late for the stream, which sent the id with the name, so it never counts (however much of the object the
+    scanner already holds)."""
     before: dict[str, str] = {}
     for key, value in scan.values.items():
         if key == name_key:
@@ -73,7 +80,8 @@ def progress(state: ReadingState, call: CallState, spec: Arguments, scan: Argume
         call.name = name
         call.pending.append(state.plain(fragment))
         fragment = ""
-        state.announce(call, name)
+        if not _id_may_follow(state, spec):
+            state.announce(call, name)
     if fragment:
         state.send(call, state.plain(fragment))
 
@@ -92,6 +100,8 @@ def done(state: ReadingState, call: CallState, spec: Arguments, scan: ArgumentSc
         value = scan.values.get(call.name)
     else:
         value = next((scan.values[k] for k in spec.keys if k in scan.values), None)
+    if not call.announced and _id_may_follow(state, spec):  # announced at its end, with the id it holds anywhere
+        call.written_id = _written_id(scan, None)
     sent = "".join(call.sent) + "".join(call.pending)
     final, error = arguments_text(value) if value is not None else ("{}", None)
     if error:

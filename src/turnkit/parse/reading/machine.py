@@ -77,9 +77,11 @@ class ReplyMachine(ReadingState):
         in_reasoning: bool,
         continues: bool = False,
         open_message: str | None = None,
+        ids_after_name: bool = False,
     ) -> None:
         compiled = compile_format(fmt, tuple(sorted(symbols.items())), frozenset(stops))
         super().__init__(compiled, symbols, stops, tools, call_id)
+        self.ids_after_name = ids_after_name
         self.format = fmt
         self.end: EndReason | None = None
         self.stop: str | None = None

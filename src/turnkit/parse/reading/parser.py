@@ -20,12 +20,12 @@ and however the ids are chunked, the result is the same. Nothing is removed from
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from turnkit.errors import ReplyParseError, TokenizerError
 from turnkit.parse.formats import ReplyFormat
+from turnkit.parse.reading.call_id_shapes import default_call_id
 from turnkit.parse.reading.detokenize import TextDecoder
 from turnkit.parse.reading.machine import ReplyMachine
 from turnkit.parse.reply import CallStatus, Delta, EndReason, Reply
@@ -66,7 +66,9 @@ class StreamParser:
     leading whitespace is kept; ``open_message``: for headed messages (Harmony), the header of a message whose body
     the prompt left open. ``strict=True`` makes ``finish()`` raise :class:`~turnkit.errors.ReplyParseError`
     for a reply that did not end cleanly (see :attr:`~turnkit.parse.reply.Reply.ended_cleanly`); lenient parsing, the
-    default, returns it with its failed calls and end reason.
+    default, returns it with its failed calls and end reason. ``call_id`` makes the id of a call written without one
+    (:func:`~.call_id_shapes.default_call_id` by default); ``ids_after_name``: the template writes a
+    call's id after its name, so a call object is announced once complete, with the id the model wrote.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class StreamParser:
         continues: bool = False,
         open_message: str | None = None,
         call_id: Callable[[int], str] | None = None,
+        ids_after_name: bool = False,
         strict: bool = False,
     ) -> None:
         self.format = reply_format
@@ -106,7 +109,6 @@ class StreamParser:
         self._backend = backend
         self._known, self._gaps = _known_ids(byte_table, backend)
         self._fed = 0  # ids fed so far: where an id outside the vocabulary was
-        prefix = secrets.token_hex(6)
         if tools is not None and not isinstance(tools, Mapping):
             tools = dict.fromkeys(tools)
         stop_symbols = {_symbolize(text, symbols): reason for text, reason in ends.items()}
@@ -115,7 +117,8 @@ class StreamParser:
             symbols=symbols,
             stops=stop_symbols,
             tools=tools,
-            call_id=call_id or (lambda index: f"call_{prefix}{index}"),
+            call_id=call_id or default_call_id(),
+            ids_after_name=ids_after_name,
             in_reasoning=in_reasoning,
             continues=continues,
             open_message=open_message,

@@ -50,6 +50,7 @@ def reply_parser(
     tools: Sequence[Mapping[str, Any] | Callable[..., Any]] | None,
     call_id: Callable[[int], str] | None,
     strict: bool,
+    ids_after_name: bool = False,
 ) -> StreamParser:
     """A parser of ``spec`` for a reply to a prompt ending in ``tail`` (None: no prompt given); ``binding`` None: a
     parser fed text. ``ids``: the ids that end a reply (:func:`stop_ids`), where there is a binding."""
@@ -78,6 +79,7 @@ def reply_parser(
         continues=_continues(tail, spec),
         open_message=_open_message(tail, spec),
         call_id=call_id,
+        ids_after_name=ids_after_name,
         strict=strict,
     )
 

@@ -73,6 +73,8 @@ class ReadingState:
         self.stops = dict(stops)
         self.tools = tools
         self.call_id = call_id
+        #: The template writes a call's id after its name: a call object is announced once complete (its id known).
+        self.ids_after_name = False
         self.lexer = Lexer()
         self.mode: Mode = InContent()
         self.calls_allowed = True  # False in a headed message routed to content or reasoning
