@@ -124,15 +124,18 @@ def _serve_room(path: Path) -> str:
     return path.relative_to(SRC / "serve").with_suffix("").parts[0]
 
 
-def _serve_imports(tree: ast.Module) -> list[tuple[int, str]]:
-    """The rooms of the server a module imports at run time (``turnkit.serve.X...`` and ``from turnkit.serve import
-    X``), skipping ``if TYPE_CHECKING:`` blocks."""
+def _room_imports(tree: ast.Module, package: str) -> list[tuple[int, str]]:
+    """The rooms of ``package`` (``serve``, ``parse``) a module imports at run time (``turnkit.<package>.X...`` and
+    ``from turnkit.<package> import X``), skipping ``if TYPE_CHECKING:`` blocks."""
+    prefix = f"turnkit.{package}"
     found: list[tuple[int, str]] = []
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
             return
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnkit.serve"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[:2] == prefix.split("."):
             parts = node.module.split(".")
             if len(parts) > 2:
                 found.append((node.lineno, parts[2]))
@@ -150,7 +153,7 @@ def test_serve_rooms(path: Path) -> None:
     """Engines need only their interface, the wire APIs are siblings over the shared protocol, and the HTTP app sits on
     top: only the command line imports it."""
     room = _serve_room(path)
-    for line, target in _serve_imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for line, target in _room_imports(ast.parse(path.read_text(encoding="utf-8")), "serve"):
         if target == room:
             continue
         assert target != "app", f"serve/{path.relative_to(SRC / 'serve')}:{line} imports serve.app (only the CLI may)"
@@ -174,35 +177,13 @@ PARSE_ROOMS: dict[str, int] = {
 }
 
 
-def _parse_imports(tree: ast.Module) -> list[tuple[int, str]]:
-    """The parse rooms a module imports at run time (``if TYPE_CHECKING:`` blocks skipped)."""
-    found: list[tuple[int, str]] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnkit.parse"):
-            parts = node.module.split(".")
-            if len(parts) > 2:
-                found.append((node.lineno, parts[2]))
-            else:
-                found.extend((node.lineno, alias.name) for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return found
-
-
 @pytest.mark.parametrize("path", sorted((SRC / "parse").rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_parse_rooms(path: Path) -> None:
     """parse/ is cut by concept into rooms that import only downwards, so each can be read without the ones above
     it: a reading never chooses a format, and a format never runs a reader."""
     room = path.relative_to(SRC / "parse").with_suffix("").parts[0]
     assert room in PARSE_ROOMS, f"parse/{room} has no room: add it to PARSE_ROOMS and to parse/__init__.py's map"
-    for line, target in _parse_imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for line, target in _room_imports(ast.parse(path.read_text(encoding="utf-8")), "parse"):
         assert target in PARSE_ROOMS, f"parse/{path.relative_to(SRC / 'parse')}:{line} imports parse.{target}"
         assert target == room or PARSE_ROOMS[target] < PARSE_ROOMS[room], (
             f"parse/{path.relative_to(SRC / 'parse')}:{line} imports parse.{target}, a room above parse.{room} "
