@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnkit.cache import cache_dir, file_key, write_atomically
+from turnkit.cache import write_atomically
 from turnkit.doctor.findings import DoctorInputError
-from turnkit.errors import TemplateNotFoundError, TurnkitError
-from turnkit.template.sources import open_gguf, read_gguf_metadata
+from turnkit.errors import TurnkitError
+from turnkit.template.sources import gguf_cache_file, open_gguf, read_gguf_metadata
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
 
@@ -59,10 +59,7 @@ def read_gguf_facts(path: Path) -> GgufFacts:
 
     A file seen for the first time is parsed once, for both caches (each parse reads every token and merge)."""
     try:
-        try:
-            cached = cache_dir() / "doctor-gguf" / f"{file_key(path)}.json"
-        except OSError as exc:
-            raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+        cached = gguf_cache_file("doctor-gguf", path)
         if cached.is_file():
             header = json.loads(cached.read_text(encoding="utf-8"))
             metadata = read_gguf_metadata(path)

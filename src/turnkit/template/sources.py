@@ -28,6 +28,7 @@ from turnkit.errors import TemplateNotFoundError
 __all__ = [
     "SPECIAL_TOKEN_NAMES",
     "TemplateSet",
+    "gguf_cache_file",
     "load_gguf",
     "load_hf_folder",
     "open_gguf",
@@ -205,6 +206,17 @@ def open_gguf(path: str | Path) -> Any:
         ) from None
 
 
+def gguf_cache_file(folder: str, path: Path) -> Path:
+    """Where what is read from the GGUF file ``path`` is cached: a JSON file in ``folder`` of turnkit's cache, keyed
+    by the file's path, size and modification time; a file that cannot be read is :class:`TemplateNotFoundError`."""
+    from turnkit.cache import cache_dir, file_key
+
+    try:
+        return cache_dir() / folder / f"{file_key(path)}.json"
+    except OSError as exc:
+        raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+
+
 def read_gguf_metadata(path: str | Path, reader: Any = None) -> dict[str, Any]:
     """What turnkit needs from a GGUF file's metadata: templates, special tokens, end-of-turn ids, names.
 
@@ -212,13 +224,10 @@ def read_gguf_metadata(path: str | Path, reader: Any = None) -> dict[str, Any]:
     turnkit's cache folder, keyed by the file's path, size and modification time. A caller that has the file open
     already (:func:`open_gguf`) passes its ``reader``, which is read instead of parsing the file a second time.
     """
-    from turnkit.cache import cache_dir, file_key, write_atomically
+    from turnkit.cache import write_atomically
 
     path = Path(path)
-    try:
-        cached = cache_dir() / "gguf-metadata" / f"{file_key(path)}.json"
-    except OSError as exc:
-        raise TemplateNotFoundError(f"cannot read {path}: {exc.strerror}") from None
+    cached = gguf_cache_file("gguf-metadata", path)
     if cached.is_file():
         metadata = json.loads(cached.read_text(encoding="utf-8"))
         if "sampling" in metadata:  # else written by an earlier version: read the file again
