@@ -482,14 +482,18 @@ def test_corpus_trajectories(shard):
     assert not why["other"], "a template is unrun for a reason UNRUN_KINDS does not name"
 
 
+def _llama_cpp_format(file: str) -> ChatFormat:
+    """A format of one of llama.cpp's corpus templates, over a tokenizer holding the template's markers as tokens."""
+    require(TEMPLATES / file)
+    template = next(t for t in all_templates() if t.name == f"llama.cpp/{file}")
+    tokenizer = marker_tokenizer(tuple(template_markers(template)))
+    return ChatFormat.from_template(template.source, tokenizer=tokenizer, **template.special_tokens)
+
+
 def test_a_stop_that_opens_the_next_turn_ends_the_reply(smollm2_hf_folder):
     """GLM-4.6 stops on the next role's marker (its generation_config lists <|user|> and <|observation|>): the
     sampled <|observation|> ends the reply and opens the tool turn, so the delta starts after it."""
-    require(TEMPLATES / "GLM-4.6.jinja")
-    template = next(t for t in all_templates() if t.name == "llama.cpp/GLM-4.6.jinja")
-    fmt = ChatFormat.from_template(
-        template.source, tokenizer=marker_tokenizer(tuple(template_markers(template))), **template.special_tokens
-    )
+    fmt = _llama_cpp_format("GLM-4.6.jinja")
     fmt.__dict__["chat_template"] = ChatTemplate(
         fmt.templates, fmt.special_tokens, fmt.limits, end_markers=("<|user|>", "<|observation|>")
     )
@@ -518,11 +522,7 @@ def test_mistral_nemo_keeps_the_id_its_model_writes_and_takes_the_results_back()
     """Mistral Nemo's template raises unless each call id is nine letters and digits, and its model writes the id
     after the call's name: the reply keeps that id, so the result answers it and the next prompt is the template's
     encoding of the conversation; a call written without one gets an id of that shape, which the template takes."""
-    require(TEMPLATES / "mistralai-Mistral-Nemo-Instruct-2407.jinja")
-    template = next(t for t in all_templates() if t.name == "llama.cpp/mistralai-Mistral-Nemo-Instruct-2407.jinja")
-    fmt = ChatFormat.from_template(
-        template.source, tokenizer=marker_tokenizer(tuple(template_markers(template))), **template.special_tokens
-    )
+    fmt = _llama_cpp_format("mistralai-Mistral-Nemo-Instruct-2407.jinja")
     chat = [{"role": "user", "content": "Weather?"}]
     call = {"id": "aB3dE5gH7", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     result = {"role": "tool", "tool_call_id": "aB3dE5gH7", "content": "sunny"}
@@ -548,11 +548,7 @@ def test_mistral_nemo_keeps_the_id_its_model_writes_and_takes_the_results_back()
 def test_a_stop_the_template_writes_otherwise_stays_and_the_delta_follows_the_reply():
     """gpt-oss samples <|return|> but writes a past reply closed by <|end|>, which the stop set does not hold: the
     sampled stop stays, and the delta is what the template writes after the reply's text (its <|end|> first)."""
-    require(TEMPLATES / "openai-gpt-oss-120b.jinja")
-    template = next(t for t in all_templates() if t.name == "llama.cpp/openai-gpt-oss-120b.jinja")
-    fmt = ChatFormat.from_template(
-        template.source, tokenizer=marker_tokenizer(tuple(template_markers(template))), **template.special_tokens
-    )
+    fmt = _llama_cpp_format("openai-gpt-oss-120b.jinja")
     fmt.__dict__["chat_template"] = ChatTemplate(
         fmt.templates, fmt.special_tokens, fmt.limits, end_markers=("<|return|>", "<|call|>")
     )
