@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnkit.errors import TurnkitError
+from turnkit.parse.choice.markers import common_prefix
 from turnkit.parse.reading.call_id_shapes import SHAPES, Shape
 from turnkit.template.chat_template import ChatTemplate
 
@@ -63,11 +64,7 @@ def accepted_call_ids(template: ChatTemplate) -> CallIds:
             reply = template.render(messages[:2], tools=_TOOLS).text
         except TurnkitError:
             continue
-        written = reply[_shared(prompt, reply) :]  # the reply's render, not the tools' (which name the tool too)
+        written = reply[len(common_prefix(prompt, reply)) :]  # the reply's render, not the tools' (which name it)
         named = written.find(_NAME)
         return CallIds(shape, after_name=named >= 0 and written.find(call_id, named + len(_NAME)) >= 0)
     return CallIds()
-
-
-def _shared(a: str, b: str) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
