@@ -177,6 +177,17 @@ def process_alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def session_processes(session: int) -> list[int]:
+    """The live processes of session ``session`` (a command started with ``start_new_session``: all it started that
+    did not start a session of its own, wherever their process groups are)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        fields = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is not None and int(fields[3]) == session and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def process_children(parent: int) -> list[int]:
     """The live processes whose parent is ``parent``."""
     found = []

@@ -26,7 +26,7 @@ import httpx
 import openai
 import pytest
 from repo_paths import REPO
-from serve_harness import free_port, wait_until_up, whole_and_streamed
+from serve_harness import free_port, session_processes, wait_until_up, whole_and_streamed
 
 from turnkit.errors import ClusterError
 from turnkit.serve.replicas import _HAPROXY_PORTS, ReplicaOptions, _replica_states, parse_autoscale
@@ -134,6 +134,46 @@ def test_a_full_queue_is_answered_429_and_stopping_stops_the_local_instance(ingr
     codes = sorted(a.status_code for a in answers)
     assert codes.count(200) >= 2 and set(codes) <= {200, 429} and 429 in codes, codes
     assert all(a.headers["retry-after"] == "1" for a in answers if a.status_code == 429)
+
+
+def test_sigterm_to_the_group_stops_the_local_instance_and_leaves_nothing_running(smollm2_gguf, tmp_path):
+    """``turnkit serve --ray`` on a local instance, in a session of its own as a terminal starts it; a SIGTERM to its
+    process group (``kill -- -PGID``, ``timeout``) reaches turnkit alone, which stops Serve and Ray in order: exit 0,
+    and no process of the session is left, Serve's HAProxy included. Before Ray's head processes left the group, the
+    signal ended its GCS at once, turnkit's stop waited 30 s on a controller that was gone, and HAProxy stayed on the
+    port."""
+    port = free_port()
+    command = [sys.executable, "-m", "turnkit.cli", "serve", "--ray", "--replicas", "2", "--threads", "1"]
+    command += ["--port", str(port), "--model", str(smollm2_gguf)]
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        try:
+            wait_until_up(f"http://127.0.0.1:{port}", process, timeout=420, announced=log)
+        except (RuntimeError, TimeoutError) as exc:
+            raise AssertionError(f"{exc}\n{log.read_text()[-4000:]}") from None
+        assert any(b"haproxy" in _cmdline(pid) for pid in session_processes(process.pid)), "HAProxy runs"
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
+        assert "stopping: the local Ray instance" in log.read_text()
+        assert "Controller failed to shut down" not in log.read_text()
+        deadline = time.monotonic() + 30
+        while session_processes(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = [_cmdline(pid)[:120] for pid in session_processes(process.pid)]
+        assert not left, left
+    finally:
+        for pid in session_processes(process.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
 
 
 # -- the cluster -------------------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from turnkit.errors import ClusterError
+from turnkit.process_group import shielded_children
 
 __all__ = ["INGRESSES", "AppFactory", "RayService", "ReplicaOptions", "parse_autoscale", "run_on_ray", "serve_on_ray"]
 
@@ -278,16 +279,21 @@ def _connect(ray: Any, options: ReplicaOptions) -> None:
         if options.address is None:
             # "local" starts a private instance even when a cluster runs on this machine or RAY_ADDRESS is set
             cpus = max(os.cpu_count() or 1, options.most_replicas * options.threads)
-            ray.init(
-                address="local",
-                num_cpus=cpus,
-                include_dashboard=False,
-                # no dashboard reads them: Ray's metrics cost 0.03 cores of 2 idle ones (1 in _METRICS keeps them)
-                _system_config={"enable_metrics_collection": os.environ.get(_METRICS) == "1"},
-                configure_logging=False,
-                log_to_driver=False,
-                runtime_env=runtime_env,
-            )
+            # Ray's head processes leave the terminal's group: a SIGTERM to the group (`kill -- -PGID`, `timeout`)
+            # would end its GCS at once, and turnkit's stop would then wait on a controller that is gone and leave
+            # Serve's HAProxy running on the port; shielded, the signal reaches turnkit alone, which stops Serve and
+            # Ray in order (Ray already blocks SIGINT in them, and they die with turnkit if it is killed outright)
+            with shielded_children():
+                ray.init(
+                    address="local",
+                    num_cpus=cpus,
+                    include_dashboard=False,
+                    # no dashboard reads them: Ray's metrics cost 0.03 cores of 2 idle ones (1 in _METRICS keeps them)
+                    _system_config={"enable_metrics_collection": os.environ.get(_METRICS) == "1"},
+                    configure_logging=False,
+                    log_to_driver=False,
+                    runtime_env=runtime_env,
+                )
         else:
             ray.init(address=options.address, configure_logging=False, log_to_driver=False, runtime_env=runtime_env)
     except Exception as exc:
