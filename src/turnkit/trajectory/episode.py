@@ -8,8 +8,9 @@ end-of-turn marker, rendered from a window of the conversation where the probe e
 from __future__ import annotations
 
 import contextlib
+import operator
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -72,6 +73,9 @@ class Trajectory:
             (:func:`rewrites_history`), and ``history_reason`` says where; the policy applies when it happens.
         rewrites: The message indices where this episode found history rewritten, in order.
         finish_reasons: Each reply's finish reason as turnkit read it (``"stop"``, ``"tool_calls"``, ``"length"``).
+        stop_token_ids: More ids that end a reply, beside the format's own (vLLM's ``stop_token_ids``, set once as
+            an RL loop sets its sampling parameters): a reply ending at one is stopped, not cut by the budget, is read
+            with them, and what follows it is what the template writes after the reply (its own close, untrained).
         delta_render: ``"window"``: each delta renders the reply and the messages after it, with the conversation's
             system messages and last user message (the probes found its deltas equal to the whole render's);
             ``"whole"``: each step renders the whole conversation, and ``window_reason`` says why.
@@ -84,11 +88,15 @@ class Trajectory:
         *,
         tools: Tools | None = None,
         history: History = "keep",
+        stop_token_ids: Iterable[int] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if history not in HISTORY_POLICIES:
             raise ValueError(f"history must be one of {', '.join(HISTORY_POLICIES)}, not {history!r}")
         self._fmt = fmt
+        self.stop_token_ids: tuple[int, ...] = _checked_stop_ids(
+            stop_token_ids, fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+        )
         self.tools = tools
         self.history: History = history
         self._variables = dict(template_kwargs or {})
@@ -149,7 +157,8 @@ class Trajectory:
 
     def add_reply(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> Reply:
         """Append the engine's sampled ids verbatim (trained) and return the reply as turnkit reads it: content,
-        reasoning, tool calls, and ``finish_reason`` (``"length"`` when no stop id ends it: cut by the budget)."""
+        reasoning, tool calls, and ``finish_reason`` (``"length"`` when no stop id ends it, the format's or the
+        trajectory's :attr:`stop_token_ids`: cut by the budget)."""
         if self._reply is not None:
             raise TrajectoryError("add_reply follows a reply: add_messages must come between two replies")
         sampled = [int(i) for i in ids]
@@ -158,8 +167,14 @@ class Trajectory:
         if not sampled:
             raise TrajectoryError("add_reply got no ids: an engine's reply holds at least its stop or one token")
         fmt = self._fmt
-        stopped = sampled[-1] in fmt.stop_ids
-        reply = fmt.parse(sampled, prompt=self._row.ids, tools=self.tools, length=not stopped)
+        stopped = sampled[-1] in fmt.stop_ids or sampled[-1] in self.stop_token_ids
+        reply = fmt.parse(
+            sampled,
+            prompt=self._row.ids,
+            tools=self.tools,
+            length=not stopped,
+            stop_token_ids=self.stop_token_ids or None,
+        )
         self._row.add(sampled, trained=True, logprobs=logprobs)
         self.finish_reasons.append(reply.finish_reason or ("stop" if stopped else "length"))
         self._chat.append(_as_history(reply))
@@ -222,7 +237,10 @@ class Trajectory:
             self._row = RowBuilder()
             delta = step.ids if at == index else self._encode(chat).ids
         else:
-            delta = step.ids[self._delta_start(step, at, sampled[-1] if stopped else None) :]
+            start = self._delta_start(step, at, sampled[-1] if stopped else None)
+            if stopped and sampled[-1] not in self._fmt.stop_ids and step.ids[start : start + 1] == sampled[-1:]:
+                start += 1  # a stop id of the trajectory's that the template writes next (the next role's marker)
+            delta = step.ids[start:]
         self._row.add(delta, trained=False)
         self._chat = chat
         self._reply = None
@@ -353,3 +371,29 @@ def _as_history(reply: Reply) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def _checked_stop_ids(values: Iterable[int] | None, vocabulary: int) -> tuple[int, ...]:
+    """``stop_token_ids`` as token ids, each once, in order; anything else is an error naming the field and the
+    entry (a float, a string, a bool, a negative id or one past the tokenizer's ``vocabulary`` would never match a
+    sampled id, so every reply would silently read as cut by the budget)."""
+    if values is None:
+        return ()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise TrajectoryError(f"stop_token_ids must be a list of token ids (ints), not {values!r}")
+    out: dict[int, None] = {}
+    for position, value in enumerate(values):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            token_id = operator.index(value)
+        except TypeError:
+            raise TrajectoryError(
+                f"stop_token_ids[{position}] is {value!r}: stop_token_ids must be token ids (ints)"
+            ) from None
+        if not 0 <= token_id < vocabulary:
+            raise TrajectoryError(
+                f"stop_token_ids[{position}] is {token_id}: not a token id of this tokenizer (0 to {vocabulary - 1})"
+            )
+        out[token_id] = None
+    return tuple(out)
