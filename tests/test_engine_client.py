@@ -120,6 +120,33 @@ def test_an_answer_without_ids_is_an_error_naming_the_field(server, fmt):
     assert httpx.get(server + "/health").status_code == 200
 
 
+def test_a_trajectorys_own_stop_ids_are_sent_and_end_the_reply(server, fmt):
+    """The trajectory's ``stop_token_ids`` go to turnkit serve in vLLM's field: greedy sampling ends at the first of
+    them, where without them it samples on. A route with no field for them (llama-server has none) gets the same
+    reply, cut there by the client. Either way the reply reads as stopped and the delta starts with the template's
+    <|im_end|>."""
+    chat = [{"role": "user", "content": "What is the capital of Germany?"}]
+    free = EngineClient(server, TURNKIT, max_tokens=24, temperature=0).sample(fmt.trajectory(chat))
+    stop = free.ids[2]
+    end = free.ids.index(stop) + 1
+    assert end < len(free.ids) and stop not in fmt.stop_ids
+    unaware = dataclasses.replace(
+        TURNKIT,
+        body=lambda prompt, stops, budget, fields: {
+            "prompt": prompt, "max_tokens": budget, "logprobs": 1, "return_token_ids": True, **fields
+        },
+    )  # fmt: skip
+    for route in (TURNKIT, unaware):
+        traj = fmt.trajectory(chat, stop_token_ids=[stop])
+        sample = EngineClient(server, route, max_tokens=24, temperature=0).sample(traj)
+        assert sample.ids == free.ids[:end] and sample.logprobs == pytest.approx(free.logprobs[:end], abs=1e-3)
+        assert sample.finish_reason == "stop" and traj.finish_reasons == ["stop"]
+        served = sample.response["choices"][0]["token_ids"]
+        assert served == (sample.ids if route is TURNKIT else free.ids)  # the server stopped, or sampled on
+        delta = traj.add_messages([{"role": "user", "content": "And of France?"}])
+        assert fmt.tokenizer.decode(delta[:1]) == "<|im_end|>"
+
+
 # -- llama-server and SGLang: their answers' shapes --------------------------------------------------------------------
 
 

@@ -8,11 +8,13 @@ those names, so that a training loop writes ``client.sample(traj)`` and never a 
   ``return_token_ids: true`` (vLLM's field: each choice's ``token_ids``, and ``prompt_token_ids``, in the choice on
   vLLM, at the top on turnkit serve) and
   ``logprobs: 1``. vLLM is also told to stop on the trajectory format's stop ids (``stop_token_ids``); turnkit serve
-  stops on its template's own stops, the same ids, without being told (it takes the field too).
+  stops on its template's own stops, the same ids, without being told (it takes the field too). Both are sent the
+  trajectory's own :attr:`~turnkit.trajectory.Trajectory.stop_token_ids` in that field.
 * :data:`LLAMA_SERVER`: llama.cpp's ``llama-server`` ``POST /completion`` (``prompt`` as ids, ``n_predict``,
   ``return_tokens: true``, ``n_probs: 1``); it stops on the model's end-of-generation ids, having no per-request
   stop-id field, and returns the stop id in ``tokens`` with its log-probability (run against llama.cpp's server
-  built from the pinned llama-cpp-python sdist).
+  built from the pinned llama-cpp-python sdist). A trajectory's own stop ids it cannot be told: its answer is cut
+  after the first of them (what it sampled up to there is what an engine that stops there samples).
 * :data:`SGLANG`: SGLang's ``POST /generate`` (``input_ids``, ``sampling_params``, ``return_logprob: true``), written
   from its documentation: SGLang does not run on a CPU without its kernels.
 
@@ -82,7 +84,8 @@ class Sample:
     """One sampled reply, as appended: ``ids`` and ``logprobs`` (``nan`` where the engine gave none, as a
     trajectory's rows write it) went to ``traj.add_reply``, which returned ``reply``; ``prompt_ids`` are the ids sent;
     ``engine_prompt_ids`` those the engine says it was given (checked equal; ``None`` where it does not say);
-    ``finish_reason`` the engine's; ``response`` its whole JSON answer."""
+    ``finish_reason`` the engine's (``stop`` where its answer was cut at the trajectory's own stop id); ``response``
+    its whole JSON answer."""
 
     ids: list[int]
     logprobs: list[float]
@@ -181,8 +184,9 @@ def _sglang_read(route: str, answer: Any) -> Answer:
     return Answer(ids, logprobs, None, finish.get("type") if isinstance(finish, dict) else None)
 
 
-#: turnkit serve's ``/v1/completions``: stops on the template's own stops without being told them.
-TURNKIT = Route("turnkit serve /v1/completions", "/v1/completions", _openai_body(None), _openai_read, True)
+#: turnkit serve's ``/v1/completions``: stops on the template's own stops without being told them; told the
+#: trajectory's own stop ids, and any the client is given, in vLLM's field.
+TURNKIT = Route("turnkit serve /v1/completions", "/v1/completions", _openai_body("stop_token_ids"), _openai_read, True)
 #: vLLM's ``/v1/completions`` (and any server of vLLM's shape), told the trajectory's stop ids.
 VLLM = Route("vLLM /v1/completions", "/v1/completions", _openai_body("stop_token_ids"), _openai_read, True)
 #: llama.cpp's ``llama-server`` ``/completion``, its native route (ids in, ``tokens`` out).
@@ -191,6 +195,17 @@ LLAMA_SERVER = Route("llama-server /completion", "/completion", _llama_body, _ll
 SGLANG = Route("SGLang /generate", "/generate", _sglang_body, _sglang_read)
 #: The routes by a short name (``EngineClient(url, "vllm")``).
 ROUTES: dict[str, Route] = {"turnkit": TURNKIT, "vllm": VLLM, "llama-server": LLAMA_SERVER, "sglang": SGLANG}
+
+
+def _cut_at_stop(answer: Answer, stops: frozenset[int]) -> Answer:
+    """The answer up to and with the first id of ``stops`` (a trajectory's own stop ids), as an engine that was told
+    them ends it: one that has no field for them (llama-server) samples on, and no id sampled before depends on the
+    ids after, so the cut is what it would have sampled; its finish reason is then ``stop``."""
+    at = next((position for position, token_id in enumerate(answer.ids) if token_id in stops), None)
+    if at is None or at == len(answer.ids) - 1:
+        return answer
+    logprobs = None if answer.logprobs is None else answer.logprobs[: at + 1]
+    return Answer(answer.ids[: at + 1], logprobs, answer.prompt_ids, "stop")
 
 
 def _aligned(route: str, answer: Answer) -> list[float]:
@@ -221,7 +236,8 @@ class EngineClient:
 
     ``base_url`` is the server's (``http://127.0.0.1:8000``); ``route`` a :class:`Route` or a name of
     :data:`ROUTES`; ``model`` the served model's name where the route needs one (asked of ``/v1/models`` once if
-    not given); ``stop_ids`` the trajectory format's (``fmt.stop_ids``), sent where the route has a field for them;
+    not given); ``stop_ids`` the trajectory format's (``fmt.stop_ids``), sent where the route has a field for them,
+    with each trajectory's own ``stop_token_ids``;
     ``max_tokens`` the budget of a reply; ``sampling`` fields sent as they are (``temperature``, ``seed``: each
     engine's own names); ``logprobs=False`` accepts an answer without log-probabilities (the rows then hold ``nan``).
     """
@@ -259,10 +275,9 @@ class EngineClient:
         fields = {**self.sampling, **sampling}
         if route.needs_model:
             fields = {"model": self._served_model(), **fields}
-        answer_json = self._request(
-            route.path, route.body(prompt, self.stop_ids, max_tokens or self.max_tokens, fields)
-        )
-        answer = route.read(route.name, answer_json)
+        stops = sorted({*self.stop_ids, *traj.stop_token_ids})
+        answer_json = self._request(route.path, route.body(prompt, stops, max_tokens or self.max_tokens, fields))
+        answer = _cut_at_stop(route.read(route.name, answer_json), frozenset(traj.stop_token_ids))
         if not answer.ids:
             raise EngineReplyError(route.name, "the engine sampled no id", missing="ids")
         if answer.prompt_ids is not None and answer.prompt_ids != prompt:

@@ -459,12 +459,27 @@ class ChatFormat:
         return diff_prompts(encode, lambda token_id: self._decode([token_id]), chat, tools=tools, **template_kwargs)
 
     def trajectory(
-        self, messages: Conversation, *, tools: Tools | None = None, history: History = "keep", **template_kwargs: Any
+        self,
+        messages: Conversation,
+        *,
+        tools: Tools | None = None,
+        history: History = "keep",
+        stop_token_ids: Iterable[int] | None = None,
+        **template_kwargs: Any,
     ) -> Trajectory:
-        """An agent episode as exact ids, for RL: :class:`~turnkit.trajectory.Trajectory` (token in, token out)."""
+        """An agent episode as exact ids, for RL: :class:`~turnkit.trajectory.Trajectory` (token in, token out).
+        ``stop_token_ids``: more ids that end a reply, beside :attr:`stop_ids` (vLLM's field, as the engine is given
+        them): a reply ending at one reads as stopped, not cut by the budget."""
         from turnkit.trajectory import Trajectory
 
-        return Trajectory(self, messages, tools=tools, history=history, template_kwargs=template_kwargs)
+        return Trajectory(
+            self,
+            messages,
+            tools=tools,
+            history=history,
+            stop_token_ids=stop_token_ids,
+            template_kwargs=template_kwargs,
+        )
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)

