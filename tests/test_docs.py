@@ -259,7 +259,7 @@ def test_every_flag_the_docs_name_exists_for_its_command():
             ):
                 command, rest = mention.groups()
                 if command not in flags:
-                    assert command in {"test", "docs", "vllm-setup", "vllm-test"}, (
+                    assert command in {"test", "docs", "vllm-setup", "vllm-test", "verl-setup", "verl-test"}, (
                         f"{where}: `turnkit {command}` is no command"
                     )
                     continue

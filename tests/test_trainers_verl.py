@@ -2,9 +2,10 @@
 
 verl does not install with turnkit: its requirements pin transformers below the one turnkit tests with and pull Ray,
 wandb and a trainer stack. Its agent loop imports with ``pip install --no-deps verl==0.9.1`` plus ``tensordict``,
-``pyvers``, ``omegaconf``, ``hydra-core``, ``antlr4-python3-runtime``, ``pillow``, ``codetiming`` and ``cachetools``
-in a venv of its own that sees turnkit's (docs/guides/agent-rl.md says how); without it the module skips, naming
-that. ``./dev.sh test`` under ``CI=true`` does not run it (``LOCAL_ENGINE_TESTS``), since a skip fails there.
+``pyvers``, ``omegaconf``, ``hydra-core``, ``antlr4-python3-runtime``, ``pillow``, ``codetiming``, ``cachetools``,
+``cloudpickle`` and ``orjson`` (``VERL_PINS`` in dev.sh) in a venv of its own that sees turnkit's: ``.venv-verl``, which
+``./dev.sh test`` sets up and runs this module in (CI too; ``./dev.sh verl-test`` alone). Elsewhere the module skips,
+naming that.
 
 * verl's ``MergeResult`` and merge kinds are turnkit's, field for field.
 * verl's own agent-loop methods (``AgentLoopBase.ct_build_initial_tokens``, ``ct_merge_assistant_token``,
@@ -29,7 +30,7 @@ from turnkit import ChatFormat
 from turnkit.encode import IGNORE_INDEX
 from turnkit.trainers import ContinuousTokenBuilder, MergeResult
 
-WHY = "verl is not importable here (pip install --no-deps verl==0.9.1 and its import deps: docs/guides/agent-rl.md)"
+WHY = "verl is not importable in this venv: this module runs in .venv-verl (./dev.sh verl-test sets it up)"
 verl_ct = pytest.importorskip("verl.utils.tokenizer.continuous_token", reason=WHY)
 verl_loop = pytest.importorskip("verl.experimental.agent_loop.agent_loop", reason=WHY)
 

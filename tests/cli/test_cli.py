@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from conversations import WEATHER_TOOL
+from corpus import template_text
 
 from turnkit import ChatFormat
 from turnkit.cli import main
@@ -478,6 +479,36 @@ def test_parse_streams_ids_in_chunks_to_the_same_message(tmp_path, capsys, smoll
     bad.write_text("1, 2, x")
     assert main(["parse", "--model", "default", "--ids", str(bad)]) == 2
     assert "--ids: " in capsys.readouterr().err
+
+
+NEMO = "mistralai-Mistral-Nemo-Instruct-2407.jinja"
+
+
+def test_parse_gives_calls_ids_the_template_takes_back(tmp_path, capsys):
+    """Mistral Nemo's template raises unless a call's id is nine characters: calls written without one get numbered
+    ids of that shape (they were ``call_0``, ``call_1``), the same whole and streamed, and the message goes back
+    through the template with its results."""
+    template = tmp_path / "nemo.jinja"
+    template.write_text(template_text(NEMO))
+    reply = tmp_path / "reply.txt"
+    reply.write_text(
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+        '{"name": "get_weather", "arguments": {"city": "Oslo"}}]</s>'
+    )
+    source = ["--template", str(template), "--token", "bos_token=<s>", "--token", "eos_token=</s>"]
+    whole = json.loads(_parse(capsys, *source, str(reply))[1])
+    message = whole["message"]
+    for call in message["tool_calls"]:
+        del call["status"]  # turnkit parse's own field, not a message's
+    ids = [call["id"] for call in message["tool_calls"]]
+    assert ids == ["call00000", "call00001"]
+    streamed = _parse(capsys, *source, "--stream", "5", str(reply))[1].splitlines()[-1]
+    assert [call["id"] for call in json.loads(streamed)["message"]["tool_calls"]] == ids
+    fmt = ChatFormat.from_template(template_text(NEMO), bos_token="<s>", eos_token="</s>")
+    ask = {"role": "user", "content": "Weather in Paris and Oslo?"}
+    results = [{"role": "tool", "tool_call_id": call_id, "content": "sunny"} for call_id in ids]
+    rendered = fmt.render([ask, message, *results], tools=[WEATHER_TOOL])
+    assert all(f'"call_id": "{call_id}"' in rendered for call_id in ids)
 
 
 # -- issue 34: what a user's second hour met (render, parse, inspect, prepare on the command line) -------------------

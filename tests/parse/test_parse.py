@@ -420,6 +420,22 @@ def test_transcript_round_trip():
     assert parse_transcript("") == []
 
 
+def test_transcript_calls_get_ids_numbered_across_it_of_the_shape_given():
+    """A call written without an id gets one numbered across the transcript, not ``call_0`` in every turn, of the
+    shape a format's ``replies.call_ids`` says (Mistral's templates take only nine letters and digits back)."""
+    from turnkit.parse.choice.call_ids import CallIds
+
+    turn = '<|im_start|>assistant\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call><|im_end|>\n'
+    text = f"<|im_start|>user\nGo<|im_end|>\n{turn}<|im_start|>tool\nok<|im_end|>\n{turn}"
+
+    def ids(call_ids: CallIds | None = None) -> list[str]:
+        messages = parse_transcript(text, reply_format="hermes", call_ids=call_ids)
+        return [call["id"] for m in messages for call in m.get("tool_calls", [])]
+
+    assert ids() == ["call_0", "call_1"]
+    assert ids(CallIds("nine")) == ["call00000", "call00001"]
+
+
 @pytest.mark.parametrize(
     ("text", "line", "column", "reason"),
     [

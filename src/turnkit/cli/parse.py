@@ -3,7 +3,9 @@
 The reply is text (what a server or a log shows) or token ids (``--ids``). It goes through ``ChatFormat.parse`` and
 prints one JSON object: the OpenAI message, each tool call with its parse status, why the reply ended, and which reply
 format was used and why. ``--stream N`` feeds the same reply to ``ChatFormat.stream_parser`` in chunks of N tokens,
-prints each delta as a JSON line, and checks that the streamed message is the one the whole parse gives.
+prints each delta as a JSON line, and checks that the streamed message is the one the whole parse gives. A call
+written without an id gets a numbered one of the shape the template takes back (``fmt.replies.call_ids``: Mistral's
+templates raise on any id but nine letters and digits), so the message can be sent back with its results.
 """
 
 from __future__ import annotations
@@ -152,7 +154,9 @@ def _cmd_parse(args: argparse.Namespace) -> int:
         "stop": args.stop,
         "tools": tools,
         "reply_format": spec,
-        "call_id": lambda index: f"call_{index}",  # the same ids in the whole and the streamed parse
+        # ids of the shape the template takes back (Mistral's nine letters and digits, else call_N), numbered, so
+        # the whole and the streamed parse, and every run, give the same ones
+        "call_id": fmt.replies.call_ids.numbered(),
         "length": args.length,
     }
     whole = fmt.parse(reply, **options)

@@ -9,22 +9,34 @@ Anything else that is not a well-formed turn raises :class:`TranscriptError` nam
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from turnkit.errors import TranscriptError
 from turnkit.messages import ROLE_PATTERN
+
+if TYPE_CHECKING:
+    from turnkit.parse.choice.call_ids import CallIds
 
 __all__ = ["TranscriptError", "parse_transcript"]
 
 START, END = "<|im_start|>", "<|im_end|>"
 
 
-def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict[str, Any]]:
+def parse_transcript(
+    text: str, *, reply_format: str | None = None, call_ids: CallIds | None = None
+) -> list[dict[str, Any]]:
     """The messages of a ChatML transcript.
 
     With ``reply_format`` (``"hermes"``, ``"qwen3"`` ...), assistant turns are parsed like replies: their
-    ``<tool_call>`` blocks become ``tool_calls`` and ``<think>`` blocks ``reasoning_content``.
+    ``<tool_call>`` blocks become ``tool_calls`` and ``<think>`` blocks ``reasoning_content``. A call written without
+    an id gets one numbered across the transcript (``call_0``, ``call_1`` ...), of the shape ``call_ids`` says (a
+    format's ``fmt.replies.call_ids``: Mistral's templates take only nine letters and digits back), so the messages
+    render again through that template.
     """
+    from turnkit.parse.choice.call_ids import CallIds
+
+    shape = call_ids or CallIds()
     messages: list[dict[str, Any]] = []
     pos = 0
     while True:
@@ -50,19 +62,21 @@ def parse_transcript(text: str, *, reply_format: str | None = None) -> list[dict
         nested = text.find(START, content_start)
         if nested >= 0 and (end < 0 or nested < end):
             raise TranscriptError(f"a turn starts before the {role} turn above it ended", text, nested)
+        calls = sum(len(m.get("tool_calls", ())) for m in messages)  # the next call's number
         if end < 0:  # the final turn is open: a prompt waiting for its reply
-            messages.append(_message(role, text[content_start:] if newline >= 0 else "", reply_format))
+            content = text[content_start:] if newline >= 0 else ""
+            messages.append(_message(role, content, reply_format, shape.numbered(calls)))
             return messages
-        messages.append(_message(role, text[content_start:end], reply_format))
+        messages.append(_message(role, text[content_start:end], reply_format, shape.numbered(calls)))
         pos = end + len(END)
 
 
-def _message(role: str, content: str, reply_format: str | None) -> dict[str, Any]:
+def _message(role: str, content: str, reply_format: str | None, call_id: Callable[[int], str]) -> dict[str, Any]:
     if role != "assistant" or reply_format is None:
         return {"role": role, "content": content}
     from turnkit.parse.formats.catalog import get
     from turnkit.parse.reading.parser import StreamParser
 
-    parser = StreamParser(get(reply_format), call_id=lambda index: f"call_{index}")
+    parser = StreamParser(get(reply_format), call_id=call_id)
     parser.feed_text(content)
     return parser.finish().message()

@@ -22,7 +22,7 @@ from typing import Any
 
 from turnkit.errors import TurnkitError
 from turnkit.parse.choice.markers import common_prefix
-from turnkit.parse.reading.call_id_shapes import SHAPES, Shape
+from turnkit.parse.reading.call_id_shapes import NUMBERED, SHAPES, Shape
 from turnkit.template.chat_template import ChatTemplate
 
 __all__ = ["CallIds", "accepted_call_ids"]
@@ -44,6 +44,13 @@ class CallIds:
     def maker(self) -> Callable[[int], str]:
         """A fresh id maker for one reply (call index -> id)."""
         return SHAPES[self.shape]()
+
+    def numbered(self, start: int = 0) -> Callable[[int], str]:
+        """Ids of this shape that follow from the call's index alone (``call_0``, or Mistral's ``call00000``), the
+        ``start``-th id first: for a reading shown to a person (``turnkit parse``, a transcript), whose ids must be
+        the same on every run and between a whole and a streamed parse, yet ones the template takes back."""
+        number = NUMBERED[self.shape]
+        return lambda index: number(start + index)
 
 
 def accepted_call_ids(template: ChatTemplate) -> CallIds:

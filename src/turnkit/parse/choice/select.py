@@ -35,6 +35,15 @@ __all__ = ["Choice", "choose", "fits", "for_template"]
 _SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in PROBE_TOOLS}
 
 
+def _read_back_id(index: int) -> str:
+    """The id a probe call read back gets where its render wrote none. It is never rendered and never compared (a
+    probe is read back by names and arguments), so it needs no shape the template takes back; that shape is found
+    apart, by rendering a call and its result (:mod:`.call_ids`). The ids the probes render are chosen to pass every
+    template's checks already: Mistral's nine letters and digits (``probes.FIRST_ID``), and Kimi's
+    ``functions.NAME:INDEX`` where a template writes the id alone."""
+    return f"call_{index}"
+
+
 @dataclass(frozen=True)
 class Choice:
     """A reply format chosen for a template, with what the probes showed."""
@@ -73,7 +82,7 @@ def _reads_back(fmt: ReplyFormat, rendered: Rendered, prompt: str | None, eos: s
         fmt,
         tools=_SCHEMAS if probe.tools else None,
         in_reasoning=_in_reasoning(fmt, prompt),
-        call_id=lambda index: f"call_{index}",
+        call_id=_read_back_id,
         end_texts=ends,  # type: ignore[arg-type]
     )
     try:
@@ -108,7 +117,7 @@ def _with_tool_ends(fmt: ReplyFormat, rendered: dict[str, Rendered]) -> ReplyFor
         probe = rendered[name]
         if not probe.written or probe.rest is None:
             continue
-        parser = StreamParser(fmt, tools=_SCHEMAS, call_id=lambda index: f"call_{index}")
+        parser = StreamParser(fmt, tools=_SCHEMAS, call_id=_read_back_id)
         parser.feed_text(probe.rest)
         reply = parser.finish()
         if reply.tool_calls and reply.content.strip():
