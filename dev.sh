@@ -105,7 +105,7 @@ vllm_setup() {
 
 vllm_test() {
     vllm_setup
-    "$VLLM_VENV/bin/python" -m pytest "$@" "${VLLM_TESTS[@]}"
+    "$VLLM_VENV/bin/python" -m pytest -n "${TURNKIT_TEST_WORKERS:-auto}" --dist loadgroup "$@" "${VLLM_TESTS[@]}"
 }
 
 # verl does not install beside turnkit either (its requirements pin transformers below the test extra's and pull Ray,
@@ -253,7 +253,7 @@ if [ "${1:-}" = "test" ]; then
         exit 1
     fi
     cat "$vllm_log" >&2
-    "$VLLM_VENV/bin/python" -m pytest "${durations[@]}" "$@" "${VLLM_TESTS[@]}" || status=$?
+    "$VLLM_VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "$@" "${VLLM_TESTS[@]}" || status=$?
     exit "$status"
 fi
 if [ "${1:-}" = "docs" ]; then

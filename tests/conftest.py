@@ -60,7 +60,7 @@ SHARD = 100
 
 
 def pytest_configure(config) -> None:
-    # pytest-xdist registers it too; .venv-vllm runs its modules without xdist
+    # pytest-xdist registers it too; a run without xdist (-p no:xdist) needs it declared
     config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist's --dist loadgroup runs on one worker")
 
 
