@@ -467,7 +467,9 @@ def _distinct_templates() -> list:
     return distinct
 
 
-#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full).
+#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full). The
+#: two left: Hermes 4 splits a reply's content at ``</think>`` (reasoning written in the content is data, whose
+#: markers the encoder breaks) and LongCat-Flash-Chat writes `` /think_on`` into the user turn only when generating.
 UNRUN_KINDS = {
     "no stop id of the tokenizer ends the turn": "no stop the template's renders show",
     "the serving prompt does not begin the turn's render": "the prompt rewritten before the reply",
