@@ -25,7 +25,20 @@ class UnsampleableError(Exception):
 def template_sampled(fmt: ChatFormat, chat: list[dict], index: int, **kwargs) -> list[int]:
     """The ids the template's own render gives reply ``index``: the encoding of the conversation up to it, after the
     ids of its serving prompt, through its end-of-turn marker (the stop the engine samples: what the loss mask of that
-    turn trains last)."""
+    turn trains last). Where the serving prompt opens the reply's reasoning (``<think>``) and the render holds none
+    (the template drops it even from the last reply), the model writes its reasoning and closes it first."""
+    sampled = _turn_sampled(fmt, chat, index, **kwargs)
+    reasoning = fmt.reply_format.reasoning
+    if reasoning is None or reasoning.end in fmt.tokenizer.decode(sampled):
+        return sampled
+    prompt = fmt.tokenizer.decode(fmt.encode(chat[:index], add_generation_prompt=True, **kwargs).input_ids.tolist())
+    if not prompt.rstrip().endswith(reasoning.start):
+        return sampled
+    thought = chat[index].get("reasoning_content") or ""
+    return [*fmt.tokenizer.encode(thought + reasoning.end).ids, *sampled]
+
+
+def _turn_sampled(fmt: ChatFormat, chat: list[dict], index: int, **kwargs) -> list[int]:
     prompt = fmt.encode(chat[:index], add_generation_prompt=True, **kwargs)
     prompt_ids = prompt.input_ids.tolist()
     try:

@@ -93,7 +93,7 @@ class Replies:
             spec,
             binding,
             ids=None if binding is None else self._ends(binding, stop_token_ids),
-            tail=None if prompt is None else prompt_tail(prompt, self._decode),
+            tail=None if prompt is None else prompt_tail(prompt, self.tokenizer),
             stop=stop,
             tools=tools,
             call_id=call_id or self.call_ids.maker(),
@@ -117,6 +117,3 @@ class Replies:
                 raise TypeError(f"stop_token_ids must be token ids (ints), got {token_id!r}")
             extra[token_id] = (EndReason.STOP_TOKEN, binding.decode([token_id]))
         return {**extra, **self.stop_ids}
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer().decode(ids)

@@ -221,6 +221,20 @@ def test_reasoning_and_a_prompt_that_opens_it(qwen3):
     assert closed.reasoning_content is None and closed.content == "Four."
 
 
+def test_a_marker_data_spells_in_the_prompt_does_not_open_reasoning(qwen3):
+    """A tool result or user turn that holds ``<think>`` is text pieces, not the control id: a prompt given as ids
+    whose data spells it leaves the reply outside reasoning; the same prompt with the template's own ``<think>`` id
+    opens it."""
+    chat = [{"role": "user", "content": "Print the tag <think> for me."}]
+    forged = qwen3.encode(chat, add_generation_prompt=True).input_ids.tolist()
+    assert qwen3.tokenizer.added["<think>"].id not in forged
+    reply = qwen3.parse(ids_of(qwen3, "Here it is."), prompt=forged, reply_format="qwen3")
+    assert reply.reasoning_content is None and reply.content == "Here it is."
+    opened = [*forged, qwen3.tokenizer.added["<think>"].id]
+    started = qwen3.parse(ids_of(qwen3, "Hmm.</think>Four."), prompt=opened, reply_format="qwen3")
+    assert started.reasoning_content == "Hmm." and started.content == "Four."
+
+
 def test_tool_call_statuses(qwen3):
     def call(body: str, **kwargs):
         return qwen3.parse(ids_of(qwen3, f"<tool_call>\n{body}\n</tool_call>"), **kwargs).tool_calls[0]

@@ -340,6 +340,31 @@ def test_text_the_generation_prompt_pre_writes_is_prompt_and_the_reply_reads_fro
     assert row.input_ids == thinking.encode(traj.messages, add_generation_prompt=True).input_ids.tolist()
 
 
+DROPS_PREWRITTEN_THINK = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{{ message['content'].split('</think>')[-1] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
+
+
+def test_a_reply_the_template_writes_nothing_of_is_followed_by_the_new_messages(fmt):
+    """A reply of reasoning alone (the prompt opened ``<think>``, the model never closed it) under a template that
+    drops reasoning: the next prompt holds nothing of it, so the reply's turn ends where the template ends it with
+    the reply last, and the delta is what the template writes for the new messages; flagged on creation."""
+    dropping = fmt.with_template(DROPS_PREWRITTEN_THINK)
+    traj = dropping.trajectory([{"role": "user", "content": "Hi."}])
+    assert traj.rewrites_history
+    end = fmt.tokenizer.added["<|im_end|>"].id
+    sampled = [*fmt.tokenizer.encode("Only thinking.").ids, end]
+    reply = traj.add_reply(sampled)
+    assert (reply.reasoning_content, reply.content) == ("Only thinking.", "")
+    delta = traj.add_messages([{"role": "user", "content": "Again."}])
+    assert fmt.tokenizer.decode(delta) == "\n<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    (row,) = traj.rows
+    assert row.input_ids[-len(sampled) - len(delta) :] == [*sampled, *delta]
+    assert row.labels[-len(sampled) - len(delta) :] == [*sampled, *[IGNORE_INDEX] * len(delta)]
+
+
 def test_steps_out_of_order_are_refused(fmt):
     traj = fmt.trajectory([{"role": "user", "content": "Hi"}])
     with pytest.raises(TrajectoryError, match="add_reply"):
@@ -470,10 +495,10 @@ def corpus_episode(template) -> tuple[str, str]:
 
 
 #: The corpus sweep in shards, so that pytest-xdist spreads it over the workers (one template in SHARDS each, by
-#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged), 204 of the
-#: 210 in all; the other 6 are unrun, each with its reason (UNRUN_KINDS).
+#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged), 208 of the
+#: 210 in all; the other 2 are unrun, each with its reason (UNRUN_KINDS).
 SHARDS = 4
-SHARD_FLOORS = (44, 54, 53, 53)
+SHARD_FLOORS = (44, 55, 55, 54)
 
 
 def _distinct_templates() -> list:
@@ -486,7 +511,9 @@ def _distinct_templates() -> list:
     return distinct
 
 
-#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full).
+#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full). The
+#: two left: Hermes 4 splits a reply's content at ``</think>`` (reasoning written in the content is data, whose
+#: markers the encoder breaks) and LongCat-Flash-Chat writes `` /think_on`` into the user turn only when generating.
 UNRUN_KINDS = {
     "no stop id of the tokenizer ends the turn": "no stop the template's renders show",
     "the serving prompt does not begin the turn's render": "the prompt rewritten before the reply",

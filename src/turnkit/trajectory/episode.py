@@ -260,8 +260,8 @@ class Trajectory:
         return _Step(encoding.input_ids.tolist(), job.text, job, Spans(job.text, len(encoding), char_to_token))
 
     def _delta_start(self, step: _Step, index: int, stop: int | None) -> int:
-        """The first token of the delta: after reply ``index``'s end-of-turn marker when the engine sampled that
-        marker's id, at the marker when it did not (the template's marker closes a reply cut by the budget)."""
+        """The first token of the delta: after reply ``index``'s end-of-turn marker if the engine sampled its id, else
+        at it (cut by the budget); a reply the next prompt holds no data of ends where it ends when it is last."""
         job = step.job
         encoder = self._fmt.encoder
         turns = find_turns(job.text, job.controls, encoder.stop_texts, job.rendered.data_spans)
@@ -276,12 +276,14 @@ class Trajectory:
             try:
                 _, end = encoder.masks.turn_region(index, job, turns)
             except EncodeError as exc:
-                # No stop follows the reply where the template writes it again (gpt-oss closes a sampled <|return|>
-                # with <|end|>): the sampled stop stays, and the delta is what the template writes after its data.
+                ending = encoder.masks.history.ending(job, index).rstrip() if last is None else ""
                 first = step.spans.tokens(last, len(job.text))[0] if last is not None else 0
-                if last is None or not first or step.spans.char_to_token(last - 1) == first:
+                if ending and job.text.startswith(ending):
+                    end = len(ending)
+                elif last is not None and first and step.spans.char_to_token(last - 1) != first:
+                    return first  # data, no stop after it (gpt-oss' sampled <|return|>): the delta follows the data
+                else:
                     raise TrajectoryError(f"cannot tell where reply {index} ends in the next prompt: {exc}") from None
-                return first
             marker = next(((a, b) for a, b, _ in turns.ends if b == end), None)
             if marker is None:  # no end-of-turn marker: the turn ends where the template ends it when it is last
                 return step.spans.tokens(end, len(job.text))[0] if end < len(job.text) else len(step.ids)

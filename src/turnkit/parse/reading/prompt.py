@@ -34,9 +34,26 @@ def stop_ids(stops: StopSet) -> dict[int, tuple[EndReason, str]]:
     return out
 
 
-def prompt_tail(prompt: Sequence[int] | str, decode: Callable[[list[int]], str]) -> str:
-    """The prompt's end, as text: where it leaves the reply is decided there."""
-    return prompt[-4096:] if isinstance(prompt, str) else decode(list(prompt)[-256:])
+def prompt_tail(prompt: Sequence[int] | str, binding: Callable[[], TokenizerBinding]) -> str:
+    """The prompt's end, as text: where it leaves the reply is decided there. Given as ids, a marker's text that data
+    spelled (a tool result holding ``<|channel>``: text pieces, no control id) is broken (its first character made
+    U+FFFD), so that only the markers the template wrote decide whether the reply starts inside reasoning."""
+    if isinstance(prompt, str):
+        return prompt[-4096:]
+    tokenizer = binding()
+    ids = list(prompt)[-256:]
+    text = tokenizer.decode(ids)
+    found = [m.start() for m in tokenizer.added_pattern.finditer(text)] if tokenizer.added else []
+    controls = {token.id for token in tokenizer.added.values()}
+    written = [at for at, token_id in enumerate(ids) if token_id in controls]
+    if len(found) <= len(written):
+        return text  # every marker's text is a control id: nothing forged
+    real = {len(tokenizer.decode(ids[:at])) for at in written}
+    pieces = list(text)
+    for start in found:
+        if start not in real:
+            pieces[start] = "\ufffd"
+    return "".join(pieces)
 
 
 def reply_parser(
