@@ -86,6 +86,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_collection_finish(session) -> None:
+    """In a pytest-xdist worker under ``--dist loadgroup``: every grouped test's node id carries its group, or the
+    run stops. xdist adds the group to the id; where the installed pytest ignores that (9.2 keeps ids in a field
+    xdist 3.8 does not write), groups silently fall apart: every module's server was started on both workers, the
+    Ray modules ran beside each other, and each worker ran every documentation page's examples."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        message = (
+            f"pytest-xdist's --dist loadgroup did not group {len(lost)} tests (first: {lost[0]}): pytest "
+            f"{pytest.__version__} with pytest-xdist cannot keep a module's tests on one worker; install the pinned "
+            "pytest (pyproject.toml's test extra)"
+        )
+        print(message, file=sys.stderr, flush=True)
+        pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 def _xdist_group(item) -> str | None:
     module = item.module.__name__ if getattr(item, "module", None) is not None else None
     if module is None:
