@@ -180,19 +180,22 @@ def process_alive(pid: int) -> bool:
 def session_processes(session: int) -> list[int]:
     """The live processes of session ``session`` (a command started with ``start_new_session``: all it started that
     did not start a session of its own, wherever their process groups are)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        fields = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and int(fields[3]) == session and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return _live_processes(_SESSION, session)
 
 
 def process_children(parent: int) -> list[int]:
     """The live processes whose parent is ``parent``."""
+    return _live_processes(_PARENT, parent)
+
+
+#: Fields of ``/proc/PID/stat`` after the command's name (:func:`_proc_stat`).
+_PARENT, _SESSION = 1, 3
+
+
+def _live_processes(field: int, value: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         fields = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and int(fields[1]) == parent and fields[0] != "Z":
+        if fields is not None and int(fields[field]) == value and fields[0] != "Z":
             found.append(int(entry.name))
     return found
