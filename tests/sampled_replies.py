@@ -6,13 +6,14 @@ list). A template whose render gives no reply an engine samples raises :class:`U
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 import numpy as np
 from roundtrip import PROBES, USER, render_rest
 
 from turnkit import ChatFormat, EncodeError, TurnkitError
 from turnkit.encode import IGNORE_INDEX
-from turnkit.parse.choice.markers import first_marker, is_marker, marker_pieces
+from turnkit.parse.choice.markers import first_marker, is_marker, marker_pieces, tokens
 
 TOOLS = PROBES[0].tools
 
@@ -73,13 +74,14 @@ def _turn_sampled(fmt: ChatFormat, chat: list[dict], index: int, **kwargs) -> li
 
 def _after_prompt(fmt: ChatFormat, text: str, prompt_ids: list[int], index: int) -> str:
     """The turn's render ``text`` after the serving prompt it starts with, or after the longest run of the prompt's
-    ids it starts with when the prompt ends in pre-written text the turn does not hold (a few tokens at most: more is
-    a prompt the template rewrites, not a reply an engine samples)."""
+    ids it starts with when the prompt ends in pre-written text the turn does not hold, past what that text shares
+    with the turn's (32 tokens at most, LongCat's `` /think_off ASSISTANT:<longcat_think>\n\n</longcat_think>\n``
+    spelled in text pieces: more is a prompt the template rewrites, not a reply an engine samples)."""
     decode = fmt.tokenizer.decode
-    for keep in range(len(prompt_ids), max(len(prompt_ids) - 16, 0), -1):
+    for keep in range(len(prompt_ids), max(len(prompt_ids) - 32, 0), -1):
         head = decode(prompt_ids[:keep])
         if text.startswith(head) and len(text) > len(head):
-            return text[len(head) :]
+            return _past_shared(text[len(head) :], decode(prompt_ids)[len(head) :])
     # The template writes earlier turns otherwise once the reply follows (a system message moved to the last user
     # turn): the reply is what follows the generation prompt's last tokens in the turn's render.
     for keep in range(len(prompt_ids), max(len(prompt_ids) - 16, 4), -1):
@@ -87,6 +89,30 @@ def _after_prompt(fmt: ChatFormat, text: str, prompt_ids: list[int], index: int)
         if tail.strip() and (at := text.rfind(tail)) >= 0 and len(text) > at + len(tail):
             return text[at + len(tail) :]
     raise UnsampleableError(f"reply {index}: the serving prompt does not begin the turn's render")
+
+
+def _past_shared(rest: str, dropped: str) -> str:
+    """The turn's ``rest`` after the words it shares with the prompt's ``dropped`` end, where the rest starts with a
+    word of it: a thinking switch written into the user turn before the reply's header, which the turn's render
+    writes without it (LongCat-Flash-Chat's `` /think_on ASSISTANT:<longcat_think>\\n``, where the reply is rendered
+    `` ASSISTANT:\\n<longcat_think>\\n...``): the engine samples what follows the header and whatever the prompt wrote
+    of the reply's opening, the whitespace after it too; the prompt's pre-written text the turn does not hold
+    (``<longcat_think>\\n\\n</longcat_think>\\n`` before a reply without reasoning) is skipped."""
+    said = [word for word in tokens(dropped) if not word.isspace()]
+    pieces = tokens(rest)
+    ends = list(accumulate(len(piece) for piece in pieces))
+    words = [(end, word) for end, word in zip(ends, pieces, strict=True) if not word.isspace()]
+    if not said or not words or words[0][1] not in said:
+        return rest
+    at = said.index(words[0][1])
+    shared = 0
+    while shared < len(words) and at + shared < len(said) and words[shared][1] == said[at + shared]:
+        shared += 1
+    cut = words[shared - 1][0]
+    if at + shared == len(said):  # the prompt's end is all shared: the whitespace it ends with too
+        trailing = dropped[len(dropped.rstrip()) :]
+        cut += len(trailing) if rest[cut:].startswith(trailing) else 0
+    return rest[cut:]
 
 
 def _with_next_opening(fmt: ChatFormat, chat: list[dict], index: int, ids: list[int], end: int, **kwargs):

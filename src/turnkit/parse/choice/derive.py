@@ -33,7 +33,7 @@ from turnkit.parse.choice.probes import Rendered
 from turnkit.parse.choice.toolsyntax import tool_end, tool_syntax
 from turnkit.parse.formats import Reasoning, ReplyFormat
 
-__all__ = ["derive", "end_texts"]
+__all__ = ["derive", "end_texts", "reasoning_markers"]
 
 # -- end of turn, reasoning, content markers ---------------------------------------------------------------------
 
@@ -74,8 +74,13 @@ class _ReasoningFound:
     content_markers: tuple[str, ...]
 
 
-def _reasoning(rendered: dict[str, Rendered], ends: tuple[str, ...]) -> _ReasoningFound | None:
-    probe = rendered["reasoning"]
+def reasoning_markers(probe: Rendered, ends: tuple[str, ...]) -> Reasoning | None:
+    """The reasoning markers a render of the ``reasoning`` probe shows (as :func:`derive` finds them), or None."""
+    found = _reasoning(probe, ends)
+    return found.reasoning if found is not None else None
+
+
+def _reasoning(probe: Rendered, ends: tuple[str, ...]) -> _ReasoningFound | None:
     rest, prompt = probe.rest, probe.prompt
     if not probe.written or rest is None or prompt is None:
         return None
@@ -136,7 +141,7 @@ def derive(rendered: dict[str, Rendered]) -> ReplyFormat:
     """The format the renders show (parts the renders do not show are left out: a template that writes no tool
     calls gets no tool syntax)."""
     ends = end_texts(rendered)
-    reasoning = _reasoning(rendered, ends)
+    reasoning = _reasoning(rendered["reasoning"], ends)
     markers = reasoning.content_markers if reasoning else ()
     syntax_reasoning = reasoning.reasoning if reasoning else None
     markers = tuple(dict.fromkeys((*markers, *_content_markers(rendered, syntax_reasoning))))

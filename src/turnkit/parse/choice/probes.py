@@ -9,6 +9,9 @@ the template writes for that reply. Names and values are sentinels that no templ
 * ``one_call``: a call with a string and an integer argument; ``two_calls``: it and a second call with a boolean;
   ``bare_call``: a call with no arguments (where a name ends when nothing follows it).
 
+A template whose plain render of the reasoning probe writes none is rendered again with its thinking switch on
+(:func:`render_switched_reasoning`): some write their reasoning markers only then.
+
 Call ids take the shapes real models write, since some templates write the id and nothing else: first Mistral's nine
 letters and digits (Mistral's templates refuse any other id); where a template writes a call but not its name, again
 with Kimi K2's ``functions.NAME:INDEX`` (Kimi's templates that write ``tool_call['id']`` alone: the name is in the
@@ -23,6 +26,7 @@ from typing import Any
 
 from turnkit.errors import TurnkitError
 from turnkit.template.chat_template import ChatTemplate
+from turnkit.template.switches import thinking_switch
 
 __all__ = [
     "CONTENT",
@@ -35,6 +39,7 @@ __all__ = [
     "Rendered",
     "named_id",
     "render_probes",
+    "render_switched_reasoning",
 ]
 
 FIRST, SECOND = "probe_alpha", "probe_beta"
@@ -190,11 +195,32 @@ def _id_without_name(rendered: Rendered) -> bool:
     return rest is not None and not rendered.written and any(call["id"] in rest for call in calls)
 
 
-def _render(template: ChatTemplate, probe: Probe) -> Rendered:
+def render_switched_reasoning(template: ChatTemplate) -> Rendered | None:
+    """The ``reasoning`` probe rendered with the template's thinking switch on, for a template whose plain render of
+    it writes no reasoning: without tools, then with the probe tools (LongCat-Flash-Chat writes ``<longcat_think>``
+    only under ``enable_thinking`` and with tools offered). None where neither render writes the reasoning, or the
+    template has no switch that turns thinking on."""
+    probe = next(p for p in PROBES if p.name == "reasoning")
+    for tools in (None, PROBE_TOOLS):
+        try:
+            switch = thinking_switch(template.source(tools=tools))
+        except TurnkitError:
+            return None
+        if switch.toggle is None:
+            continue
+        rendered = _render(template, replace(probe, tools=tools), switch.variables(enabled=True))
+        if rendered.written:
+            return rendered
+    return None
+
+
+def _render(template: ChatTemplate, probe: Probe, variables: Mapping[str, Any] | None = None) -> Rendered:
     messages = [_USER, probe.message]
     try:
-        prompt = template.render(messages[:1], tools=probe.tools, add_generation_prompt=True).text
-        full = template.render(messages, tools=probe.tools).text
+        prompt = template.render(
+            messages[:1], tools=probe.tools, add_generation_prompt=True, template_kwargs=variables
+        ).text
+        full = template.render(messages, tools=probe.tools, template_kwargs=variables).text
     except TurnkitError:
         return Rendered(probe, None, None, refused=True)
     if full.startswith(prompt):

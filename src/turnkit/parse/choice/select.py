@@ -22,11 +22,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from turnkit.parse.choice.derive import derive, end_texts
+from turnkit.parse.choice.derive import derive, end_texts, reasoning_markers
 from turnkit.parse.choice.markers import first_marker, is_marker, marker_pieces
-from turnkit.parse.choice.probes import PROBE_TOOLS, Rendered, render_probes
+from turnkit.parse.choice.probes import PROBE_TOOLS, Rendered, render_probes, render_switched_reasoning
 from turnkit.parse.encodings import encoding_of
-from turnkit.parse.formats import Arguments, Element, ReplyFormat, ToolSyntax, catalog
+from turnkit.parse.formats import Arguments, Element, Reasoning, ReplyFormat, ToolSyntax, catalog
 from turnkit.parse.reading.parser import StreamParser
 from turnkit.template.chat_template import ChatTemplate
 
@@ -188,7 +188,9 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
 
     * Reasoning the template never renders for a final reply (QwQ, DeepSeek-R1 and Granite 3.3 drop it; Ministral
       writes ``[THINK]`` only in its instructions): the first catalog reasoning whose markers the template's text
-      writes, pre-written by the generation prompt when that prompt ends with its start.
+      writes, pre-written by the generation prompt when that prompt ends with its start; else the markers its render
+      shows with its thinking switch on (LongCat-Flash-Chat's ``<longcat_think>``, written only under
+      ``enable_thinking`` and with tools), where the reply after the start marker reads back.
     * Tool calls the template cannot render at all (it raises on them, as Kimi K2 Thinking's does in a sandbox):
       the first catalog syntax whose markers the template's text writes.
     * Values the template wraps in ``<![CDATA[...]]>`` when they hold ``<``, ``&`` or a newline (MiniCPM5), which
@@ -207,6 +209,8 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
                 reasoning = found
                 notes.append(f"reasoning {found.start!r}...{found.end!r} from the template's text")
                 break
+        if reasoning is None and (reasoning := _switched_reasoning(template, fmt, end_texts(rendered))) is not None:
+            notes.append(f"reasoning {reasoning.start!r}...{reasoning.end!r} from its render with thinking on")
     if reasoning is not None and serving.rstrip().endswith(reasoning.start) and not reasoning.prefilled:
         reasoning = replace(reasoning, prefilled=True)
         notes.append(f"its generation prompt opens {reasoning.start!r}")
@@ -228,6 +232,20 @@ def _completed(choice: Choice, template: ChatTemplate, rendered: dict[str, Rende
         return choice  # what the renders do show wins over the template's text
     reason = f"{choice.format.reason}; {'; '.join(notes)}"
     return Choice(completed.because(reason), choice.read, choice.tools_unreadable)
+
+
+def _switched_reasoning(template: ChatTemplate, fmt: ReplyFormat, ends: tuple[str, ...]) -> Reasoning | None:
+    """The reasoning markers the template's render shows with its thinking switch on, where what follows the start
+    marker reads back as the probe's reasoning and answer: what a model writes after a generation prompt that opens
+    the reasoning (LongCat-Flash-Chat's ``/think_on ASSISTANT:<longcat_think>``, whose render of a reply writes the
+    user turn otherwise, so the reply as rendered does not continue that prompt)."""
+    probe = render_switched_reasoning(template)
+    found = None if probe is None else reasoning_markers(probe, ends)
+    if probe is None or probe.rest is None or found is None or found.start not in probe.rest:
+        return None
+    cut = probe.rest.index(found.start) + len(found.start)
+    opened = replace(probe, prompt=(probe.prompt or "") + probe.rest[:cut], rest=probe.rest[cut:])
+    return found if _reads_back(replace(fmt, reasoning=found), opened, opened.prompt, template.eos_token) else None
 
 
 _CDATA = "<![CDATA["
