@@ -313,17 +313,25 @@ def smollm2_tokenizer_folder() -> Path:
 
 
 @cache
-def _smollm2_json() -> str:
+def _smollm2_tokenizer():
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(smollm2_tokenizer_folder() / "tokenizer.json")).to_str()
+    return Tokenizer.from_file(str(smollm2_tokenizer_folder() / "tokenizer.json"))
 
 
 def marker_tokenizer(markers: tuple[str, ...]):
     """The SmolLM2 tokenizer (a ``tokenizers.Tokenizer``) holding ``markers`` as added tokens, special unless
-    NON_SPECIAL: what :func:`tokenizer_with_markers` builds, without transformers' loading (a tenth of the time)."""
+    NON_SPECIAL: what :func:`tokenizer_with_markers` builds, without transformers' loading. It is assembled from the
+    parts of one loaded SmolLM2 tokenizer, its model (vocabulary and merges) shared, not parsed again from JSON:
+    0.1 ms instead of about 100, for the same ``tokenizer.json`` (checked for each marker set of the corpus). Nothing
+    changes a tokenizer's model after it is built."""
     from tokenizers import AddedToken, Tokenizer
 
-    tokenizer = Tokenizer.from_str(_smollm2_json())
+    base = _smollm2_tokenizer()
+    tokenizer = Tokenizer(base.model)
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        if (value := getattr(base, part)) is not None:
+            setattr(tokenizer, part, value)
+    tokenizer.add_tokens([token for _, token in sorted(base.get_added_tokens_decoder().items())])
     tokenizer.add_tokens([AddedToken(m, special=m not in NON_SPECIAL, normalized=False) for m in markers])
     return tokenizer

@@ -321,3 +321,46 @@ def test_without_tiktoken_it_says_so(smollm2: TokenizerBinding, monkeypatch):
     monkeypatch.setitem(sys.modules, "tiktoken", None)
     fast, why = build_fast_tokenizer(smollm2.data_tokenizer)
     assert fast is None and "tiktoken is not installed" in why
+
+
+# -- copies that differ only in added tokens --------------------------------------------------------------------------
+
+
+def test_copies_that_differ_in_added_tokens_share_one_twin_and_each_reads_its_own_bytes(smollm2_hf_folder: Path):
+    """A corpus of templates over one checkpoint's tokenizer makes a copy of it per template, each with the template's
+    markers added: the copies share one data twin (and its fast path), found without writing out the tokenizer, and
+    each copy's byte table is the one built from the copy itself, its own added tokens included; a copy whose
+    truncation differs gets a twin of its own."""
+    from corpus import marker_tokenizer
+
+    from turnkit.tokenizer import ByteTable
+
+    first = TokenizerBinding.from_any(marker_tokenizer(("<|a|>",)))
+    second = TokenizerBinding.from_any(marker_tokenizer(("<|b|>", "<|c|>", "<think>")))
+    assert first.data_tokenizer is second.data_tokenizer
+    assert first.fast_path is second.fast_path is not None
+    for binding in (first, second):
+        direct = ByteTable.from_tokenizer(binding.backend)
+        assert direct is not None and binding.byte_table is not None
+        assert binding.byte_table.table == direct.table
+        assert binding.byte_table.strip_first_space == direct.strip_first_space
+    marker = second.added["<|c|>"].id
+    assert second.byte_table.bytes_of(marker) == b"<|c|>" and first.byte_table.bytes_of(marker) == b""
+    assert second.encode_as_text("<|c|>").ids == first.encode_as_text("<|c|>").ids != [marker]
+
+    truncating = marker_tokenizer(("<|a|>",))
+    truncating.enable_truncation(8)
+    other = TokenizerBinding.from_any(truncating)
+    assert other.data_tokenizer is not first.data_tokenizer
+    assert other.data_tokenizer.truncation == truncating.truncation
+
+
+def test_the_quick_marker_tokenizer_is_the_one_transformers_builds(smollm2_hf_folder: Path):
+    """tests/corpus.py's ``marker_tokenizer`` (assembled from a loaded tokenizer's parts, for the corpus sweeps) writes
+    the same ``tokenizer.json`` as ``tokenizer_with_markers`` (transformers loading the folder and adding the markers),
+    special and not."""
+    from corpus import marker_tokenizer, tokenizer_with_markers
+
+    for markers in (("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|x|>"), ("<s>", "</s>", "[INST]")):
+        quick = marker_tokenizer(markers)
+        assert quick.to_str() == tokenizer_with_markers(smollm2_hf_folder, list(markers)).backend_tokenizer.to_str()

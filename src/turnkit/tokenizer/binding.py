@@ -44,8 +44,41 @@ class AddedToken:
     single_word: bool = False
 
 
-#: Data twins built in this process by the SHA-256 of their JSON, oldest first (`TokenizerBinding.data_tokenizer`).
-_TWINS: dict[str, tokenizers.Tokenizer] = {}
+class _Twin:
+    """A data twin and what is derived from it alone, shared by every tokenizer that differs from it only in added
+    tokens and post-processor (a template's markers added to a base vocabulary; each ``ChatFormat`` of a corpus of
+    templates over one checkpoint's tokenizer): its byte table is built once per process, and its fast path is found
+    by its key (:func:`~turnkit.tokenizer.fast.build_fast_tokenizer`)."""
+
+    def __init__(self, key: str, tokenizer: tokenizers.Tokenizer) -> None:
+        self.key = key
+        self.tokenizer = tokenizer
+
+    @cached_property
+    def byte_table(self) -> ByteTable | None:
+        """The table of the vocabulary without added tokens; each binding lays its own added tokens over it."""
+        return ByteTable.from_tokenizer(self.tokenizer)
+
+
+def _twin_key(backend: tokenizers.Tokenizer) -> str:
+    """The SHA-256 of what the data twin of ``backend`` is made of: its model (the vocabulary and merges), normalizer,
+    pre-tokenizer, decoder, truncation and padding; not its added tokens or post-processor. Read from the parts'
+    own serialized state (about 20 ms for a 50k vocabulary), not by writing out and parsing the whole tokenizer.json
+    (about 90 ms)."""
+    digest = hashlib.sha256(backend.model.__getstate__())
+    for part in (backend.normalizer, backend.pre_tokenizer, backend.decoder):
+        digest.update(b"\0" + (b"-" if part is None else part.__getstate__()))
+    digest.update(b"\0" + repr((backend.truncation, backend.padding)).encode())
+    return digest.hexdigest()
+
+
+def _state(part: Any) -> Any:
+    """A tokenizer part (normalizer, pre-tokenizer, decoder) as its ``tokenizer.json`` entry, or None."""
+    return None if part is None else json.loads(part.__getstate__())
+
+
+#: Data twins built in this process by :func:`_twin_key`, oldest first (`TokenizerBinding.data_tokenizer`).
+_TWINS: dict[str, _Twin] = {}
 _TWINS_KEPT = 8
 
 
@@ -58,8 +91,9 @@ class TokenizerBinding:
     def __init__(self, backend: tokenizers.Tokenizer, *, eos_ids: Iterable[int] = (), origin: str = "") -> None:
         self.backend = backend
         self.origin = origin
+        self._added_tokens = backend.get_added_tokens_decoder()
         self.added: dict[str, AddedToken] = {}
-        for token_id, token in sorted(backend.get_added_tokens_decoder().items()):
+        for token_id, token in sorted(self._added_tokens.items()):
             content = str(token.content)
             if content and content not in self.added:
                 self.added[content] = AddedToken(content, token_id, bool(token.special), bool(token.single_word))
@@ -154,9 +188,20 @@ class TokenizerBinding:
 
     @cached_property
     def tokenizer_json(self) -> dict[str, Any]:
-        """The backend's ``tokenizer.json``, parsed once for the data twin, :attr:`segment_safe` and the byte table
-        (each read it; a 50k vocabulary takes about 55 ms of CPU to write out and parse). Read only."""
+        """The backend's ``tokenizer.json``, parsed (a 50k vocabulary takes about 55 ms of CPU to write out and
+        parse); read only where a data twin is first built."""
         return json.loads(self.backend.to_str())
+
+    @cached_property
+    def _twin(self) -> _Twin:
+        key = _twin_key(self.backend)
+        twin = _TWINS.get(key)
+        if twin is None:
+            if len(_TWINS) >= _TWINS_KEPT:
+                del _TWINS[next(iter(_TWINS))]
+            text = json.dumps({**self.tokenizer_json, "added_tokens": [], "post_processor": None})
+            twin = _TWINS[key] = _Twin(key, tokenizers.Tokenizer.from_str(text))
+        return twin
 
     @cached_property
     def data_tokenizer(self) -> tokenizers.Tokenizer:
@@ -164,19 +209,12 @@ class TokenizerBinding:
 
         Copies of one tokenizer that differ only in added tokens (a template's markers added to a base vocabulary)
         have the same twin, so it is built once per process (about 100 ms for a 50k vocabulary) and shared, as the
-        fast path built from it is; nothing here changes a twin after it is built."""
-        text = json.dumps({**self.tokenizer_json, "added_tokens": [], "post_processor": None})
-        key = hashlib.sha256(text.encode()).hexdigest()
-        twin = _TWINS.get(key)
-        if twin is None:
-            if len(_TWINS) >= _TWINS_KEPT:
-                del _TWINS[next(iter(_TWINS))]
-            twin = _TWINS[key] = tokenizers.Tokenizer.from_str(text)
-        return twin
+        fast path and the byte table built from it are; nothing here changes a twin after it is built."""
+        return self._twin.tokenizer
 
     @cached_property
     def _fast(self) -> tuple[FastTokenizer | None, str]:
-        return build_fast_tokenizer(self.data_tokenizer)
+        return build_fast_tokenizer(self._twin.tokenizer, key=self._twin.key)
 
     @property
     def data(self) -> FastTokenizer | tokenizers.Tokenizer:
@@ -197,7 +235,10 @@ class TokenizerBinding:
     @cached_property
     def byte_table(self) -> ByteTable | None:
         """The bytes of every token id, for decoding a stream in constant time per token (None if unsupported)."""
-        return ByteTable.from_tokenizer(self.backend, self.tokenizer_json)
+        table = self._twin.byte_table
+        if table is None:
+            return None
+        return table.with_added({token_id: str(token.content) for token_id, token in self._added_tokens.items()})
 
     def encode(self, text: str) -> tokenizers.Encoding:
         """Encode text in which every added-token string is meant as that token (template text)."""
@@ -226,10 +267,9 @@ class TokenizerBinding:
         token swallows neighbouring whitespace (lstrip/rstrip) or the pre-tokenizer treats the start of the input
         specially (a Metaspace "first" prefix, a prefix space added to every input).
         """
-        spec = self.tokenizer_json
-        if any(t.get("lstrip") or t.get("rstrip") for t in spec.get("added_tokens", [])):
+        if any(token.lstrip or token.rstrip for token in self._added_tokens.values()):
             return False
-        text = json.dumps(spec.get("pre_tokenizer")) + json.dumps(spec.get("normalizer"))
+        text = json.dumps(_state(self.backend.pre_tokenizer)) + json.dumps(_state(self.backend.normalizer))
         return '"prepend_scheme": "first"' not in text and '"add_prefix_space": true' not in text
 
 

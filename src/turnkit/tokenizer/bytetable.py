@@ -83,5 +83,16 @@ class ByteTable:
                 table[token_id] = token.replace("▁", " ").encode()
         return cls(table, strip_first_space=metaspace and "Strip" in kinds)
 
+    def with_added(self, added: dict[int, str]) -> ByteTable:
+        """This table with ``added`` (id to text) laid over it, as :meth:`from_tokenizer` reads a tokenizer's added
+        tokens: each stands for its own text. One vocabulary's table serves every copy of it with other added tokens
+        (a template's markers) at the cost of a list copy."""
+        table = list(self.table)
+        if added:
+            table.extend([b""] * (max(added) + 1 - len(table)))
+        for token_id, content in added.items():
+            table[token_id] = content.encode()
+        return ByteTable(table, strip_first_space=self.strip_first_space)
+
     def bytes_of(self, token_id: int) -> bytes:
         return self.table[token_id] if 0 <= token_id < len(self.table) else b""

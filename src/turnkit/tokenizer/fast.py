@@ -278,11 +278,12 @@ class FastTokenizer:
 _BUILT: dict[str, tuple[FastTokenizer | None, str]] = {}
 
 
-def build_fast_tokenizer(twin: tokenizers.Tokenizer) -> tuple[FastTokenizer | None, str]:
+def build_fast_tokenizer(twin: tokenizers.Tokenizer, *, key: str | None = None) -> tuple[FastTokenizer | None, str]:
     """The fast tokenizer for ``twin`` (a tokenizer without added tokens), or None; and a line saying which path.
 
     Deciding costs about a second for a 150k vocabulary, so it is done once per process for each distinct twin
-    (copies of a tokenizer that differ only in added tokens share it).
+    (copies of a tokenizer that differ only in added tokens share it), found by ``key`` where the caller has one for
+    the twin's content (else the SHA-256 of its JSON).
     """
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None, f"tokenizers ({ENV_SWITCH}=0)"
@@ -290,7 +291,7 @@ def build_fast_tokenizer(twin: tokenizers.Tokenizer) -> tuple[FastTokenizer | No
         import tiktoken  # noqa: F401
     except ImportError:
         return None, "tokenizers (tiktoken is not installed: pip install 'turnkit[fast]')"
-    key = hashlib.sha256(twin.to_str().encode()).hexdigest()
+    key = key or hashlib.sha256(twin.to_str().encode()).hexdigest()
     if key not in _BUILT:
         if len(_BUILT) >= 8:
             del _BUILT[next(iter(_BUILT))]
