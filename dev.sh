@@ -79,8 +79,6 @@ VLLM_STAMP=$VLLM_VENV/.turnkit-installed
 # vLLM start per module
 VLLM_TESTS=(tests/serve/test_serve_vllm.py tests/serve/test_serve_vllm_cli.py tests/vllm_plugin/test_vllm_plugin.py
     tests/serve/test_serve_vllm_ray.py)
-# the modules that start Ray in .venv: under CI=true they run alone, after the others
-RAY_TESTS=(tests/data/test_prepare_ray.py tests/serve/test_serve_ray.py)
 # engines nothing here installs: a llama-server binary (TURNKIT_LLAMA_SERVER or PATH; building it is about 40 minutes
 # of a busy 2-core machine). They run where they are found and skip, naming what is missing, where not; under
 # CI=true, where a skip fails, they are not run.
@@ -143,16 +141,29 @@ verl_test() {
     "$VERL_VENV/bin/python" -m pytest "$@" "${VERL_TESTS[@]}"
 }
 
-# After `verl_setup` in the background ($verl_setup_pid, its output in $verl_log): its output, then the verl module
+# A step run in the background while the suite runs: `started NAME COMMAND...` starts it, its output kept in a file;
+# `finished NAME WHAT` waits for it, prints its output, and says "WHAT failed" and returns 1 if it failed.
+declare -A background_pids background_logs
+started() {
+    local name=$1
+    shift
+    background_logs[$name]=$(mktemp)
+    "$@" >"${background_logs[$name]}" 2>&1 &
+    background_pids[$name]=$!
+}
+finished() {
+    local status=0
+    wait "${background_pids[$1]}" || status=$?
+    cat "${background_logs[$1]}" >&2
+    rm -f "${background_logs[$1]}"
+    [ "$status" = 0 ] && return
+    echo "dev.sh: $2 failed" >&2
+    return 1
+}
+
+# After `started verl verl_setup`: its output, then the verl module
 verl_finish() {
-    local setup_status=0
-    wait "$verl_setup_pid" || setup_status=$?
-    cat "$verl_log" >&2
-    rm -f "$verl_log"
-    if [ "$setup_status" != 0 ]; then
-        echo "dev.sh: setting up $VERL_VENV failed" >&2
-        return 1
-    fi
+    finished verl "setting up $VERL_VENV" || return 1
     # 5: no test of the module selected (a -k or -m for other tests), which is not a failure
     "$VERL_VENV/bin/python" -m pytest "$@" "${VERL_TESTS[@]}" || { local status=$?; [ "$status" = 5 ] || return "$status"; }
 }
@@ -211,7 +222,6 @@ if [ "${1:-}" = "test" ]; then
     "$VENV/bin/python" -m turnkit.doctor.runtimes setup || echo "dev.sh: doctor --runtimes' engines not set up" >&2
     "$VENV/bin/ruff" check src tests benchmarks examples
     "$VENV/bin/ruff" format --check src tests benchmarks examples
-    "$VENV/bin/mypy"
     # Under CI=true (.ci/run) a skip fails (tests/conftest.py), and the 20 slowest tests are listed in the log.
     durations=()
     [ "${CI:-}" = true ] && durations=(--durations=20)
@@ -220,39 +230,33 @@ if [ "${1:-}" = "test" ]; then
     # (tests/conftest.py's groups, docs/contributing.md)
     workers=(-n "${TURNKIT_TEST_WORKERS:-auto}" --dist loadgroup)
     if [ "${CI:-}" != true ] && names_paths "$@"; then
+        "$VENV/bin/mypy"
         exec "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "$@"
     fi
-    # The whole suite: .venv-verl is set up in the background (a minute of downloads the first time, nothing after)
-    # and the verl module runs in it after the rest.
+    # The whole suite: mypy runs beside it (about 45 CPU-seconds without its cache, as in a fresh clone, where it held
+    # up the first test), its verdict at the end; .venv-verl is set up in the background (a minute of downloads the
+    # first time, nothing after) and the verl module runs in it after the rest.
     status=0
-    verl_log=$(mktemp)
-    verl_setup >"$verl_log" 2>&1 &
-    verl_setup_pid=$!
+    started mypy "$VENV/bin/mypy"
+    started verl verl_setup
     if [ "${CI:-}" != true ]; then
         "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VERL_TESTS[@]/#/--ignore=}" "$@" \
             || status=$?
         verl_finish "$@" || status=$?
+        finished mypy mypy || status=1
         exit "$status"
     fi
-    # CI=true: the modules that start Ray run alone, in one process, after the rest (beside another worker's tests
-    # on 2 cores, Ray Serve's proxy actor was seen killed before it started); then the verl module in .venv-verl, and
-    # the vLLM tests in .venv-vllm last (in .venv they would skip, and a skip fails).
+    # CI=true: the main suite (the modules that start Ray included, one after another on one worker: the "ray" group
+    # of tests/conftest.py), then the verl module in .venv-verl, and the vLLM tests in .venv-vllm last (in .venv they
+    # would skip, and a skip fails).
     # .venv-vllm is installed in the background meanwhile (downloads and unpacking, mostly waiting on the disk and
     # the network), so its minutes are not added to the run's.
-    vllm_log=$(mktemp)
-    vllm_setup >"$vllm_log" 2>&1 &
-    vllm_setup_pid=$!
+    started vllm vllm_setup
     "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" \
-        "${RAY_TESTS[@]/#/--ignore=}" "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "${VERL_TESTS[@]/#/--ignore=}" "$@" \
-        || status=$?
-    "$VENV/bin/python" -m pytest -n 0 "${durations[@]}" "${RAY_TESTS[@]}" "$@" || status=$?
+        "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "${VERL_TESTS[@]/#/--ignore=}" "$@" || status=$?
     verl_finish "${durations[@]}" "$@" || status=$?
-    if ! wait "$vllm_setup_pid"; then
-        cat "$vllm_log" >&2
-        echo "dev.sh: setting up $VLLM_VENV failed" >&2
-        exit 1
-    fi
-    cat "$vllm_log" >&2
+    finished mypy mypy || status=1
+    finished vllm "setting up $VLLM_VENV" || exit 1
     "$VLLM_VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "$@" "${VLLM_TESTS[@]}" || status=$?
     exit "$status"
 fi

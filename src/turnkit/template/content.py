@@ -35,7 +35,7 @@ from functools import lru_cache
 import jinja2.nodes as nodes
 
 from turnkit.messages import ContentFormat
-from turnkit.template.sandbox import parse_template
+from turnkit.template.sandbox import TEMPLATES_KEPT, parse_template
 
 __all__ = ["content_format"]
 
@@ -148,7 +148,7 @@ class _Reader:
         return False
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=TEMPLATES_KEPT)
 def content_format(source: str) -> ContentFormat:
     """``"parts"`` when the template text walks a message's content as a list of parts, else ``"string"``.
 

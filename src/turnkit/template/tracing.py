@@ -43,7 +43,7 @@ from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 from markupsafe import Markup
 
-from turnkit.template.sandbox import ProvenanceSandbox, _strftime_now, _TemplateNamespace
+from turnkit.template.sandbox import TEMPLATES_KEPT, ProvenanceSandbox, _strftime_now, _TemplateNamespace
 from turnkit.template.taint import DataStr, tainted
 
 __all__ = ["CLOSE", "OPEN", "SENTINEL", "TRANSFORMS", "UNTRACEABLE", "Trace", "compile_traced", "observing", "sentinel"]
@@ -383,7 +383,7 @@ class TracingSandbox(ProvenanceSandbox):
 _TRACING_ENVIRONMENT = TracingSandbox()
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=TEMPLATES_KEPT)
 def compile_traced(source: str) -> jinja2.Template:
     """The template compiled for tracing (the caller has compiled it once normally, so the text is valid)."""
     return _TRACING_ENVIRONMENT.from_string(source)
