@@ -74,6 +74,16 @@ _FIRST_PORT, _LAST_PORT, _BLOCK = 20000, 32000, 400
 _handed: list[int] = []  # the ports this process handed out, in order
 
 
+#: ``turnkit serve``'s flag that runs vLLM's engine eager (``enforce_eager``), as the vLLM tests run it (in process in
+#: ``test_serve_vllm.py``, as ``--ray`` replicas, and the plugin's server with vLLM's own ``--enforce-eager``):
+#: torch.compile adds about 15 CPU-seconds to each vLLM start from inductor's cache (52 s against 38 s on 2 cores),
+#: and minutes to the first one on a machine without that cache (a fresh CI machine). Nothing turnkit does depends on
+#: the mode, but bf16 greedy replies of the two can differ, so a test comparing replies runs both sides alike:
+#: ``turnkit generate`` has no ``--vllm-arg``, so it and the server it is compared with (``test_serve_vllm_cli.py``)
+#: run compiled.
+VLLM_EAGER = ("--vllm-arg", "enforce_eager=true")
+
+
 def free_port() -> int:
     """A loopback port free now and not handed out before by this process, for a server a test starts (which binds it
     a moment later). Ports come from this worker's own block, so parallel workers never race for one, and a client

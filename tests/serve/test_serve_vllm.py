@@ -92,7 +92,9 @@ def served(smollm2_gguf, tmp_path_factory) -> Iterator[_Served]:
     )
     specs = from_file(models)
     assert [spec.engine for spec in specs] == ["vllm", "vllm"]
-    options = EngineOptions(threads=2, context=2048, max_batch=4, max_queue=8, vllm_args=(("dtype", "bfloat16"),))
+    options = EngineOptions(
+        threads=2, context=2048, max_batch=4, max_queue=8, vllm_args=(("dtype", "bfloat16"), ("enforce_eager", True))
+    )  # serve_harness.VLLM_EAGER
     engines: list[Any] = []
 
     def shared(spec: Any, path: Any) -> Any:

@@ -109,7 +109,8 @@ def server(model_folder) -> Iterator[_Server]:
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
         "--served-model-name", "smollm2", *FLAGS, "--dtype", "bfloat16", "--max-model-len", "2048",
-        "--max-num-seqs", "4", "--trust-request-chat-template", "--host", "127.0.0.1", "--port", str(port),
+        "--max-num-seqs", "4", "--trust-request-chat-template", "--enforce-eager", "--host", "127.0.0.1",
+        "--port", str(port),
     ]  # fmt: skip
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="2")
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"turnkit-vllm-plugin-{port}.log"
