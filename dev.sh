@@ -83,6 +83,9 @@ VLLM_TESTS=(tests/serve/test_serve_vllm.py tests/serve/test_serve_vllm_cli.py te
 # of a busy 2-core machine). They run where they are found and skip, naming what is missing, where not; under
 # CI=true, where a skip fails, they are not run.
 LOCAL_ENGINE_TESTS=(tests/test_engine_client_llama_server.py)
+# the modules that start Ray in .venv: under CI=true they run alone, after the others (beside another worker's tests,
+# Ray Serve's deployment start failed: with two busy loops beside ./dev.sh test, its actors died before it started)
+RAY_TESTS=(tests/data/test_prepare_ray.py tests/serve/test_serve_ray.py)
 
 vllm_setup() {
     local want
@@ -246,14 +249,15 @@ if [ "${1:-}" = "test" ]; then
         finished mypy mypy || status=1
         exit "$status"
     fi
-    # CI=true: the main suite (the modules that start Ray included, one after another on one worker: the "ray" group
-    # of tests/conftest.py), then the verl module in .venv-verl, and the vLLM tests in .venv-vllm last (in .venv they
-    # would skip, and a skip fails).
+    # CI=true: the main suite, then the modules that start Ray alone (RAY_TESTS), the verl module in .venv-verl, and
+    # the vLLM tests in .venv-vllm last (in .venv they would skip, and a skip fails).
     # .venv-vllm is installed in the background meanwhile (downloads and unpacking, mostly waiting on the disk and
     # the network), so its minutes are not added to the run's.
     started vllm vllm_setup
     "$VENV/bin/python" -m pytest "${workers[@]}" "${durations[@]}" "${VLLM_TESTS[@]/#/--ignore=}" \
-        "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "${VERL_TESTS[@]/#/--ignore=}" "$@" || status=$?
+        "${RAY_TESTS[@]/#/--ignore=}" "${LOCAL_ENGINE_TESTS[@]/#/--ignore=}" "${VERL_TESTS[@]/#/--ignore=}" "$@" \
+        || status=$?
+    "$VENV/bin/python" -m pytest -n 0 "${durations[@]}" "${RAY_TESTS[@]}" "$@" || status=$?
     verl_finish "${durations[@]}" "$@" || status=$?
     finished mypy mypy || status=1
     finished vllm "setting up $VLLM_VENV" || exit 1
