@@ -60,17 +60,8 @@ def endpoint(smollm2_gguf) -> Iterator[tuple[str, str]]:
     port = free_port()
     command = [sys.executable, "-m", "turnkit.cli", "serve", "--ray", "--replicas", "1", "--threads", "2"]
     command += ["--engine", "vllm", "--model", str(smollm2_gguf), "--model-id", "smollm2", "--port", str(port)]
-    command += [
-        "--context",
-        "2048",
-        "--max-batch",
-        "4",
-        "--max-queue",
-        "8",
-        "--vllm-arg",
-        "dtype=bfloat16",
-        *VLLM_EAGER,
-    ]
+    command += ["--context", "2048", "--max-batch", "4", "--max-queue", "8", "--vllm-arg", "dtype=bfloat16"]
+    command += VLLM_EAGER
     log = Path(tempfile.gettempdir()) / f"turnkit-serve-vllm-ray-{port}.log"
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
